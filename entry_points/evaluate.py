@@ -1,0 +1,6 @@
+"""`mlflow run . -e evaluate` → `verlflow evaluate` (see verlflow.cli.STEPS)."""
+import sys
+
+from verlflow.cli import main
+
+main(["evaluate", *sys.argv[1:]])

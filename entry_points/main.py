@@ -1,0 +1,6 @@
+"""`mlflow run . -e main` → `verlflow main` (see verlflow.cli.STEPS)."""
+import sys
+
+from verlflow.cli import main
+
+main(["main", *sys.argv[1:]])

@@ -1,0 +1,6 @@
+"""`mlflow run . -e promote` → `verlflow promote` (see verlflow.cli.STEPS)."""
+import sys
+
+from verlflow.cli import main
+
+main(["promote", *sys.argv[1:]])

@@ -1,0 +1,6 @@
+"""`mlflow run . -e register` → `verlflow register` (see verlflow.cli.STEPS)."""
+import sys
+
+from verlflow.cli import main
+
+main(["register", *sys.argv[1:]])

@@ -1,0 +1,6 @@
+"""`mlflow run . -e search` → `verlflow search` (see verlflow.cli.STEPS)."""
+import sys
+
+from verlflow.cli import main
+
+main(["search", *sys.argv[1:]])

@@ -1,0 +1,204 @@
+"""Run lifecycle and naming conventions shared by every step and both backends.
+
+    python -c "from verlflow.tracking import sanitize_metric_key; print(sanitize_metric_key('mean@1'))"
+
+- :func:`tracked_run` opens (or, under ``mlflow run``, attaches to) a run and guarantees its end state:
+  FINISHED on success, FAILED on an error, KILLED on SIGTERM/SIGINT. Nothing it opened is left RUNNING.
+- Params are the resolved verl config flattened *by verl's own function*, so local and verl runs carry
+  identical keys; metric keys are sanitized *by verl's own MLflow adapter* (``@`` → ``_at_``).
+- :func:`log_run_summaries` adds the end-of-run figures the §6 comparison needs: ``timing_s/e2e`` and
+  ``timing_s_mean/<name>`` for every per-step ``timing_s/<name>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import mlflow
+from mlflow.entities import Run, RunStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from verlflow import __version__
+from verlflow.errors import VerlflowError
+from verlflow.metrics import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM or SIGINT arrives, so the run ends KILLED."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Turn SIGTERM/SIGINT into :class:`RunInterrupted` for the duration of a run."""
+
+    def _raise(signum, _frame):
+        raise RunInterrupted(signum)
+
+    previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def end_status(exc: BaseException | None) -> str:
+    """The MLflow status a run ends with after ``exc`` (None: success)."""
+    if exc is None:
+        return "FINISHED"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KILLED"
+    if isinstance(exc, SystemExit) and exc.code in (0, None):
+        return "FINISHED"
+    return "FAILED"
+
+
+@contextlib.contextmanager
+def tracked_run(
+    *,
+    run_name: str | None = None,
+    experiment: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> Iterator[mlflow.ActiveRun]:
+    """Start or attach to an MLflow run and always end it truthfully (FINISHED / FAILED / KILLED).
+
+    Under ``mlflow run`` the run already exists (``MLFLOW_RUN_ID``) and we attach to it. With
+    ``parent_run_id`` a new child run is created under that parent (explicit link, as nested runs
+    from several processes need). The run's status is set through the client, so it is right even
+    when another process (verl's logger) ended the run in between.
+    """
+    if experiment and not os.environ.get("MLFLOW_RUN_ID"):
+        mlflow.set_experiment(experiment)
+    all_tags = {"verlflow.version": __version__, **(tags or {})}
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None)
+    run_id = run.info.run_id
+    error: BaseException | None = None
+    try:
+        with _signals_raise():
+            yield run
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        status = end_status(error)
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == run_id:
+            mlflow.end_run(status)
+        else:
+            MlflowClient().set_terminated(run_id, status)
+        if error is not None and status != "FINISHED":
+            with contextlib.suppress(MlflowException):
+                MlflowClient().set_tag(run_id, "verlflow.error", _one_line(error))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)[:500]
+
+
+def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``)."""
+    from verl.utils.tracking import _compute_mlflow_params_from_objects
+
+    return _compute_mlflow_params_from_objects(dict(config))
+
+
+def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Log the resolved verl config as params with verl's own keys; local runs only (verl logs its own)."""
+    params = flatten_params(config)
+    mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
+    return params
+
+
+@functools.lru_cache(maxsize=1)
+def _verl_adapter():
+    from verl.utils.tracking import _MlflowLoggingAdapter
+
+    return _MlflowLoggingAdapter()
+
+
+def sanitize_metric_key(key: str) -> str:
+    """Sanitize a metric name the way verl's MLflow logger does (``@`` → ``_at_``, invalid chars → ``_``)."""
+    return _verl_adapter()._sanitize_key(key)
+
+
+def log_metrics(metrics: Mapping[str, float], step: int) -> None:
+    """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would)."""
+    clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}
+    mlflow.log_metrics(clean, step=step)
+
+
+def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
+    """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``)."""
+    client = MlflowClient()
+    keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
+    summaries: dict[str, float] = {}
+    for key in keys:
+        if key == TIMING_E2E:
+            continue
+        history = client.get_metric_history(run_id, key)
+        if history:
+            name = key.removeprefix(TIMING_PREFIX)
+            summaries[f"{TIMING_MEAN_PREFIX}{name}"] = sum(m.value for m in history) / len(history)
+    summaries[TIMING_E2E] = (ended_at or time.time()) - started_at
+    client.log_batch(run_id, metrics=_as_metrics(summaries))
+    return summaries
+
+
+def _as_metrics(values: Mapping[str, float]):
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(key=k, value=float(v), timestamp=now, step=0) for k, v in values.items()]
+
+
+def standard_tags(*, backend: str, recipe: str, profile: str) -> dict[str, str]:
+    """The ``verlflow.*`` tags every training run carries."""
+    return {
+        "verlflow.backend": backend,
+        "verlflow.recipe": recipe,
+        "verlflow.profile": profile,
+        "verlflow.version": __version__,
+    }
+
+
+def log_device_profile(profile: Any) -> None:
+    """Log a device profile as tags and as the artifact ``device_profile.json``."""
+    mlflow.set_tags(profile.to_tags())
+    mlflow.log_dict(profile.to_dict(), "device_profile.json")
+
+
+def get_run(run_ref: str) -> Run:
+    """Find a run by id, or by run name when no run has that id; one clear line when neither exists."""
+    client = MlflowClient()
+    try:
+        return client.get_run(run_ref)
+    except MlflowException:
+        pass
+    escaped = run_ref.replace("'", "\\'")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string=f"attributes.run_name = '{escaped}'", max_results=2)
+    if not runs:
+        raise VerlflowError(f"no run with id or name '{run_ref}' in the tracking store {mlflow.get_tracking_uri()}")
+    if len(runs) > 1:
+        raise VerlflowError(f"run name '{run_ref}' is ambiguous: give a run id ({runs[0].info.run_id}, …)")
+    return runs[0]
+
+
+def is_finished(run: Run) -> bool:
+    """Whether a run ended successfully."""
+    return run.info.status == RunStatus.to_string(RunStatus.FINISHED)

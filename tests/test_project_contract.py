@@ -1,0 +1,66 @@
+"""MLproject, the console script, the entry-point files and the README all describe the same steps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from verlflow.cli import STEPS, Step, resolve_target, steps_markdown
+from verlflow.errors import VerlflowError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mlproject() -> dict:
+    return yaml.safe_load((ROOT / "MLproject").read_text())
+
+
+def test_mlproject_declares_every_step_with_the_cli_parameters():
+    entry_points = _mlproject()["entry_points"]
+    assert list(entry_points) == list(STEPS)
+    for name, step in STEPS.items():
+        declared = entry_points[name]["parameters"]
+        assert list(declared) == [p.name for p in step.params], name
+        for p in step.params:
+            default = declared[p.name].get("default")
+            assert (None if default is None else str(default)) == p.default, f"{name}.{p.name}"
+        command = entry_points[name]["command"]
+        assert command.startswith(f"python entry_points/{name}.py ")
+        assert all(f"--{p.name} {{{p.name}}}" in command for p in step.params), name
+
+
+def test_entry_point_files_forward_to_their_step():
+    for name in STEPS:
+        text = (ROOT / "entry_points" / f"{name}.py").read_text()
+        assert f'main(["{name}", *sys.argv[1:]])' in text
+
+
+def test_readme_shows_the_entry_point_table():
+    assert steps_markdown() in (ROOT / "README.md").read_text()
+
+
+def test_mlflow_run_is_told_to_use_the_local_environment():
+    readme = (ROOT / "README.md").read_text()
+    run_lines = [line for line in readme.splitlines() if "mlflow run ." in line]
+    assert run_lines and all("--env-manager local" in line for line in run_lines)
+
+
+def test_a_step_without_code_says_not_implemented():
+    ghost = Step("ghost", "verlflow.no_such_module:run", "", ())
+    with pytest.raises(VerlflowError, match="step 'ghost' is not implemented yet"):
+        resolve_target(ghost)
+
+
+def test_bad_cli_input_is_one_line_and_exit_2(tracking_uri):
+    result = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "train", "--device", "tpu"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith("verlflow train: error:") and "'tpu'" in lines[0] and "cpu" in lines[0]
