@@ -52,6 +52,8 @@ GLOSSARY: list[tuple[str, str]] = [
     ("response_length/mean", "mean response length in tokens (also /max, /min)"),
     ("response_length/clip_ratio", "fraction of responses cut at max_response_length"),
     ("prompt_length/mean", "mean prompt length in tokens (also /max, /min)"),
+    ("data/train/num_rows", "preprocess step: rows written to train.parquet"),
+    ("data/test/num_rows", "preprocess step: rows written to test.parquet"),
     (VAL_ACCURACY, "validation accuracy, one greedy-or-sampled answer per test problem"),
     (EVAL_ACCURACY, "evaluate step: strict accuracy (answer after '####'), verl's GSM8K scorer"),
     (EVAL_ACCURACY_FLEXIBLE, "evaluate step: accuracy taking the last number in the response"),
