@@ -103,6 +103,7 @@ STEPS: dict[str, Step] = {
             Param("baseline", None, "run id, run name or tag filter (e.g. the H20 run)"),
             Param("candidate", None, "run id, run name or tag filter (e.g. the A3 run)"),
             Param("output_dir", "", "also write the report here ('' = only as run artifacts)"),
+            Param("threshold", "0.02", "parity threshold: mean relative difference of curves, 0.02 = 2%", "float"),
         )),
     )
 }

@@ -1,0 +1,74 @@
+"""`compare` refuses bad run references and runs without timings with one clear line, and starts no run."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import cli, tracking
+from verlflow.compare import run_compare
+from verlflow.errors import VerlflowError
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two train-shaped runs with timings (train-a, train-b) and a preprocess-shaped run without (prep)."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('compare-errors') / 'mlflow.db'}"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", uri)
+    mp.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(uri)
+    ids = {}
+    for name, step in [("train-a", "train"), ("train-b", "train"), ("prep", "preprocess")]:
+        with tracking.tracked_run(run_name=name, tags={"verlflow.step": step, "device.type": "cpu"}) as run:
+            if step == "train":
+                tracking.log_metrics({"timing_s/gen": 2.0, "critic/score/mean": 0.5}, step=1)
+                tracking.log_run_summaries(run.info.run_id, started_at=0.0, ended_at=10.0)
+            else:
+                tracking.log_metrics({"rows": 10.0}, step=0)
+        ids[name] = run.info.run_id
+    yield ids
+    mp.undo()
+
+
+def _compare_runs() -> list:
+    client = MlflowClient()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, "tags.verlflow.step = 'compare'")
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "expected"),
+    [
+        ("0123456789abcdef0123456789abcdef", "train-b", "no run with id or name '0123456789abcdef"),
+        ("train-a", "prep", "candidate run 'prep'"),
+        ("tags.verlflow.step = 'train'", "train-b", "matches several runs"),
+        ("tags.device.type = 'npu'", "train-b", "matches no run"),
+        ("tags.device.type == ", "train-b", "is not a valid MLflow filter"),
+        ("train-a", "train-a", "are the same run"),
+        ("", "train-b", "baseline is empty"),
+    ],
+)
+def test_bad_reference_is_one_clear_line(two_runs, baseline, candidate, expected):
+    with pytest.raises(VerlflowError) as info:
+        run_compare(baseline, candidate, "")
+    message = str(info.value)
+    assert expected in message
+    assert "\n" not in message
+    assert _compare_runs() == []  # nothing was opened, so nothing is left RUNNING
+
+
+def test_run_without_timing_metrics_names_what_is_missing(two_runs):
+    with pytest.raises(VerlflowError, match=r"has no timing metrics \(timing_s/e2e, timing_s_mean/\*\)"):
+        run_compare("train-a", two_runs["prep"])
+
+
+def test_cli_prints_one_line_and_exits_2(two_runs, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["compare", "--baseline", "no-such-run", "--candidate", "train-b"])
+    assert info.value.code == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("verlflow compare: error: no run with id or name 'no-such-run'")
+    assert mlflow.active_run() is None

@@ -1,0 +1,67 @@
+"""Acceptance (issue 7): `compare` on two real smoke train runs that differ only in the cpu profile's threads.
+
+Uses the shared ``smoke_store`` fixture of tests/conftest.py: two FINISHED local train runs of the smoke
+recipe on the cpu profile, with profile.env.OMP_NUM_THREADS 1 and 2.
+"""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow.compare import run_compare
+
+GUIDE_KEYS = ["timing_s/e2e", "timing_s_mean/gen", "timing_s_mean/update_actor", "timing_s_mean/step"]
+
+
+@pytest.fixture
+def compared(smoke_store, tmp_path, monkeypatch, capsys):
+    """The comparison of the two smoke runs; its run is deleted afterwards (the store is shared)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", smoke_store.tracking_uri)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(smoke_store.tracking_uri)
+    baseline, candidate = smoke_store.run_ids
+    result = run_compare(baseline, candidate, str(tmp_path / "out"))
+    yield result, capsys.readouterr().out, tmp_path / "out"
+    MlflowClient().delete_run(result.run_id)
+
+
+@pytest.mark.slow
+def test_smoke_runs_compare_with_every_part_and_the_runs_own_ratios(smoke_store, compared):
+    result, printed, out = compared
+    for part in ("## 6.1 Versions", "## 6.3 Performance", "## 6.2 Curves and precision", "## Config diff"):
+        assert part in result.report and part in printed
+    for name in ("report.md", "comparison.json", "curves.png", "curves/critic_score_mean.png"):
+        assert (out / name).is_file()
+
+    client = MlflowClient()
+    base = client.get_run(smoke_store.run_ids[0]).data.metrics
+    cand = client.get_run(smoke_store.run_ids[1]).data.metrics
+    rows = {r.key: r for r in result.timings}
+    assert list(rows)[:4] == GUIDE_KEYS
+    means = sorted(k for k in base if k.startswith("timing_s_mean/"))
+    assert means and set(means) <= set(rows)  # every timing_s_mean/* of the run is in the table
+    for key in [*GUIDE_KEYS, *means]:
+        assert rows[key].ratio == pytest.approx(cand[key] / base[key]), key
+    logged = client.get_run(result.run_id).data.metrics
+    gen = "timing_s_mean/gen"
+    assert logged[f"compare/ratio/{gen}"] == pytest.approx(cand[gen] / base[gen])
+
+
+@pytest.mark.slow
+def test_smoke_runs_differ_only_in_the_profile(compared):
+    result, printed, _ = compared
+    assert not result.recipes_differ and "RECIPES DIFFER" not in printed
+    profile = {r.key: (r.baseline, r.candidate) for r in result.diff.profile}
+    assert profile.get("tag env.OMP_NUM_THREADS") == ("1", "2")
+
+
+@pytest.mark.slow
+def test_smoke_runs_get_a_parity_verdict_per_curve_over_their_steps(smoke_store, compared):
+    result, _, _ = compared
+    rows = {r.key: r for r in result.parity}
+    history = MlflowClient().get_metric_history(smoke_store.run_ids[0], "critic/score/mean")
+    assert rows["critic/score/mean"].steps == sorted({m.step for m in history})
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/entropy", "response_length/mean"):
+        assert rows[key].passed is not None, key  # compared, whatever the verdict

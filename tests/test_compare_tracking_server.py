@@ -1,0 +1,96 @@
+"""`compare` against a real `mlflow server` on 127.0.0.1: same report, histories read in bulk over REST."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import tracking
+from verlflow.compare import run_compare
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """An `mlflow server` (SQLite backend, proxied artifacts) in its own process group, logging requests."""
+    port = _free_port()
+    log = tmp_path / "server.log"
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    cmd = [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+           "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "artifacts")]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.5)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(url)
+        yield url, log
+    finally:
+        while mlflow.active_run():
+            mlflow.end_run()
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _train_run(name: str, device: str, gen: float, score: float, e2e: float) -> str:
+    started = time.time() - e2e
+    with tracking.tracked_run(run_name=name, tags={"verlflow.step": "train", "device.type": device}) as run:
+        for step in (1, 2, 3):
+            tracking.log_metrics({"timing_s/gen": gen, "critic/score/mean": score * step,
+                                  "actor/pg_loss": 0.1 * step}, step=step)
+        tracking.log_run_summaries(run.info.run_id, started, ended_at=started + e2e)
+    return run.info.run_id
+
+
+@pytest.mark.slow
+def test_compare_reads_a_tracking_server_in_one_request_per_curve(server, tmp_path):
+    url, log = server
+    base = _train_run("h20", "gpu", gen=10.0, score=0.1, e2e=100.0)
+    cand = _train_run("a3", "npu", gen=8.0, score=0.1, e2e=158.0)
+    already = len(log.read_text(errors="replace"))
+
+    result = run_compare(base, cand, str(tmp_path / "out"))
+
+    rows = {r.key: r.ratio for r in result.timings}
+    assert rows["timing_s_mean/gen"] == pytest.approx(0.8)
+    assert rows["timing_s/e2e"] == pytest.approx(1.58)
+    score = next(r for r in result.parity if r.key == "critic/score/mean")
+    assert score.steps == [1, 2, 3] and score.passed
+    assert "compare/report.md" in {f.path for f in MlflowClient().list_artifacts(result.run_id, "compare")}
+
+    requests = log.read_text(errors="replace")[already:]
+    # both runs' histories of a curve come back in one call; no per-run, per-metric history calls
+    assert requests.count("/metrics/get-history-bulk-interval") == 2  # critic/score/mean, actor/pg_loss
+    assert "/metrics/get-history?" not in requests
+    assert url in result.report
