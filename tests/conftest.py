@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 import pytest
+from mlflow.tracking import MlflowClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -30,3 +35,44 @@ def tracking_uri(tmp_path, monkeypatch) -> str:
     yield uri
     while mlflow.active_run():
         mlflow.end_run()
+
+
+@dataclass
+class SmokeStore:
+    """A tracking store holding two real smoke train runs that differ only in their CPU thread count."""
+
+    tracking_uri: str
+    run_ids: list[str]
+    data_dir: Path
+    workdir: Path
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd,
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"verlflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory) -> SmokeStore:
+    """Preprocess synthetic data, then train the smoke recipe twice on the cpu profile (1 and 2 threads).
+
+    Built once per test session through the real CLI in subprocesses (about a minute on 2 cores) and
+    shared by the tests that need finished train runs: registry, evaluate, compare.
+    """
+    workdir = tmp_path_factory.mktemp("smoke_store")
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
+    env["MLFLOW_TRACKING_URI"] = uri
+    env["VERLFLOW_CACHE"] = str(workdir / "cache")
+    data_dir = workdir / "data"
+    _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "64"], env, workdir)
+    for threads in (1, 2):
+        overrides = f"profile.env.OMP_NUM_THREADS={threads}"
+        _cli(["train", "--device", "cpu", "--data_dir", str(data_dir), "--overrides", overrides], env, workdir)
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string="tags.`verlflow.step` = 'train'", order_by=["attributes.start_time ASC"])
+    assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
+    return SmokeStore(tracking_uri=uri, run_ids=[r.info.run_id for r in runs], data_dir=data_dir, workdir=workdir)

@@ -1,0 +1,82 @@
+"""A local run killed mid-way resumes from its last checkpoint and ends as if never interrupted.
+
+The kill is a real SIGTERM to this process during step 3 (after the step-2 checkpoint): the tracked
+run turns it into KILLED. Resuming with ``trainer.resume_mode=auto`` in the same MLflow run must end
+at the same step count, log every step exactly once, and (CPU, restored RNG and optimizer state) land
+on the same weights as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file
+
+from verlflow import config, data, tracking
+from verlflow.backends.local import train_local
+
+STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=3"]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, tracking_uri) -> Path:
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    data.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
+    return tmp_path
+
+
+def _train(workdir: Path, checkpoints: str, on_step_end=None):
+    cfg = config.compose("smoke", "cpu", [*STEPS, f"trainer.default_local_dir={workdir / checkpoints}"])
+    with tracking.tracked_run() as run:
+        return train_local(cfg, data_dir=workdir / "data", run_id=run.info.run_id, on_step_end=on_step_end)
+
+
+def _kill_during_step_3(step, _metrics):
+    if step == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_end_without_duplicate_steps(workdir, monkeypatch):
+    straight = _train(workdir, "straight")
+
+    with pytest.raises(KeyboardInterrupt):
+        _train(workdir, "resumed", on_step_end=_kill_during_step_3)
+    client = MlflowClient()
+    killed = client.search_runs([mlflow.get_experiment_by_name("Default").experiment_id],
+                                filter_string="attributes.status = 'KILLED'")
+    assert len(killed) == 1
+    run_id = killed[0].info.run_id
+    assert [m.step for m in client.get_metric_history(run_id, "timing_s/step")] == [1, 2, 3]
+
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)  # as `mlflow run` does when a run is restarted
+    trained = []
+    resumed = _train(workdir, "resumed", on_step_end=lambda step, _: trained.append(step))
+    assert trained == [3, 4, 5, 6]  # from the step-2 checkpoint, not from scratch
+    assert resumed.run_id == run_id and resumed.steps == straight.steps == 6
+    finished = client.get_run(run_id)
+    assert finished.info.status == "FINISHED"
+    assert finished.data.tags["verlflow.resumed_from"] == str((workdir / "resumed" / "global_step_2").resolve())
+    for name in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
+        assert sorted(m.step for m in client.get_metric_history(run_id, name)) == [1, 2, 3, 4, 5, 6], name
+    val = "val-core/openai/gsm8k/reward/mean_at_1"
+    assert sorted(m.step for m in client.get_metric_history(run_id, val)) == [3, 6]
+
+    weights = load_file(resumed.final_checkpoint / "model.safetensors")
+    reference = load_file(straight.final_checkpoint / "model.safetensors")
+    assert weights.keys() == reference.keys()
+    assert all((weights[k] - reference[k]).abs().max() < 1e-6 for k in weights)
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_trains_no_more(workdir):
+    first = _train(workdir, "ckpt")
+    again = _train(workdir, "ckpt")
+    assert again.steps == first.steps == 6 and again.final_checkpoint == first.final_checkpoint
+    history = MlflowClient().get_metric_history(again.run_id, "timing_s/step")
+    assert history == []  # nothing left to train, nothing logged as a step
