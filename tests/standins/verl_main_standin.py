@@ -1,0 +1,68 @@
+"""A stand-in for ``python -m verl.trainer.main_ppo``: same command line, verl's real ``Tracking``, no device.
+
+    verlflow train --recipe smoke --device gpu --backend verl --model TINY_DIR \\
+        --overrides "verlflow.launch_module=tests/standins/verl_main_standin.py verlflow.skip_preflight=true"
+
+It composes the Hydra overrides it is given into verl's full config (as main_ppo does), opens verl's
+``verl.utils.tracking.Tracking`` with ``trainer.logger`` (so MLflow attaches through MLFLOW_RUN_ID),
+logs two steps of verl-named metrics (one with ``@``), then acts as ``VERLFLOW_STANDIN_MODE`` says:
+
+- ``ok`` (default): saves the final checkpoint in verl's FSDP layout (world size 1, verl's own
+  FSDPCheckpointManager) under ``trainer.default_local_dir`` and exits 0;
+- ``fail``: prints a verl-like error line and exits 3;
+- ``hang``: prints ``STANDIN_WAITING pid=<pid>`` and sleeps until it is signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+STEPS = 2
+WAITING = "STANDIN_WAITING"
+
+
+def step_metrics(step: int) -> dict[str, float]:
+    """The metrics the stand-in logs at ``step`` (verl's names, before sanitizing)."""
+    return {
+        "timing_s/gen": 1.0 + step,
+        "timing_s/step": 2.0 * step,
+        "critic/score/mean": 0.1 * step,
+        "val-core/openai/gsm8k/reward/mean@1": 0.25 * step,
+    }
+
+
+def main(argv: list[str]) -> int:
+    from omegaconf import OmegaConf
+    from verl.utils.tracking import Tracking
+
+    from verlflow.config import parse_overrides, validate_against_verl
+
+    cfg = validate_against_verl(parse_overrides(argv))
+    mode = os.environ.get("VERLFLOW_STANDIN_MODE", "ok")
+    logger = Tracking(project_name=cfg.trainer.project_name, experiment_name=cfg.trainer.experiment_name,
+                      default_backend=list(cfg.trainer.logger), config=OmegaConf.to_container(cfg, resolve=True))
+    for step in range(1, STEPS + 1):
+        logger.log(data=step_metrics(step), step=step)
+    if mode == "fail":
+        print("RuntimeError: stand-in failure after step 2", flush=True)
+        return 3
+    if mode == "hang":
+        print(f"{WAITING} pid={os.getpid()}", flush=True)
+        while True:
+            time.sleep(1)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fsdp_checkpoint import save_fsdp_checkpoint
+
+    root = Path(cfg.trainer.default_local_dir)
+    save_fsdp_checkpoint(cfg.actor_rollout_ref.model.path, str(root / f"global_step_{STEPS}" / "actor"),
+                         world_size=1, fsdp=2, step=STEPS)
+    (root / "latest_checkpointed_iteration.txt").write_text(str(STEPS))
+    logger.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,110 @@
+"""The verl launch path, end to end through the real CLI, with a stand-in in place of verl's main module.
+
+The stand-in (tests/standins/verl_main_standin.py) takes verl's command line, logs through verl's real
+``Tracking`` into our run, and then succeeds (saving an FSDP checkpoint), fails, or waits to be signalled.
+It is chosen with the launcher's own option ``verlflow.launch_module``; ``verlflow.skip_preflight=true``
+lets the gpu profile run on this CPU machine (the stand-in needs no device).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from verlflow.tinymodel import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+def _train(tmp_path: Path, model: Path, mode: str, **popen) -> subprocess.Popen:
+    overrides = (f"verlflow.launch_module={STANDIN} verlflow.skip_preflight=true "
+                 f"verlflow.output_dir={tmp_path / 'outputs'}")
+    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "smoke", "--device", "gpu",
+            "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"), "--overrides", overrides]
+    env = {**os.environ, "VERLFLOW_STANDIN_MODE": mode}
+    return subprocess.Popen(argv, env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, **popen)
+
+
+def _only_run():
+    runs = MlflowClient().search_runs(["0"])
+    assert len(runs) == 1
+    return runs[0]
+
+
+def _assert_standin_metrics(run) -> None:
+    assert run.data.metrics["critic/score/mean"] == pytest.approx(0.2)
+    assert run.data.metrics["val-core/openai/gsm8k/reward/mean_at_1"] == 0.5
+    assert run.data.params["actor_rollout_ref/actor/optim/lr"] == "0.001"  # logged by verl's Tracking
+
+
+@pytest.mark.slow
+def test_success_finishes_with_summaries_and_a_merged_checkpoint(tracking_uri, tmp_path, tiny_model):
+    proc = _train(tmp_path, tiny_model, "ok")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    run = _only_run()
+    assert run.info.status == "FINISHED"
+    _assert_standin_metrics(run)
+    assert run.data.metrics["timing_s_mean/step"] == 3.0  # (2 + 4) / 2, from verl's per-step history
+    assert "timing_s/e2e" in run.data.metrics
+    tags = run.data.tags
+    assert tags["verlflow.preflight"].startswith("skipped") and tags["verlflow.exit_code"] == "0"
+    logs = {a.path for a in MlflowClient().list_artifacts(run.info.run_id, "logs")}
+    assert logs == {"logs/verl.log", "logs/merge.log"}
+    verl_log = MlflowClient().download_artifacts(run.info.run_id, "logs/verl.log", str(tmp_path))
+    assert "step:2 - " in Path(verl_log).read_text()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = Path(tags["verlflow.checkpoint_dir"])
+    assert hf.is_absolute() and tags["verlflow.checkpoint_source"].endswith("global_step_2/actor")
+    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
+    ids = AutoTokenizer.from_pretrained(hf)("Tom has 3 apples. ", return_tensors="pt").input_ids
+    assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
+
+
+@pytest.mark.slow
+def test_nonzero_exit_fails_the_run_and_keeps_its_metrics(tracking_uri, tmp_path, tiny_model):
+    proc = _train(tmp_path, tiny_model, "fail")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 2
+    assert "verl exited with status 3: RuntimeError: stand-in failure after step 2" in out
+    run = _only_run()
+    assert run.info.status == "FAILED"
+    assert "status 3" in run.data.tags["verlflow.error"]
+    _assert_standin_metrics(run)
+    assert "verlflow.checkpoint_dir" not in run.data.tags
+
+
+@pytest.mark.slow
+def test_sigterm_is_forwarded_to_verl_and_the_run_is_killed(tracking_uri, tmp_path, tiny_model):
+    proc = _train(tmp_path, tiny_model, "hang")
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("STANDIN_WAITING"):
+            break
+    else:
+        pytest.fail("the stand-in never started:\n" + "".join(seen[-50:]))
+    standin_pid = int(line.split("pid=")[1])
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:]
+    with pytest.raises(ProcessLookupError):
+        os.kill(standin_pid, 0)  # verl's process got the signal too, and is gone
+    run = _only_run()
+    assert run.info.status == "KILLED"
+    _assert_standin_metrics(run)

@@ -1,0 +1,106 @@
+"""`-P ray_address=…`: verl is submitted as a Ray job, attaches to our run through the job's runtime env,
+its logs are followed, and SIGTERM stops the job and ends the run KILLED.
+
+A real single-node Ray cluster (``ray start --head``, with its dashboard for job submission) is started
+for the test in its own process group and stopped afterwards; the stand-in for verl's main module runs
+as the job's entrypoint. Its mode reaches the job only through the profile env → ``runtime_env``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """Address of a fresh local Ray head with the job API; stopped (its whole process group) afterwards."""
+    if shutil.which("ray") is None:
+        pytest.skip("the ray CLI is not installed")
+    temp = tempfile.mkdtemp(prefix="vfray", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+    gcs, dashboard = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--port", str(gcs), "--dashboard-port", str(dashboard),
+         "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2",
+         "--temp-dir", temp, "--disable-usage-stats"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{address}/api/version", timeout=5)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.skip("a local Ray head with its dashboard did not come up within 180 s")
+                time.sleep(2)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        # Ray's daemons share the head's process group; a graceful stop takes half a minute on 2 cores.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, tmp_path, ray_head):
+    from ray.job_submission import JobSubmissionClient
+
+    from verlflow.tinymodel import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    overrides = (f"verlflow.launch_module={STANDIN} verlflow.output_dir={tmp_path / 'outputs'} "
+                 "profile.env.VERLFLOW_STANDIN_MODE=hang")
+    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "smoke", "--device", "gpu",
+            "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"),
+            "--ray_address", ray_head, "--overrides", overrides]
+    env = {k: v for k, v in os.environ.items() if k != "VERLFLOW_STANDIN_MODE"}
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen = []
+    for line in proc.stdout:  # the job's logs, followed
+        seen.append(line)
+        if line.startswith("STANDIN_WAITING"):
+            break
+    else:
+        pytest.fail("the Ray job never reached the stand-in:\n" + "".join(seen[-50:]))
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out[-2000:]
+
+    run = MlflowClient().search_runs(["0"])[0]
+    assert run.info.status == "KILLED"
+    assert run.data.tags["verlflow.launcher"] == f"ray:{ray_head}"
+    assert run.data.metrics["val-core/openai/gsm8k/reward/mean_at_1"] == 0.5  # via MLFLOW_* in runtime_env
+    assert run.data.params["trainer/logger/1"] == "mlflow"
+    job_id = run.data.tags["verlflow.ray_job_id"]
+    assert str(JobSubmissionClient(ray_head).get_job_status(job_id)) in ("STOPPED", "JobStatus.STOPPED")
+    log = MlflowClient().download_artifacts(run.info.run_id, "logs/verl.log", str(tmp_path))
+    assert "STANDIN_WAITING" in Path(log).read_text()
