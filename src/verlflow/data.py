@@ -141,7 +141,7 @@ def preprocess(
         test_path=paths["test"],
         num_train=len(rows["train"]),
         num_test=len(rows["test"]),
-        digest=hashlib.sha256(f"{digests['train']}:{digests['test']}".encode()).hexdigest()[:16],
+        digest=_combined_digest(digests),
         source=_canonical_source(source),
     )
     if log_to_mlflow:
@@ -301,6 +301,23 @@ def _canonical_source(source: str) -> str:
     if _is_synthetic(source):
         return f"{SYNTHETIC}:{_synthetic_seed(source)}"
     return str(Path(source).expanduser().resolve())
+
+
+def data_dir_digest(data_dir: str | Path) -> str | None:
+    """The ``data.digest`` of a folder :func:`preprocess` wrote (None when it holds no such files).
+
+    Train runs carry it as a tag, so a registered model names the exact data it was trained on even
+    when its preprocess run is in another store.
+    """
+    paths = {split: Path(data_dir) / f"{split}.parquet" for split in SPLITS}
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    digests = {split: _rows_digest(pq.read_table(path).to_pylist()) for split, path in paths.items()}
+    return _combined_digest(digests)
+
+
+def _combined_digest(digests: dict[str, str]) -> str:
+    return hashlib.sha256(f"{digests['train']}:{digests['test']}".encode()).hexdigest()[:16]
 
 
 def _rows_digest(rows: list[dict]) -> str:

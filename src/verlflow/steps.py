@@ -69,6 +69,19 @@ def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, o
     return config.compose(recipe, profile, overrides, extra=extra)
 
 
+def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
+    """Tags a train run carries for the registry: its step, model name and the digest of its data."""
+    from verlflow.data import data_dir_digest
+
+    tags = {"verlflow.step": "train"}
+    if cfg.verlflow.get("model_name"):
+        tags["verlflow.model_name"] = str(cfg.verlflow["model_name"])
+    digest = data_dir_digest(data_dir)
+    if digest:
+        tags["data.digest"] = digest
+    return tags
+
+
 def run_train(
     recipe: str,
     device: str,
@@ -92,12 +105,12 @@ def run_train(
         from verlflow.backends import local
 
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
-        with tracking.tracked_run(tags={**tags, "verlflow.step": "train"}) as run:
+        with tracking.tracked_run(tags={**tags, **_lineage_tags(cfg, data_dir)}) as run:
             return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=started_at)
     from verlflow.backends import verl as verl_backend
 
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
-    with tracking.tracked_run(tags={**tags, "verlflow.step": "train"}) as run:
+    with tracking.tracked_run(tags={**tags, **_lineage_tags(cfg, data_dir)}) as run:
         return verl_backend.train_verl(
             cfg, run_id=run.info.run_id, data_dir=data_dir, dry_run=dry_run,
             ray_address=ray_address, started_at=started_at,

@@ -1,0 +1,281 @@
+"""The ``main`` entry point: preprocess → train → register → evaluate → promote, one parent run.
+
+    mlflow run . --env-manager local                    # embedded default: smoke recipe, synthetic data, CPU
+    mlflow run . --env-manager local -P device=npu      # the same chain with the guide's recipe on A3
+    verlflow main --recipe smoke --device cpu           # the same without `mlflow run`
+
+Each step is a child run of the parent (tag ``mlflow.parentRunId``). A preprocess or train run that
+FINISHED earlier with the same step parameters (compared as strings, as MLflow's multistep example
+does) and the same code version (tag ``verlflow.code_version``: the git commit of the package, plus a
+hash of uncommitted changes; the package version outside git) is reused instead of redone; the parent
+then carries ``verlflow.reused_run_id.<step>`` and the log says so. Train runs are matched on their
+data's digest as well, so new data means a new training. register, evaluate and promote always run:
+they are cheap and act on the registry as it is now (a reused checkpoint gets a new version, which
+promote moves ``champion`` to only when it is strictly better).
+
+Steps run **in this process**, not as ``mlflow run -e <step>`` subprocesses. Each child run is created
+the way ``mlflow run`` creates one (parent link, step parameters logged as params, tags), then the
+step attaches to it through ``MLFLOW_RUN_ID`` exactly as it does under ``mlflow run -e <step>``. So a
+child looks the same as a standalone step run and either can be reused, while the chain saves the
+~10 s of interpreter, torch and verl start-up per step and passes results (data folder, run ids, the
+registered version) as Python values read back from the runs' tags. The training itself still runs
+in a subprocess where the backend needs one (verl under Ray).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Param, Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from verlflow import __version__, config, tracking
+from verlflow.errors import VerlflowError
+from verlflow.registry import CHAMPION, PromotionDecision
+
+log = logging.getLogger(__name__)
+
+STEPS = ("preprocess", "train", "register", "evaluate", "promote")
+REUSABLE = ("preprocess", "train")
+PROMOTE_METRIC = "eval/gsm8k/accuracy"
+CODE_VERSION_TAG = "verlflow.code_version"
+REUSED_TAG_PREFIX = "verlflow.reused_run_id."
+STEP_RUN_TAG_PREFIX = "verlflow.run_id."
+
+
+@dataclass
+class PipelineResult:
+    """The parent run, each step's run (reused or new), and what the chain produced."""
+
+    parent_run_id: str
+    step_run_ids: dict[str, str]
+    reused: dict[str, str] = field(default_factory=dict)
+    model_name: str = ""
+    model_version: str = ""
+    accuracy: float | None = None
+    promotion: PromotionDecision | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The code a step ran with: git commit of the package (+ hash of uncommitted edits), else its version."""
+    package_dir = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(package_dir), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=20)
+        if head.returncode != 0:
+            return f"verlflow-{__version__}"
+        diff = subprocess.run(["git", "-C", str(package_dir), "diff", "HEAD", "--", "."],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return f"verlflow-{__version__}"
+    commit = head.stdout.strip()
+    if diff.returncode == 0 and diff.stdout:
+        return f"{commit}+{hashlib.sha256(diff.stdout.encode()).hexdigest()[:12]}"
+    return commit
+
+
+@dataclass
+class Plan:
+    """Everything the chain needs, resolved and checked before any run is opened."""
+
+    recipe: str
+    device: str
+    source: str
+    model_name: str
+    overrides: str
+    data_dir: Path
+
+
+def make_plan(recipe: str, device: str, source: str, model_name: str, overrides: str) -> Plan:
+    """Resolve defaults (the recipe's data source and model name, the device) and fail fast on bad input."""
+    from verlflow import steps
+
+    _, own, _ = config.load_recipe(recipe)
+    own_overrides = {k.removeprefix("verlflow."): v for k, v in config.parse_overrides(overrides).items()
+                     if k.startswith("verlflow.")}
+    own.update(own_overrides)
+    _, dev, profile, _ = steps.choose_train_setup(recipe, device, "auto", "auto")
+    config.compose(recipe, profile, overrides)  # an unknown override key fails here, not after preprocess
+    source = source or str(own.get("data_source") or "openai/gsm8k")
+    name = model_name or str(own.get("model_name") or "")
+    if not name:
+        raise VerlflowError(f"recipe '{recipe}' names no verlflow.model_name: pass -P model_name=<name>")
+    slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
+    return Plan(recipe=recipe, device=dev, source=source, model_name=name, overrides=overrides,
+                data_dir=(Path("data") / slug).resolve())
+
+
+class StepRunner:
+    """Runs steps as child runs of one parent, reusing a matching FINISHED run where allowed."""
+
+    def __init__(self, client: MlflowClient, parent: Run):
+        self.client = client
+        self.parent_id = parent.info.run_id
+        self.experiment_id = parent.info.experiment_id
+        self.code = code_version()
+        self.runs: dict[str, str] = {}
+        self.reused: dict[str, str] = {}
+
+    def find_reusable(self, step: str, params: dict[str, str], match_tags: dict[str, str],
+                      still_valid: Callable[[Run], bool]) -> Run | None:
+        """The newest FINISHED run of ``step`` with these params (as strings), code version and tags."""
+        query = (f"tags.`verlflow.step` = '{step}' and attributes.status = 'FINISHED' "
+                 f"and tags.`{CODE_VERSION_TAG}` = '{self.code}'")
+        candidates = self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"],
+                                             max_results=200)
+        for run in candidates:
+            if run.info.run_id == self.parent_id:
+                continue
+            same_params = all(run.data.params.get(k) == v for k, v in params.items())
+            same_tags = all(run.data.tags.get(k) == v for k, v in match_tags.items())
+            if same_params and same_tags and still_valid(run):
+                return run
+        return None
+
+    def run(self, step: str, params: dict[str, Any], call: Callable[[], Any], *, reusable: bool = False,
+            match_tags: dict[str, str] | None = None, still_valid: Callable[[Run], bool] = lambda run: True,
+            tags: dict[str, str] | None = None) -> tuple[Run, Any]:
+        """Reuse or run one step; returns its (ended) run and, when it ran, what the step returned."""
+        params = {k: _as_param(v) for k, v in params.items()}
+        match_tags = match_tags or {}
+        if reusable and (found := self.find_reusable(step, params, match_tags, still_valid)):
+            run_id = found.info.run_id
+            print(f"main: {step}: reusing FINISHED run {run_id} (same parameters and code version)")
+            self.client.set_tag(self.parent_id, f"{REUSED_TAG_PREFIX}{step}", run_id)
+            self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{step}", run_id)
+            self.runs[step], self.reused[step] = run_id, run_id
+            return found, None
+        child = self.client.create_run(self.experiment_id, run_name=step, tags={
+            MLFLOW_PARENT_RUN_ID: self.parent_id, "verlflow.step": step, CODE_VERSION_TAG: self.code,
+            **match_tags, **(tags or {}),
+        })
+        run_id = child.info.run_id
+        self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+        self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{step}", run_id)
+        self.runs[step] = run_id
+        print(f"main: {step}: run {run_id}")
+        with _attached(self.client, run_id):
+            value = call()
+        return self.client.get_run(run_id), value
+
+
+def _as_param(value: Any) -> str:
+    """A step parameter as ``mlflow run`` logs it (``false``, not ``False``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+@contextlib.contextmanager
+def _attached(client: MlflowClient, run_id: str) -> Iterator[None]:
+    """Let the step's own ``tracked_run`` attach to ``run_id`` (as under ``mlflow run``); never leave it RUNNING."""
+    previous = os.environ.get("MLFLOW_RUN_ID")
+    os.environ["MLFLOW_RUN_ID"] = run_id
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        # MLflow consumes MLFLOW_RUN_ID when it attaches; a step that failed before attaching did not.
+        if previous is None:
+            os.environ.pop("MLFLOW_RUN_ID", None)
+        else:
+            os.environ["MLFLOW_RUN_ID"] = previous
+        with contextlib.suppress(MlflowException):
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, tracking.end_status(error))
+                if error is not None:
+                    client.set_tag(run_id, "verlflow.error", f"{type(error).__name__}: {error}"[:500])
+
+
+def _data_present(run: Run) -> bool:
+    folder = run.data.tags.get("verlflow.data_dir")
+    return bool(folder) and all((Path(folder) / f"{s}.parquet").is_file() for s in ("train", "test"))
+
+
+def _checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[Run], bool]:
+    """A train run's checkpoint is still its own: present, and no later run wrote the same folder."""
+
+    def check(run: Run) -> bool:
+        folder = run.data.tags.get("verlflow.checkpoint_dir")
+        if not folder or not (Path(folder) / "config.json").is_file():
+            return False
+        escaped = folder.replace("'", "\\'")
+        newest = client.search_runs([experiment_id], f"tags.`verlflow.checkpoint_dir` = '{escaped}'",
+                                    order_by=["attributes.start_time DESC"], max_results=1)
+        return bool(newest) and newest[0].info.run_id == run.info.run_id
+
+    return check
+
+
+def run_main(recipe: str, device: str, source: str, model_name: str, overrides: str) -> PipelineResult:
+    """Chain preprocess → train → register → evaluate → promote under one parent run (step ``main``)."""
+    from verlflow import evaluate, registry, steps
+
+    plan = make_plan(recipe, device, source, model_name, overrides)
+    client = MlflowClient()
+    parent_tags = {"verlflow.step": "main", "verlflow.recipe": plan.recipe, "verlflow.model_name": plan.model_name,
+                   CODE_VERSION_TAG: code_version()}
+    with tracking.tracked_run(run_name="main", tags=parent_tags) as active:
+        runner = StepRunner(client, client.get_run(active.info.run_id))
+
+        pre, _ = runner.run(
+            "preprocess", {"source": plan.source, "output_dir": plan.data_dir, "limit": 0},
+            lambda: steps.run_preprocess(source=plan.source, output_dir=str(plan.data_dir), limit=0),
+            reusable=True, still_valid=_data_present,
+        )
+        data_dir = pre.data.tags["verlflow.data_dir"]
+
+        train_params = {"recipe": plan.recipe, "device": plan.device, "profile": "auto", "data_dir": data_dir,
+                        "model": "", "overrides": plan.overrides, "backend": "auto", "dry_run": False,
+                        "ray_address": ""}
+        train, _ = runner.run(
+            "train", train_params, lambda: steps.run_train(**{**train_params, "dry_run": False}),
+            reusable=True, match_tags={"data.digest": pre.data.tags.get("data.digest", "")},
+            still_valid=_checkpoint_current(client, runner.experiment_id),
+            tags={"verlflow.data_run_id": pre.info.run_id},
+        )
+
+        reg, _ = runner.run(
+            "register", {"run_id": train.info.run_id, "model_name": plan.model_name},
+            lambda: registry.run_register(run_id=train.info.run_id, model_name=plan.model_name),
+        )
+        version = reg.data.tags["verlflow.model_version"]
+
+        model_uri = f"models:/{plan.model_name}/{version}"
+        _, result = runner.run(
+            "evaluate", {"model_uri": model_uri, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto"},
+            lambda: evaluate.run_evaluate(model_uri=model_uri, data_dir=data_dir, split="test", limit=0,
+                                          backend="auto"),
+        )
+
+        _, decision = runner.run(
+            "promote", {"model_name": plan.model_name, "metric": PROMOTE_METRIC, "alias": CHAMPION, "force": False},
+            lambda: registry.run_promote(model_name=plan.model_name, metric=PROMOTE_METRIC, alias=CHAMPION,
+                                         force=False),
+        )
+        client.set_tag(active.info.run_id, "verlflow.model_version", version)
+        client.set_tag(active.info.run_id, "verlflow.champion_version", decision.version or "")
+
+    reused = ", ".join(runner.reused) or "none"
+    print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version} accuracy "
+          f"{result.accuracy:.4f}; champion = version {decision.version}; reused steps: {reused}")
+    return PipelineResult(
+        parent_run_id=active.info.run_id, step_run_ids=dict(runner.runs), reused=dict(runner.reused),
+        model_name=plan.model_name, model_version=version, accuracy=result.accuracy, promotion=decision,
+    )

@@ -1,0 +1,147 @@
+"""evaluate: GSM8K accuracy of a registered version, a run's checkpoint or a folder, logged as a run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import evaluate, metrics
+from verlflow.errors import VerlflowError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODEL_NAME = "tiny-eval"
+
+
+def _train_like_run(checkpoint: str, *, status: str = "FINISHED", max_response_length: int = 16) -> str:
+    """A real run carrying what a finished train run carries (tags, the recipe's response budget)."""
+    with mlflow.start_run(tags={
+        "verlflow.step": "train", "verlflow.checkpoint_dir": checkpoint, "verlflow.recipe": "smoke",
+        "verlflow.backend": "local", "verlflow.profile": "cpu", "device.type": "cpu", "device.name": "test cpu",
+        "data.digest": "d1g35t",
+    }) as run:
+        mlflow.log_param("data/max_response_length", str(max_response_length))
+    if status != "FINISHED":
+        MlflowClient().set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A SQLite store (artifacts beside it) holding one registered version of the tiny model."""
+    from verlflow import registry
+    from verlflow.tinymodel import resolve_model_path
+
+    root = tmp_path_factory.mktemp("eval-store")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(uri)
+        checkpoint = resolve_model_path("tiny-qwen3")
+        train_run = _train_like_run(checkpoint)
+        version = registry.run_register(train_run, MODEL_NAME)
+        yield {"uri": uri, "root": root, "checkpoint": checkpoint, "train_run": train_run,
+               "version": str(version.version)}
+
+
+@pytest.fixture
+def synthetic_data(store):
+    from verlflow import data
+
+    out = store["root"] / "data"
+    if not (out / "test.parquet").is_file():
+        data.preprocess("synthetic", out, 8, log_to_mlflow=False)
+    return out
+
+
+@pytest.mark.slow
+def test_registered_version_on_real_gsm8k_is_scored_logged_and_tagged(store, shared_dir):
+    gsm8k = shared_dir / "data" / "gsm8k"
+    if not (gsm8k / "test.jsonl").is_file():
+        pytest.skip(f"{gsm8k}/test.jsonl is absent")
+    result = evaluate.run_evaluate(f"models:/{MODEL_NAME}@challenger", str(gsm8k), "test", 32, "auto")
+
+    client = MlflowClient()
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics[metrics.EVAL_NUM_SAMPLES] == 32
+    assert 0.0 <= run.data.metrics[metrics.EVAL_ACCURACY] <= run.data.metrics[metrics.EVAL_ACCURACY_FLEXIBLE] <= 1
+    assert 0 < run.data.metrics[metrics.EVAL_RESPONSE_LENGTH] <= 16  # the source run's max_response_length
+    # The eval run links to the training run behind the version; the version carries the score.
+    assert run.data.tags["verlflow.source_run_id"] == store["train_run"]
+    version = client.get_model_version(MODEL_NAME, store["version"])
+    assert float(version.tags["eval.gsm8k.accuracy"]) == pytest.approx(result.accuracy, abs=1e-6)
+    # Every prediction is in the table, with the real questions and their ground truths.
+    table = json.loads(Path(mlflow.artifacts.download_artifacts(
+        run_id=result.run_id, artifact_path=evaluate.PREDICTIONS_TABLE)).read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    assert len(rows) == 32
+    assert rows[0]["question"].startswith("Janet’s ducks lay 16 eggs")
+    assert rows[0]["ground_truth"] == "18"
+    assert {"response", "extracted_answer", "correct"} <= set(rows[0])
+
+
+def test_score_uses_verl_strict_and_flexible_extraction():
+    scored = evaluate.score(["so #### 1,234", "the answer is 42", "#### 7"], ["1234", "42", "8"])
+    assert [s["correct"] for s in scored] == [True, False, False]
+    # flexible takes the last number as written: verl does not strip its commas (training rewards the same)
+    assert [s["correct_flexible"] for s in scored] == [False, True, False]
+    assert scored[0]["extracted_answer"] == "1234"
+
+
+def test_train_run_checkpoint_and_folder_can_be_evaluated(store, synthetic_data):
+    by_run = evaluate.run_evaluate(f"runs:/{store['train_run']}", str(synthetic_data), "test", 4, "hf",
+                                   max_new_tokens=4)
+    by_folder = evaluate.run_evaluate(store["checkpoint"], str(synthetic_data), "test", 4, "hf", max_new_tokens=4)
+    assert by_run.source_run_id == store["train_run"]
+    assert by_folder.source_run_id is None
+    # Same weights, same prompts, greedy: the same answers.
+    assert (by_run.accuracy_flexible, by_run.response_length_mean) == (
+        by_folder.accuracy_flexible, by_folder.response_length_mean)
+    assert MlflowClient().get_run(by_run.run_id).data.tags["eval.max_new_tokens"] == "4"
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("models:/nope@champion", "no registered model 'nope'"),
+    (f"models:/{MODEL_NAME}@champion", f"'{MODEL_NAME}' has no alias 'champion'"),
+    (f"models:/{MODEL_NAME}/99", "has no version '99'"),
+    ("runs:/0123456789abcdef0123456789abcdef", "no run '0123456789abcdef0123456789abcdef'"),
+    ("no/such/folder", "neither an existing folder nor a model URI"),
+])
+def test_bad_model_uri_is_one_line_and_opens_no_run(store, synthetic_data, uri, message):
+    before = len(mlflow.search_runs(search_all_experiments=True))
+    with pytest.raises(VerlflowError, match=message) as info:
+        evaluate.run_evaluate(uri, str(synthetic_data), "test", 2, "auto")
+    assert "\n" not in str(info.value)
+    assert len(mlflow.search_runs(search_all_experiments=True)) == before
+
+
+def test_cli_reports_missing_model_in_one_line(store, synthetic_data):
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "evaluate", "--model_uri", "models:/nope@champion",
+         "--data_dir", str(synthetic_data), "--limit", "2"],
+        capture_output=True, text=True, cwd=store["root"], env={**_env(), "MLFLOW_TRACKING_URI": store["uri"]},
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("verlflow evaluate: error: no registered model 'nope'")
+    assert "Traceback" not in proc.stderr
+    assert mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'RUNNING'").empty
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(VerlflowError, match="unknown evaluate backend 'tpu'"):
+        evaluate.choose_backend("tpu")
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}

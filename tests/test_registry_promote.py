@@ -1,0 +1,138 @@
+"""promote: an alias moves only to a strictly better version (unless forced), and survives a race."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import registry
+from verlflow.errors import VerlflowError
+
+NAME = "promo"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One real SQLite store for the module (creating one costs seconds); artifacts go beside it."""
+    root = tmp_path_factory.mktemp("promote-store")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(uri)
+        yield uri
+
+
+@pytest.fixture
+def client(store) -> MlflowClient:
+    """A client on the module's store, with an empty registered model ``promo`` (recreated per test)."""
+    c = MlflowClient()
+    if c.search_registered_models(filter_string=f"name = '{NAME}'"):
+        c.delete_registered_model(NAME)
+    c.create_registered_model(NAME)
+    return c
+
+
+def _version(client: MlflowClient, accuracy: float | None = None, *, score_mean: float | None = None) -> str:
+    """A real model version (source: its own run's artifact folder), scored by tag or by run metric."""
+    with mlflow.start_run() as run:
+        if score_mean is not None:
+            mlflow.log_metric("critic/score/mean", score_mean)
+    tags = {"source_run_id": run.info.run_id}
+    if accuracy is not None:
+        tags["eval.gsm8k.accuracy"] = str(accuracy)
+    mv = client.create_model_version(NAME, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
+                                     tags=tags)
+    return str(mv.version)
+
+
+def _holder(client: MlflowClient, alias: str = "champion") -> str:
+    return str(client.get_model_version_by_alias(NAME, alias).version)
+
+
+def test_champion_moves_only_to_a_strictly_better_version(client, capsys):
+    v1 = _version(client, 0.25)
+    first = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert (first.moved, first.version, _holder(client)) == (True, v1, v1)
+
+    _version(client, 0.25)  # equal: stays
+    same = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert (same.moved, _holder(client)) == (False, v1)
+    assert "not strictly better" in capsys.readouterr().out
+
+    v3 = _version(client, 0.5)
+    better = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert (better.moved, better.previous_version, _holder(client)) == (True, v1, v3)
+    out = capsys.readouterr().out
+    assert f"version {v1} → version {v3}" in out and "0.5 is better than 0.25" in out
+    run = client.get_run(better.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["promote.moved"] == "true"
+
+
+def test_force_moves_to_the_best_even_when_only_equal(client):
+    v1 = _version(client, 0.25)
+    client.set_registered_model_alias(NAME, "champion", v1)
+    v2 = _version(client, 0.25)
+    assert not registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False).moved
+    forced = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", True)
+    assert (forced.moved, _holder(client)) == (True, v2)
+
+
+def test_other_metrics_come_from_the_source_run(client):
+    _version(client, score_mean=0.1)
+    v2 = _version(client, score_mean=0.3)
+    _version(client)  # no value: not a candidate
+    decision = registry.run_promote(NAME, "critic/score/mean", "best-train-score", False)
+    assert (decision.version, decision.value) == (v2, 0.3)
+    assert _holder(client, "best-train-score") == v2
+
+
+def test_racing_promotion_never_leaves_champion_on_the_worse_version(client):
+    """Our promotion decides on v1 from an old view; another process promotes v2 before our write lands."""
+    v1 = _version(client, 0.2)
+    v2 = _version(client)  # not evaluated yet when we read the registry
+    raced = []
+
+    def other_promotion_interleaves() -> None:
+        if raced:
+            return
+        raced.append(True)
+        client.set_model_version_tag(NAME, v2, "eval.gsm8k.accuracy", "0.9")
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}
+        proc = subprocess.run([sys.executable, "-m", "verlflow.cli", "promote", "--model_name", NAME],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert _holder(client) == v2
+
+    decision = registry.promote_alias(client, NAME, "eval/gsm8k/accuracy", "champion", False,
+                                      before_write=other_promotion_interleaves)
+    assert raced
+    assert _holder(client) == v2  # our stale write of v1 was repaired
+    assert decision.version == v2
+    assert v1 != v2
+
+
+@pytest.mark.parametrize("alias", ["v3", "latest", "bad alias!"])
+def test_an_alias_mlflow_rejects_is_one_line_and_opens_no_run(client, alias):
+    _version(client, 0.5)
+    before = len(mlflow.search_runs(search_all_experiments=True))
+    with pytest.raises(VerlflowError, match=f"alias '{alias}' is rejected by MLflow") as info:
+        registry.run_promote(NAME, "eval/gsm8k/accuracy", alias, False)
+    assert "\n" not in str(info.value)
+    assert len(mlflow.search_runs(search_all_experiments=True)) == before
+
+
+def test_unknown_model_and_unscored_versions_are_refused(client):
+    with pytest.raises(VerlflowError, match="no registered model 'nope'"):
+        registry.run_promote("nope", "eval/gsm8k/accuracy", "champion", False)
+    _version(client)
+    with pytest.raises(VerlflowError, match="no version of 'promo' has a value for 'eval/gsm8k/accuracy'"):
+        registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'RUNNING'").empty

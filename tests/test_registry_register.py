@@ -1,0 +1,136 @@
+"""register: a finished train run's checkpoint becomes a model version with lineage, aliased challenger."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import registry
+from verlflow.errors import VerlflowError
+
+
+def _train_like_run(checkpoint: str | None, *, status: str = "FINISHED", **extra_tags: str) -> str:
+    """A real run carrying the tags a train run of the smoke recipe carries."""
+    tags = {"verlflow.step": "train", "verlflow.recipe": "smoke", "verlflow.backend": "local",
+            "verlflow.profile": "cpu", "device.type": "cpu", "device.name": "test cpu", "data.digest": "d1g35t",
+            **extra_tags}
+    if checkpoint:
+        tags["verlflow.checkpoint_dir"] = checkpoint
+    with mlflow.start_run(tags=tags) as run:
+        mlflow.log_param("data/max_response_length", "16")
+    if status != "FINISHED":
+        MlflowClient().set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+def _running_runs() -> int:
+    return len(mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'RUNNING'"))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One real SQLite store for the module (creating one costs seconds); artifacts go beside it."""
+    root = tmp_path_factory.mktemp("register-store")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(uri)
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> str:
+    from verlflow.tinymodel import resolve_model_path
+
+    return resolve_model_path("tiny-qwen3")
+
+
+@pytest.mark.slow
+def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipeline(store, checkpoint):
+    run_id = _train_like_run(checkpoint)
+    mv = registry.run_register(run_id, "")  # '' → the recipe's model name
+
+    client = MlflowClient()
+    name = "tiny-qwen3-gsm8k-smoke"
+    assert mv.name == name
+    version = client.get_model_version(name, mv.version)
+    assert version.tags == {
+        "source_run_id": run_id, "device.type": "cpu", "device.name": "test cpu", "verlflow.recipe": "smoke",
+        "verlflow.profile": "cpu", "verlflow.backend": "local", "data.digest": "d1g35t",
+    }
+    assert client.get_model_version_by_alias(name, "challenger").version == mv.version
+    register_run = client.get_run(version.run_id)
+    assert register_run.info.status == "FINISHED"
+    assert register_run.data.tags["verlflow.source_run_id"] == run_id
+    requirements = mlflow.pyfunc.get_model_dependencies(f"models:/{name}/{mv.version}")
+    pinned = open(requirements).read()
+    assert "transformers==" in pinned and "torch==" in pinned
+
+    client.set_model_version_tag(name, mv.version, "eval.gsm8k.accuracy", "0.5")
+    registry.run_promote(name, "eval/gsm8k/accuracy", "champion", False)
+    pipe = mlflow.transformers.load_model(f"models:/{name}@champion")
+    out = pipe("Ava has 3 apples.", max_new_tokens=4, do_sample=False)
+    assert out[0]["generated_text"].startswith("Ava has 3 apples.")
+    assert len(out[0]["generated_text"]) > len("Ava has 3 apples.")
+
+
+@pytest.mark.parametrize("status", ["FAILED", "KILLED"])
+def test_a_train_run_that_did_not_finish_is_refused(store, checkpoint, status):
+    run_id = _train_like_run(checkpoint, status=status)
+    with pytest.raises(VerlflowError, match=f"run {run_id} is {status}, not FINISHED") as info:
+        registry.run_register(run_id, "m")
+    assert "\n" not in str(info.value)
+    assert not MlflowClient().search_registered_models(filter_string="name = 'm'")
+    assert _running_runs() == 0
+
+
+def test_a_run_without_checkpoint_is_refused(store):
+    run_id = _train_like_run(None)
+    with pytest.raises(VerlflowError, match="has no final checkpoint"):
+        registry.run_register(run_id, "m")
+    assert _running_runs() == 0
+
+
+def test_a_checkpoint_folder_that_is_gone_is_refused(store, tmp_path):
+    run_id = _train_like_run(str(tmp_path / "deleted"))
+    with pytest.raises(VerlflowError, match="checkpoint of run .* is missing"):
+        registry.run_register(run_id, "m")
+
+
+def test_cli_refuses_a_run_id_that_does_not_exist(store, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "register", "--run_id", "0123456789abcdef0123456789abcdef"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"verlflow register: error: no run with id or name '0123456789abcdef0123456789abcdef' in the tracking "
+        f"store {store}"
+    )
+    assert "Traceback" not in proc.stderr
+    assert _running_runs() == 0
+
+
+def test_model_name_comes_from_the_run_tag_before_the_recipe(store):
+    with mlflow.start_run(tags={"verlflow.model_name": "from-tag", "verlflow.recipe": "smoke"}) as run:
+        pass
+    assert registry.model_name_for(MlflowClient().get_run(run.info.run_id), "") == "from-tag"
+    assert registry.model_name_for(MlflowClient().get_run(run.info.run_id), "given") == "given"
+
+
+def test_data_digest_falls_back_to_the_preprocess_run_that_wrote_the_data(store, tmp_path):
+    data_dir = tmp_path / "data"
+    with mlflow.start_run(tags={"verlflow.step": "preprocess", "verlflow.data_dir": str(data_dir),
+                                "data.digest": "fromprep"}):
+        pass
+    with mlflow.start_run() as train:
+        mlflow.log_param("data/train_files", str(data_dir / "train.parquet"))
+    assert registry.data_digest_of(MlflowClient().get_run(train.info.run_id)) == "fromprep"
