@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,6 +23,21 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} is absent (a user's clone): this test needs the shared reference material")
     return SHARED
+
+
+@contextlib.contextmanager
+def isolated_store(root: Path):
+    """Work in ``root`` with MLflow (this process and its subprocesses) on a SQLite store there.
+
+    For module-scoped stores: creating a store costs seconds, so a test module may share one.
+    """
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(uri)
+        yield uri
 
 
 @pytest.fixture

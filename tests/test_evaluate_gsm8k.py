@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import evaluate, metrics
@@ -38,12 +39,7 @@ def store(tmp_path_factory):
     from verlflow.tinymodel import resolve_model_path
 
     root = tmp_path_factory.mktemp("eval-store")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.delenv("MLFLOW_RUN_ID", raising=False)
-        mlflow.set_tracking_uri(uri)
+    with isolated_store(root) as uri:
         checkpoint = resolve_model_path("tiny-qwen3")
         train_run = _train_like_run(checkpoint)
         version = registry.run_register(train_run, MODEL_NAME)

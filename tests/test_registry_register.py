@@ -8,6 +8,7 @@ import sys
 
 import mlflow
 import pytest
+from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import registry
@@ -36,12 +37,7 @@ def _running_runs() -> int:
 def store(tmp_path_factory):
     """One real SQLite store for the module (creating one costs seconds); artifacts go beside it."""
     root = tmp_path_factory.mktemp("register-store")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.delenv("MLFLOW_RUN_ID", raising=False)
-        mlflow.set_tracking_uri(uri)
+    with isolated_store(root) as uri:
         yield uri
 
 
