@@ -94,6 +94,7 @@ STEPS: dict[str, Step] = {
             _RECIPE_AUTO,
             _DEVICE,
             Param("n_trials", "20", "trials this worker runs", "int"),
+            Param("data_dir", "data/gsm8k", "folder with train.parquet and test.parquet (as for train)"),
             Param("study_name", "", "Optuna study name ('' = derived from the recipe); same name resumes"),
             Param("storage", "", "Optuna storage URL or journal file ('' = a local file store)"),
             Param("pruner", "median", "median | hyperband | none"),

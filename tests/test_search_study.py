@@ -1,0 +1,162 @@
+"""The Optuna side of a search, on real Optuna with tiny objectives: storage, heartbeats, retries, seeding.
+
+These test our wiring of Optuna (journal heartbeats, retry of a lost trial, per-trial seeding, resume
+checks); the searches that run the real train step are in tests/test_search_workers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from verlflow import config
+from verlflow.errors import VerlflowError
+from verlflow.search_space import distributions, load_search_config
+from verlflow.search_study import (
+    PARENT_RUN_ID_ATTR,
+    RUN_ID_ATTR,
+    TrialSeededSampler,
+    describe_storage,
+    make_pruner,
+    open_storage,
+    open_study,
+)
+
+SPACE = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(1e-4, 1e-1, log=True)}
+IDENTITY = {"verlflow.recipe": "smoke", "verlflow.objective": "m", "verlflow.space": "xy"}
+
+
+def _study(storage_value: str, *, grace: int = 1, identity=IDENTITY, seed: int = 7) -> optuna.Study:
+    return open_study(study_name="s", storage=open_storage(storage_value, "s", 1, grace, 2),
+                      direction="maximize", sampler=TrialSeededSampler(seed, n_startup_trials=10),
+                      pruner=make_pruner("none", {}), identity=identity)
+
+
+def _objective(trial: optuna.Trial) -> float:
+    return trial.suggest_float("x", 0.0, 1.0) + trial.suggest_float("y", 1e-4, 1e-1, log=True)
+
+
+def test_relative_ranges_follow_the_recipe():
+    search = load_search_config("default")
+    smoke = distributions(search, config.compose("smoke", "cpu"))
+    guide = distributions(search, config.compose("qwen3-4b-gsm8k-grpo", "a3"))
+    lr = "actor_rollout_ref.actor.optim.lr"
+    assert (smoke[lr].low, smoke[lr].high) == pytest.approx((2e-4, 5e-3))
+    assert (guide[lr].low, guide[lr].high) == pytest.approx((1e-7, 2.5e-6))
+    assert guide[lr].log and guide["actor_rollout_ref.actor.kl_loss_coef"].low == pytest.approx(1e-4)
+    assert list(guide["actor_rollout_ref.rollout.n"].choices) == [4, 5, 8]
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_trial_of_a_dead_worker_is_failed_closed_and_retried(tmp_path, tracking_uri, kind):
+    storage = str(tmp_path / "s.journal") if kind == "journal" else f"sqlite:///{tmp_path / 'optuna.db'}"
+    client = MlflowClient()
+    parent = client.create_run("0", tags={"verlflow.step": "search"})
+    child = client.create_run("0", tags={"mlflow.parentRunId": parent.info.run_id})
+
+    # A worker starts a trial, beats once, and dies: its trial and MLflow runs stay RUNNING.
+    dead = _study(storage)
+    trial = dead.ask(SPACE)
+    trial.set_user_attr(RUN_ID_ATTR, child.info.run_id)
+    trial.set_user_attr(PARENT_RUN_ID_ATTR, parent.info.run_id)
+    dead._storage.record_heartbeat(trial._trial_id)
+    time.sleep(2.5)
+
+    # The next worker (a fresh storage object, as another process has) fails it and runs it again.
+    worker = _study(storage)
+    worker.optimize(_objective, n_trials=1)
+    lost, retried = worker.trials
+    assert (lost.state, retried.state) == (TrialState.FAIL, TrialState.COMPLETE)
+    assert retried.params == lost.params
+    assert retried.system_attrs["failed_trial"] == 0  # Optuna's retry record
+    assert client.get_run(child.info.run_id).info.status == "FAILED"
+    assert client.get_run(child.info.run_id).data.tags["optuna.state"] == "FAIL"
+    assert "no heartbeat" in client.get_run(parent.info.run_id).data.tags["verlflow.error"]
+    assert client.get_run(parent.info.run_id).info.status == "KILLED"
+
+
+def test_a_running_trial_with_heartbeats_is_left_alone(tmp_path, tracking_uri):
+    storage = str(tmp_path / "s.journal")
+    alive = _study(storage, grace=30)
+    trial = alive.ask(SPACE)
+    alive._storage.record_heartbeat(trial._trial_id)
+    other = _study(storage, grace=30)
+    other.optimize(_objective, n_trials=1)
+    assert [t.state for t in other.trials] == [TrialState.RUNNING, TrialState.COMPLETE]
+
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    from optuna.pruners import NopPruner
+    from verlflow.search_study import TrialSeededSampler, open_storage, open_study
+    study = open_study(study_name="s", storage=open_storage(sys.argv[1], "s", 1, 30, 2), direction="maximize",
+                       sampler=TrialSeededSampler(7, 10), pruner=NopPruner(), identity={})
+    def objective(trial):
+        time.sleep(0.3)
+        return trial.suggest_float("x", 0.0, 1.0) + trial.suggest_float("y", 1e-4, 1e-1, log=True)
+    study.optimize(objective, n_trials=3)
+""")
+
+
+def test_two_workers_share_a_study_without_repeating_a_trial(tmp_path):
+    storage = str(tmp_path / "s.journal")
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, storage], env=dict(os.environ))
+               for _ in range(2)]
+    assert [w.wait(timeout=120) for w in workers] == [0, 0]
+    trials = _study(storage).trials
+    assert sorted(t.number for t in trials) == list(range(6))
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 6
+
+    # Trial k draws from seed + k: one worker alone draws the very same points (startup trials).
+    alone = optuna.create_study(direction="maximize", sampler=TrialSeededSampler(7, n_startup_trials=10))
+    alone.optimize(_objective, n_trials=6)
+    assert [t.params for t in alone.trials] == [t.params for t in sorted(trials, key=lambda t: t.number)]
+
+
+def test_resuming_a_study_with_another_space_is_refused(tmp_path):
+    storage = str(tmp_path / "s.journal")
+    _study(storage).optimize(_objective, n_trials=1)
+    assert len(_study(storage).trials) == 1  # same name, same search: resumed
+    with pytest.raises(VerlflowError, match="another search space"):
+        _study(storage, identity={**IDENTITY, "verlflow.space": "other"})
+
+
+def test_default_storage_is_a_journal_in_the_working_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _study("").optimize(_objective, n_trials=1)
+    assert (tmp_path / "optuna" / "s.journal").is_file()
+    assert describe_storage("", "s") == str(tmp_path / "optuna" / "s.journal")
+
+
+def test_storage_url_is_shown_without_its_password():
+    shown = describe_storage("postgresql://optuna:s3cret@db.example:5432/studies", "s")
+    assert "s3cret" not in shown and "db.example" in shown
+
+
+def test_unreachable_database_is_one_line():
+    with pytest.raises(VerlflowError) as exc_info:
+        open_storage("postgresql://nobody@127.0.0.1:1/none", "s", 1, 2, 0)
+    assert len(str(exc_info.value).splitlines()) == 1
+
+
+def test_bad_pruner_is_one_line():
+    with pytest.raises(VerlflowError, match="use median, hyperband or none"):
+        make_pruner("asha", {})
+    hyperband = make_pruner("hyperband", {"hyperband": {"min_resource": 1}})
+    assert isinstance(hyperband, optuna.pruners.HyperbandPruner)
+
+
+def test_journal_path_that_is_a_folder_is_refused(tmp_path: Path):
+    with pytest.raises(VerlflowError, match="is a folder"):
+        open_storage(str(tmp_path), "s", 1, 2, 0)
