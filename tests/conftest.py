@@ -6,6 +6,8 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,19 @@ def isolated_store(root: Path):
         mp.delenv("MLFLOW_RUN_ID", raising=False)
         mlflow.set_tracking_uri(uri)
         yield uri
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: float = 0.5) -> bool:
+    """Poll ``url`` until it answers; False when ``proc`` exits or ``timeout_s`` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=5)
+            return True
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
 
 
 @pytest.fixture

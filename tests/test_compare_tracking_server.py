@@ -8,11 +8,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import mlflow
 import pytest
+from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow import tracking
@@ -39,15 +39,8 @@ def server(tmp_path, monkeypatch):
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.5)
+        if not wait_for_http(f"{url}/health", proc, timeout_s=120):
+            pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
         mlflow.set_tracking_uri(url)

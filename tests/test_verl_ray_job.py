@@ -15,11 +15,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
 STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
@@ -45,15 +44,8 @@ def ray_head():
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"http://127.0.0.1:{dashboard}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"{address}/api/version", timeout=5)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.skip("a local Ray head with its dashboard did not come up within 180 s")
-                time.sleep(2)
+        if not wait_for_http(f"{address}/api/version", proc, timeout_s=180, poll_s=2):
+            pytest.skip("a local Ray head with its dashboard did not come up within 180 s")
         yield address
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
