@@ -80,16 +80,12 @@ def model_name_for(run, model_name: str) -> str:
 def data_digest_of(run) -> str | None:
     """The digest of the data a run trained on, for the version's ``data.digest`` lineage tag.
 
-    In order: the run's ``data.digest`` tag (set by ``main``), its training dataset input, or the tag of
-    the newest finished preprocess run that wrote the folder of its ``data/train_files`` before it started.
+    Train runs carry it as a tag when their data folder was readable at launch; otherwise (data only on
+    the cluster, runs from before the tag) it is the tag of the newest finished preprocess run that wrote
+    the folder of its ``data/train_files`` before it started.
     """
     if run.data.tags.get("data.digest"):
         return run.data.tags["data.digest"]
-    inputs = run.inputs.dataset_inputs if run.inputs else []
-    for dataset_input in inputs:
-        contexts = {t.value for t in dataset_input.tags if t.key == "mlflow.data.context"}
-        if "training" in contexts or len(inputs) == 1:
-            return dataset_input.dataset.digest
     train_files = run.data.params.get("data/train_files")
     if not train_files:
         return None
