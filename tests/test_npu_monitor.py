@@ -176,3 +176,21 @@ def test_a_bad_sampling_interval_is_one_clear_line(value):
 
     with pytest.raises(VerlflowError, match=r"verlflow.system_metrics_interval must be seconds >= 0"):
         system_metrics.sampling_interval({"system_metrics_interval": value})
+
+
+def test_npu_smi_failing_at_start_leaves_mlflows_monitors_and_the_run_alone(fake_npu_smi, monkeypatch, tracking_uri,
+                                                                           caplog):
+    from verlflow import tracking
+
+    fake_npu_smi(A2_OLD)
+    monkeypatch.setenv("FAKE_NPU_SMI_FAIL", "1")
+    with caplog.at_level(logging.WARNING):
+        with tracking.tracked_run() as run:
+            with system_metrics.recording(run.info.run_id, interval=0.2, device="npu") as monitor:
+                assert "npu" not in system_metrics.monitor_names(monitor)
+                time.sleep(0.7)
+    finished = MlflowClient().get_run(run.info.run_id)
+    assert finished.info.status == "FINISHED"
+    assert "system/cpu_utilization_percentage" in finished.data.metrics
+    assert not any(k.startswith("system/npu_") for k in finished.data.metrics)
+    assert len([r for r in caplog.records if r.name.startswith("verlflow")]) == 1
