@@ -30,7 +30,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def _train(tmp_path: Path, model: Path, mode: str, **popen) -> subprocess.Popen:
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.skip_preflight=true "
-                 f"verlflow.output_dir={tmp_path / 'outputs'}")
+                 f"verlflow.output_dir={tmp_path / 'outputs'} verlflow.system_metrics_interval=1")
     argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "smoke", "--device", "gpu",
             "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"), "--overrides", overrides]
     env = {**os.environ, "VERLFLOW_STANDIN_MODE": mode}
@@ -58,6 +58,9 @@ def test_success_finishes_with_summaries_and_a_merged_checkpoint(tracking_uri, t
     run = _only_run()
     assert run.info.status == "FINISHED"
     _assert_standin_metrics(run)
+    # sampled by verlflow's process while verl ran (MLflow's CPU monitor; no GPU/NPU on this machine)
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+    assert run.info.run_name.startswith("smoke · h20 · ")
     assert run.data.metrics["timing_s_mean/step"] == 3.0  # (2 + 4) / 2, from verl's per-step history
     assert "timing_s/e2e" in run.data.metrics
     tags = run.data.tags

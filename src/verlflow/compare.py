@@ -27,7 +27,7 @@ from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
+from verlflow import run_names, tracking
 from verlflow.compare_diff import (
     ConfigDiff,
     config_diff,
@@ -49,10 +49,19 @@ from verlflow.compare_report import (
     timing_rows,
     version_rows,
 )
+from verlflow.compare_utilisation import (
+    needed_keys,
+    plot_utilisation,
+    render_section,
+    run_utilisation,
+    utilisation_rows,
+)
 from verlflow.errors import VerlflowError
 from verlflow.metrics import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 
 ARTIFACT_DIR = "compare"
+UTILISATION_IMAGE = "utilisation.png"
+COMPARE_LINK_TAG = "compare.mlflow_compare_runs"
 # MLflow's server caps get-history-bulk-interval at 2500 points per run (handlers.MAX_RESULTS_PER_RUN);
 # a history that reaches the cap is re-read in full with get_metric_history.
 BULK_MAX_POINTS = 2500
@@ -210,6 +219,7 @@ def snapshot(run: Run, role: str) -> RunSnapshot:
         params=dict(run.data.params),
         metrics=dict(run.data.metrics),
         datasets=_datasets(run),
+        experiment_id=run.info.experiment_id,
     )
 
 
@@ -246,6 +256,8 @@ def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
             keys += [
                 k for k in snap.metrics if k.startswith(TIMING_PREFIX) and k != TIMING_E2E and k not in keys
             ]
+    # §6.4: device utilisation, memory and power, host CPU and memory (system/*), when a run has them.
+    keys += [k for snap in snaps for k in needed_keys(snap) if k not in keys]
     histories = fetch_histories([s.run_id for s in snaps], keys)
     for snap, run in zip(snaps, (baseline, candidate), strict=True):
         snap.histories = histories[snap.run_id]
@@ -288,6 +300,12 @@ def _json_ready(result_parts: dict) -> dict:
     return clean(result_parts)
 
 
+def compare_link(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
+    """MLflow's compare-runs page for the two runs on this tracking store (or how to open it with mlflow ui)."""
+    return run_names.compare_runs_link(mlflow.get_tracking_uri(), [baseline.experiment_id, candidate.experiment_id],
+                                       [baseline.run_id, candidate.run_id])
+
+
 def build_report(
     baseline: RunSnapshot,
     candidate: RunSnapshot,
@@ -311,6 +329,11 @@ def build_report(
         if r.mean_relative_difference is not None
     }
     grid, singles = plot_curves(CURVES, baseline, candidate, out_dir, notes)
+    used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
+    both = used[0] is not None and used[1] is not None
+    util_rows = utilisation_rows(*used) if both else []
+    util_image = plot_utilisation(baseline, candidate, used, out_dir / UTILISATION_IMAGE) if both else None
+    link = compare_link(baseline, candidate)
     report = render_markdown(
         baseline=baseline,
         candidate=candidate,
@@ -321,6 +344,8 @@ def build_report(
         tracking_uri=mlflow.get_tracking_uri(),
         grid_image=grid.name,
         curve_images={k: f"curves/{p.name}" for k, p in singles.items()},
+        utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),
+        compare_link=link,
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
     summary = {
@@ -332,6 +357,8 @@ def build_report(
         "recipes_differ": diff.recipes_differ,
         "parity": [asdict(r) for r in parity],
         "threshold": threshold,
+        "utilisation": [{**asdict(r), "ratio": r.ratio} for r in util_rows],
+        "mlflow_compare": link,
     }
     (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
     return report, versions, timings, diff, parity
@@ -384,10 +411,13 @@ def run_compare(
                     "compare.recipes_differ": str(diff.recipes_differ).lower(),
                     "compare.parity": parity_summary(parity, threshold),
                     NOTE_TAG: note,
+                    COMPARE_LINK_TAG: compare_link(base, cand),
                 }
             )
-            for name in ("report.md", "comparison.json", "curves.png"):
-                mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
+            print(f"MLflow compare-runs page: {compare_link(base, cand)}")
+            for name in ("report.md", "comparison.json", "curves.png", UTILISATION_IMAGE):
+                if (out_dir / name).is_file():
+                    mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
             mlflow.log_artifacts(str(out_dir / "curves"), f"{ARTIFACT_DIR}/curves")
             mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
         return ComparisonResult(

@@ -81,6 +81,7 @@ class RunSnapshot:
     histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # dataset name (context) → digest, from the run's logged inputs
     datasets: dict[str, str] = field(default_factory=dict)
+    experiment_id: str = ""
 
     @property
     def label(self) -> str:
@@ -292,8 +293,11 @@ def render_markdown(
     tracking_uri: str,
     grid_image: str | None = None,
     curve_images: Mapping[str, str] | None = None,
+    utilisation: str = "",
+    compare_link: str = "",
 ) -> str:
-    """The whole report as Markdown: warning, runs, §6.1, §6.3, §6.2 with parity, config diff."""
+    """The whole report as Markdown: warning, runs, §6.1, §6.3, §6.2 with parity, §6.4 (``utilisation``,
+    rendered by :mod:`verlflow.compare_utilisation`), config diff; ``compare_link``: MLflow's compare-runs page."""
     out: list[str] = [f"# Comparison: {candidate.name} vs {baseline.name}", ""]
     warning = recipe_warning(diff)
     if warning:
@@ -301,6 +305,7 @@ def render_markdown(
     out += [
         f"- {parity_summary(parity, threshold)}",
         f"- tracking store: `{tracking_uri}`",
+        *([f"- side by side in MLflow: {compare_link}"] if compare_link else []),
         "- ratios are candidate / baseline (the guide's §6.3 reads A3 relative to H20: >1 means slower)",
         "",
     ]
@@ -388,6 +393,9 @@ def render_markdown(
         ),
         "",
     ]
+
+    if utilisation:
+        out += [utilisation.rstrip(), ""]
 
     out += ["## Config diff", ""]
     groups = [

@@ -63,6 +63,20 @@ GLOSSARY: list[tuple[str, str]] = [
     (EVAL_ACCURACY_FLEXIBLE, "evaluate step: accuracy taking the last number in the response"),
     (EVAL_NUM_SAMPLES, "evaluate step: problems evaluated"),
     (EVAL_RESPONSE_LENGTH, "evaluate step: mean response length in tokens"),
+    # System metrics: sampled every verlflow.system_metrics_interval seconds (10) by MLflow's monitors and
+    # verlflow's NPU monitor, on the machine verlflow runs on; step = sample number.
+    ("system/cpu_utilization_percentage", "host CPU utilisation, % (MLflow's CPU monitor)"),
+    ("system/system_memory_usage_megabytes", "host memory used, MB (also system/system_memory_usage_percentage)"),
+    ("system/disk_usage_megabytes", "disk used on / (also _percentage, system/disk_available_megabytes)"),
+    ("system/network_receive_megabytes", "MB received since the run began (also system/network_transmit_megabytes)"),
+    ("system/gpu_<i>_utilization_percentage", "NVIDIA GPU i busy, % (MLflow's GPU monitor, needs nvidia-ml-py)"),
+    ("system/gpu_<i>_memory_usage_megabytes", "GPU i memory used, MB (also system/gpu_<i>_memory_usage_percentage)"),
+    ("system/gpu_<i>_power_usage_watts", "GPU i power, W (also system/gpu_<i>_power_usage_percentage)"),
+    ("system/npu_<i>_utilization_percentage", "Ascend chip i AICore utilisation, % (npu-smi info)"),
+    ("system/npu_<i>_hbm_usage_megabytes", "chip i HBM used, MB"),
+    ("system/npu_<i>_hbm_usage_percentage", "chip i HBM used / HBM capacity, %"),
+    ("system/npu_<i>_power_watts", "chip i power, W (A3: the card's power, on its first chip only)"),
+    ("system/npu_<i>_temperature_celsius", "chip i temperature, °C"),
 ]
 
 

@@ -14,13 +14,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from pathlib import Path
 
 import mlflow
 
-from verlflow import config, device, tracking
+from verlflow import config, device, run_names, system_metrics, tracking
 from verlflow.errors import VerlflowError
 
 log = logging.getLogger(__name__)
@@ -99,19 +101,32 @@ def run_train(
     cfg = compose_train_config(recipe, profile, data_dir, model, overrides)
     if cfg.profile.device != dev:
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
+    interval = system_metrics.sampling_interval(cfg.verlflow)
     if backend == "local":
         if dry_run or ray_address:
             raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
         from verlflow.backends import local
 
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
-        with tracking.tracked_run(tags={**tags, **_lineage_tags(cfg, data_dir)}) as run:
+        with _train_run(cfg, tags, data_dir, recipe, profile, started_at, interval) as run:
             return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=started_at)
     from verlflow.backends import verl as verl_backend
 
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
-    with tracking.tracked_run(tags={**tags, **_lineage_tags(cfg, data_dir)}) as run:
+    # A dry run launches nothing: no system metrics to sample.
+    with _train_run(cfg, tags, data_dir, recipe, profile, started_at, None if dry_run else interval) as run:
         return verl_backend.train_verl(
             cfg, run_id=run.info.run_id, data_dir=data_dir, dry_run=dry_run,
             ray_address=ray_address, started_at=started_at,
         )
+
+
+@contextlib.contextmanager
+def _train_run(cfg, tags, data_dir, recipe, profile, started_at, interval):
+    """The train run, named for the UI, with system metrics sampled for as long as it trains."""
+    with tracking.tracked_run(tags={**tags, **_lineage_tags(cfg, data_dir)}, log_system_metrics=False) as run:
+        run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
+        environ = {**os.environ, **cfg.profile.env}
+        with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
+                                      environ=environ):
+            yield run

@@ -71,20 +71,23 @@ def tracked_run(
     experiment: str | None = None,
     tags: Mapping[str, str] | None = None,
     parent_run_id: str | None = None,
+    log_system_metrics: bool | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     """Start or attach to an MLflow run and always end it truthfully (FINISHED / FAILED / KILLED).
 
     Under ``mlflow run`` the run already exists (``MLFLOW_RUN_ID``) and we attach to it. With
     ``parent_run_id`` a new child run is created under that parent (explicit link, as nested runs
     from several processes need). The run's status is set through the client, so it is right even
-    when another process (verl's logger) ended the run in between.
+    when another process (verl's logger) ended the run in between. ``log_system_metrics`` is passed to
+    ``mlflow.start_run`` (False where the caller samples system metrics itself: train, see system_metrics).
     """
     if experiment and not os.environ.get("MLFLOW_RUN_ID"):
         mlflow.set_experiment(experiment)
     all_tags = {"verlflow.version": __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
-    run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None)
+    run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
+                           log_system_metrics=log_system_metrics)
     run_id = run.info.run_id
     error: BaseException | None = None
     try:

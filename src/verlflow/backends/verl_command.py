@@ -298,7 +298,10 @@ def build_plan(
         env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
     # Lines reach the console and logs/verl.log as they are printed, not when a buffer fills.
     env.setdefault("PYTHONUNBUFFERED", "1")
-    attach = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri)}
+    attach = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri),
+              # verlflow samples system/* itself (verlflow.system_metrics); a second sampler in verl's
+              # process would log the same keys at clashing steps.
+              "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false"}
     return LaunchPlan(
         launch_module=launch_module_of(cfg.verlflow),
         overrides=overrides,
