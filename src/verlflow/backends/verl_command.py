@@ -100,9 +100,13 @@ class LaunchPlan:
         """The bash script that sources, exports, preloads and then ``exec``s ``argv`` (default: the launch).
 
         ``stdout_marker`` also prints :data:`STDOUT_MARKER` on stdout before ``exec``, so what the sourced
-        files print can be told apart from what verl prints.
+        files print can be told apart from what verl prints. ``chdir`` first makes and enters the run folder
+        (a Ray job's entrypoint starts in Ray's working directory, a local launch is started in it).
         """
         lines = []
+        if chdir:
+            folder = shlex.quote(str(self.run_dir))
+            lines.append(f"mkdir -p {folder} && cd {folder} || exit 1")
         for path in self.source_files:
             q = shlex.quote(path)
             lines.append(f"if [ -f {q} ]; then source {q}; else echo 'verlflow: {path} not found, not sourced' >&2; fi")

@@ -10,7 +10,6 @@ a list kept here:
   ``_ROLLOUT_REGISTRY``), or, in verls without one (0.5.x), its ``workers/rollout/<name>_rollout`` modules;
 - ``algorithm.adv_estimator``: ``core_algos.ADV_ESTIMATOR_REGISTRY``;
 - ``actor_rollout_ref.actor.loss_agg_mode``: the modes ``core_algos.agg_loss`` compares against;
-- ``actor_rollout_ref.actor.policy_loss.loss_mode`` (where the key exists): ``POLICY_LOSS_REGISTRY``;
 - ``trainer.logger``: ``verl.utils.tracking.Tracking.supported_backend``.
 
 Sizes must be whole numbers >= 1 and divide the way verl's trainer and workers assert (``ray_trainer`` /
@@ -57,7 +56,6 @@ class VerlNames:
     rollout_engines: tuple[str, ...]
     adv_estimators: tuple[str, ...]
     loss_agg_modes: tuple[str, ...]
-    policy_losses: tuple[str, ...]
     loggers: tuple[str, ...]
 
 
@@ -71,7 +69,6 @@ def verl_names() -> VerlNames:
         rollout_engines=_rollout_engines(),
         adv_estimators=tuple(sorted(getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", {}))),
         loss_agg_modes=_compared_strings(core_algos.agg_loss, "loss_agg_mode"),
-        policy_losses=tuple(sorted(getattr(core_algos, "POLICY_LOSS_REGISTRY", {}))),
         loggers=tuple(Tracking.supported_backend),
     )
 
@@ -103,15 +100,13 @@ def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
 
 
 def name_problems(cfg: DictConfig) -> list[Problem]:
-    """Engine, estimator, aggregation mode, policy loss and logger names the installed verl does not know."""
+    """Engine, estimator, aggregation mode and logger names the installed verl does not know."""
     names = verl_names()
     checks = [
         (f"{ROLLOUT}.name", names.rollout_engines, "rollout engine"),
         ("algorithm.adv_estimator", names.adv_estimators, "advantage estimator"),
         (f"{ACTOR}.loss_agg_mode", names.loss_agg_modes, "loss aggregation mode"),
     ]
-    if OmegaConf.select(cfg, f"{ACTOR}.policy_loss.loss_mode") is not None and names.policy_losses:
-        checks.append((f"{ACTOR}.policy_loss.loss_mode", names.policy_losses, "policy loss"))
     problems = []
     for key, valid, what in checks:
         value = _get(cfg, key)
@@ -192,9 +187,9 @@ def model_problems(path: Any) -> tuple[list[Problem], list[str]]:
         if not (folder / "config.json").is_file():
             missing.append("config.json")
         if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-            missing.append(f"a tokenizer ({' or '.join(TOKENIZER_FILES)})")
+            missing.append(f"a tokenizer file ({' or '.join(TOKENIZER_FILES)})")
         if missing:
-            return [Problem(key, text, f"the folder has no {' and no '.join(missing)}: give a Hugging Face "
+            return [Problem(key, text, f"the folder lacks {' and '.join(missing)}: give a Hugging Face "
                                        "model folder (-P model=…)")], []
         return [], []
     if "://" in text:
