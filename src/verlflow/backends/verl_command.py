@@ -17,8 +17,8 @@ Nothing here starts a process. :func:`build_plan` takes the recipe + profile + o
   (``ray_trainer.py`` / ``v1/trainer_base.py``), so the guide's ``-1`` saves nothing. A non-positive value
   becomes :data:`FINAL_ONLY_SAVE_FREQ`, larger than any run's step count: the last step, and only it, saves.
 - ``trainer.default_local_dir`` is ``<run folder>/checkpoints`` unless the overrides name one.
-- ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9) and the ``transfer_queue``
-  package (which verl's V1 trainer imports) is not installed.
+- ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9), whatever is installed, unless the
+  overrides ask for V1 (kept only when the ``transfer_queue`` package it imports is installed).
 - Local data and model paths become absolute: verl runs with the run folder as working directory.
 
 The profile's files are sourced and its libraries preloaded *by the script, where they exist* (the
@@ -261,7 +261,10 @@ def forced_overrides(
     else:
         out["trainer.default_local_dir"] = _absolute_path(out["trainer.default_local_dir"])
 
-    if "trainer.use_v1" in defaults and not transfer_queue_installed() and out.get("trainer.use_v1") is not False:
+    if "trainer.use_v1" in defaults and "trainer.use_v1" not in overrides:
+        out["trainer.use_v1"] = False
+        notes.append("trainer.use_v1=False: verl's classic trainer, as the guide ran it, so A3 and H20 runs compare")
+    elif "trainer.use_v1" in defaults and not transfer_queue_installed() and out.get("trainer.use_v1") is not False:
         out["trainer.use_v1"] = False
         notes.append("trainer.use_v1=False: verl's V1 trainer needs the transfer_queue package, not installed")
 
