@@ -42,7 +42,9 @@ def test_a3_launch_keeps_the_guide_and_forces_what_verlflow_needs(a3):
     assert o["trainer.logger"] == ["console", "tensorboard", "mlflow"]
     assert o["trainer.save_freq"] == FINAL_ONLY_SAVE_FREQ
     assert o["trainer.use_v1"] is False  # transfer_queue is not installed here
-    assert (o["trainer.project_name"], o["trainer.experiment_name"]) == ("gsm8k_grpo", "a3-run_1")
+    # Exactly the MLflow names: verl 0.5's logger sets the experiment by this name before attaching.
+    assert (o["trainer.project_name"], o["trainer.experiment_name"]) == ("gsm8k grpo", "a3-run/1")
+    assert "\"trainer.project_name='gsm8k grpo'\"" in plan.command_text()
     assert o["trainer.default_local_dir"] == str(plan.run_dir / "checkpoints")
     assert plan.run_dir.name == RUN_ID
     assert Path(o["data.train_files"]).is_absolute() and o["data.train_files"].endswith("data/gsm8k/train.parquet")

@@ -38,8 +38,12 @@ EXPECTED = {
 
 
 def _mlflow_run(tmp_path: Path, *params: str) -> subprocess.CompletedProcess:
+    from verlflow import data
+
+    # The preflight reads the data files: a few synthetic rows in verl's format.
+    data.preprocess("synthetic", str(tmp_path / "data" / "gsm8k"), 8)
     argv = ["mlflow", "run", str(REPO), "--env-manager", "local", "-e", "train"]
-    for p in params:
+    for p in (*params, f"data_dir={tmp_path / 'data' / 'gsm8k'}"):
         argv += ["-P", p]
     return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
@@ -90,8 +94,8 @@ def test_dry_run_logs_the_guides_launch_and_verl_composes_it(tmp_path, dev):
 def test_without_dry_run_a_missing_npu_fails_fast_in_one_line(tmp_path):
     done = _mlflow_run(tmp_path, "device=npu")
     assert done.returncode != 0
-    assert ("verlflow train: error: no NPU is visible on this machine (torch_npu not installed); "
-            "run on an A3 node or pass -P dry_run=true") in done.stderr
+    assert ("verlflow train: error: device=npu: no NPU is visible on this machine (torch_npu not installed); "
+            "run on an A3 node or pass -P dry_run=true\n") in done.stderr
     assert "Traceback" not in done.stderr
     _, run = _only_run(tmp_path)
     assert run.info.status == "FAILED"

@@ -1,4 +1,4 @@
-"""The eight steps of verlflow behind one command line, shared by ``mlflow run`` and the console script.
+"""The steps of verlflow behind one command line, shared by ``mlflow run`` and the console script.
 
     verlflow train --device cpu            # same as: mlflow run . --env-manager local -e train -P device=cpu
     verlflow --help
@@ -105,6 +105,10 @@ STEPS: dict[str, Step] = {
             Param("candidate", None, "run id, run name or tag filter (e.g. the A3 run)"),
             Param("output_dir", "", "also write the report here ('' = only as run artifacts)"),
             Param("threshold", "0.02", "parity threshold: mean relative difference of curves, 0.02 = 2%", "float"),
+        )),
+        Step("doctor", "verlflow.doctor:run_doctor", "can verl launch here? this machine against the guide's stack", (
+            _DEVICE,
+            Param("profile", "auto", "device profile name or .yaml path (auto: a3 on npu, h20 on gpu)"),
         )),
     )
 }

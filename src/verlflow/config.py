@@ -9,7 +9,9 @@ overrides. Composition order is recipe < profile < overrides. Every verl-shaped 
 config schema of the *installed* verl (Hydra compose of its ``ppo_trainer``), so an unknown key fails here,
 naming the key and its nearest valid neighbours, instead of minutes later on a cluster.
 
-Overrides use verl's dotted form (``actor_rollout_ref.rollout.n=8``). Two prefixes reach our own blocks:
+Overrides use verl's dotted form (``actor_rollout_ref.rollout.n=8``) with Hydra's prefixes: ``+key=value`` adds a
+key verl's config does not have (inside an open dict such as ``rollout.engine_kwargs.vllm``), ``++key=value``
+adds or overrides, ``~key`` deletes. Two prefixes reach our own blocks:
 ``verlflow.<key>=…`` edits the recipe's ``verlflow:`` block and ``profile.<field>=…`` edits the profile
 (``profile.env.OMP_NUM_THREADS=1``).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 import shlex
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,11 +30,24 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from verlflow.errors import VerlflowError
+from verlflow.problems import NO_VALUE, Problem, raise_problems
 
 CONFIG_ROOT = Path(__file__).parent / "configs"
 RECIPES_DIR = CONFIG_ROOT / "recipes"
 PROFILES_DIR = CONFIG_ROOT / "profiles"
 DEVICES = ("npu", "gpu", "cpu")
+# Hydra's override prefixes: add a new key, add-or-override, delete.
+ADD, FORCE_ADD, DELETE_PREFIX = "+", "++", "~"
+
+
+class _Delete:
+    """The value of a ``~key`` override: the key is removed from verl's config."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
 
 
 @dataclass
@@ -144,7 +160,9 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict
     """Parse ``key=value`` overrides (a shell-quoted string or a list) into dotted key → typed value.
 
     Values are read as YAML scalars/lists, so ``5e-7`` is a float, ``True`` a bool and
-    ``['console','mlflow']`` a list, as Hydra reads them on verl's command line.
+    ``['console','mlflow']`` a list, as Hydra reads them on verl's command line. Hydra's prefixes stay
+    on the key (``+key``, ``++key``); ``~key`` maps to :data:`DELETE` (``~key=value`` to that value,
+    which Hydra deletes only when it matches).
     """
     if overrides is None:
         return {}
@@ -152,11 +170,22 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict
     parsed: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        key = key.strip().lstrip("+")
-        if not sep or not key:
-            raise VerlflowError(f"override '{item}' is not key=value (e.g. actor_rollout_ref.rollout.n=8)")
+        key = key.strip()
+        bare = key.lstrip("+~")
+        if key.startswith(DELETE_PREFIX) and bare and key == DELETE_PREFIX + bare:
+            parsed[key] = _yaml_value(raw) if sep else DELETE
+            continue
+        if not sep or not bare or key not in (bare, ADD + bare, FORCE_ADD + bare):
+            raise VerlflowError(f"override '{item}' is not key=value, +key=value, ++key=value or ~key "
+                                "(e.g. actor_rollout_ref.rollout.n=8)")
         parsed[key] = _yaml_value(raw)
     return parsed
+
+
+def split_prefix(key: str) -> tuple[str, str]:
+    """``'++a.b'`` → ``('++', 'a.b')``: Hydra's prefix of an override key and the dotted key itself."""
+    bare = key.lstrip("+~")
+    return key[: len(key) - len(bare)], bare
 
 
 def _yaml_value(raw: str) -> Any:
@@ -174,7 +203,11 @@ def _yaml_value(raw: str) -> Any:
 
 
 def to_hydra_value(value: Any) -> str:
-    """Render a value the way verl's Hydra command line expects it (``True``, ``5e-07``, ``['a','b']``)."""
+    """Render a value the way verl's Hydra command line expects it (``True``, ``5e-07``, ``['a','b']``).
+
+    A string Hydra would not read back unchanged as a bare word (a space, ``/`` next to other symbols,
+    non-ASCII letters: experiment names such as ``Qwen3 GRPO/A3 对比``) is quoted.
+    """
     if isinstance(value, bool):
         return "True" if value else "False"
     if value is None:
@@ -184,16 +217,29 @@ def to_hydra_value(value: Any) -> str:
     if isinstance(value, dict):
         inner = ",".join(f"{k}:{to_hydra_value(v)}" for k, v in value.items())
         return "{" + inner + "}"
+    if isinstance(value, str) and not _BARE_WORD.fullmatch(value) and not _INTERPOLATION.fullmatch(value):
+        return hydra_quote(value)
     return str(value)
 
 
+# Strings Hydra reads back unchanged without quotes: words, numbers-as-text, absolute/relative paths, URLs.
+_BARE_WORD = re.compile(r"[A-Za-z0-9_\-+.:/@%]*")
+_INTERPOLATION = re.compile(r"\$\{[^{}]*\}")
+
+
+def hydra_quote(text: str) -> str:
+    """``text`` as a Hydra quoted string: single quotes, with ``'`` and ``${`` escaped."""
+    escaped = text.replace("'", "\\'").replace("${", "\\${")
+    return f"'{escaped}'"
+
+
 def _quoted(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else to_hydra_value(value)
+    return hydra_quote(value) if isinstance(value, str) else to_hydra_value(value)
 
 
 def hydra_overrides(overrides: dict[str, Any]) -> list[str]:
-    """Dotted overrides as ``key=value`` strings for verl's command line or Hydra's compose."""
-    return [f"{key}={to_hydra_value(value)}" for key, value in overrides.items()]
+    """Dotted overrides as ``key=value`` strings for verl's command line or Hydra's compose (``~key`` alone)."""
+    return [key if value is DELETE else f"{key}={to_hydra_value(value)}" for key, value in overrides.items()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,14 +262,48 @@ def verl_default_keys() -> tuple[str, ...]:
     return tuple(verl_defaults())
 
 
-def _check_type(key: str, value: Any) -> None:
-    """Reject a value whose kind cannot be what verl's default for ``key`` is (a word for a number)."""
+def _type_problem(key: str, value: Any) -> Problem | None:
+    """A value whose kind cannot be what verl's default for ``key`` is (a word for a number)."""
     default = verl_defaults().get(key)
     if isinstance(default, bool) and not isinstance(value, bool):
-        raise VerlflowError(f"config key '{key}' expects True or False, got '{value}'")
+        return Problem(key, value, f"config key '{key}' expects True or False, got '{value}'")
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         if isinstance(value, bool) or (isinstance(value, str) and not value.startswith("${")):
-            raise VerlflowError(f"config key '{key}' expects a number, got '{value}'")
+            return Problem(key, value, f"config key '{key}' expects a number, got '{value}'")
+    return None
+
+
+def _in_schema(key: str) -> bool:
+    """Whether ``key`` is a key (or a section) of the installed verl's config."""
+    return key in verl_defaults() or any(k.startswith(f"{key}.") for k in verl_default_keys())
+
+
+def key_problems(overrides: dict[str, Any]) -> list[Problem]:
+    """Keys verl's Hydra would refuse, and values of the wrong kind: every one, not only the first.
+
+    A plain key must exist in the installed verl's config; ``+key`` must not (Hydra adds it); ``++key``
+    may be either; ``~key`` must exist.
+    """
+    problems = []
+    for raw_key, value in overrides.items():
+        prefix, key = split_prefix(raw_key)
+        value = NO_VALUE if value is DELETE else value
+        known = _in_schema(key)
+        if prefix == "" and not known:
+            near = difflib.get_close_matches(key, verl_default_keys(), n=3, cutoff=0.6)
+            hint = f"; nearest valid keys: {', '.join(near)}" if near else ""
+            problems.append(Problem(key, value, f"unknown config key '{key}' for the installed verl{hint} "
+                                                f"(+{key}=… adds a key verl's config does not have)"))
+        elif prefix == ADD and known:
+            problems.append(Problem(raw_key, value, f"'{key}' is already in verl's config: write {key}=… "
+                                                    f"(or ++{key}=…) to change it"))
+        elif prefix == DELETE_PREFIX and not known:
+            problems.append(Problem(raw_key, value, f"'{key}' is not in verl's config, nothing to delete"))
+        elif prefix in ("", FORCE_ADD) and known:
+            problem = _type_problem(key, value)
+            if problem:
+                problems.append(problem)
+    return problems
 
 
 def _compose_verl(overrides: tuple[str, ...]) -> DictConfig:
@@ -237,16 +317,11 @@ def _compose_verl(overrides: tuple[str, ...]) -> DictConfig:
 
 
 def validate_against_verl(overrides: dict[str, Any]) -> DictConfig:
-    """Compose verl's ppo_trainer with ``overrides``; an unknown key or bad value is one clear line."""
+    """Compose verl's ppo_trainer with ``overrides``; every unknown key or bad value is one clear line."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    for key in overrides:
-        if key not in verl_default_keys() and not any(k.startswith(f"{key}.") for k in verl_default_keys()):
-            near = difflib.get_close_matches(key, verl_default_keys(), n=3, cutoff=0.6)
-            hint = f"; nearest valid keys: {', '.join(near)}" if near else ""
-            raise VerlflowError(f"unknown config key '{key}' for the installed verl{hint}")
-        _check_type(key, overrides[key])
+    raise_problems(key_problems(overrides))
     try:
         cfg = _compose_verl(tuple(hydra_overrides(overrides)))
         OmegaConf.resolve(cfg)
@@ -254,6 +329,22 @@ def validate_against_verl(overrides: dict[str, Any]) -> DictConfig:
         first = next((line for line in str(exc).splitlines() if line.strip()), str(exc))
         raise VerlflowError(f"verl rejects the config: {first}") from None
     return cfg
+
+
+def _merge_user_override(merged: dict[str, Any], raw_key: str, value: Any) -> None:
+    """Apply one user override to ``merged`` in Hydra's terms, keeping one entry per key.
+
+    ``++key`` on a key verl has is a plain override; a new key is kept as ``+key``; ``~key`` drops what the
+    recipe or profile set below it and is kept as ``~key``.
+    """
+    prefix, key = split_prefix(raw_key)
+    for existing in [k for k in merged if split_prefix(k)[1] == key or split_prefix(k)[1].startswith(f"{key}.")]:
+        if prefix == DELETE_PREFIX or split_prefix(existing)[1] == key:
+            del merged[existing]
+    if prefix == FORCE_ADD:
+        merged[key if _in_schema(key) else ADD + key] = value
+    else:
+        merged[raw_key] = value
 
 
 def _apply_own(block: dict[str, Any], dotted: str, value: Any, what: str, valid: set[str]) -> None:
@@ -299,6 +390,6 @@ def compose(
             prof = Profile(**holder)
             prof.env = {str(k): str(v) for k, v in prof.env.items()}
         else:
-            merged[key] = value
+            _merge_user_override(merged, key, value)
     resolved = validate_against_verl(merged)
     return ComposedConfig(recipe_name=recipe_name, profile=prof, verlflow=own, overrides=merged, resolved=resolved)

@@ -34,9 +34,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from verlflow import config, device, tracking
-from verlflow.backends import verl_command, verl_launch, verl_merge
+from verlflow.backends import verl_command, verl_launch, verl_merge, verl_preflight
 from verlflow.backends.verl_command import LaunchPlan
 from verlflow.errors import VerlflowError
+from verlflow.problems import Problem, raise_problems
 
 DEVICE_WORD = {"npu": "NPU", "gpu": "CUDA GPU", "cpu": "CPU"}
 NODE_HINT = {"npu": "run on an A3 node", "gpu": "run on an H20 node", "cpu": "use backend=local"}
@@ -97,6 +98,20 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
     model = str(plan.overrides.get("actor_rollout_ref.model.path", ""))
     if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
         raise VerlflowError(f"model folder {model} not found: pass -P model=<a Hugging Face folder or hub id>")
+
+
+def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
+                 check_files: bool = True) -> None:
+    """Run :mod:`.verl_preflight` (and :func:`preflight` for the device) and report every problem at once."""
+    problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files)
+    if check_device:
+        try:
+            preflight(cfg, plan)
+        except VerlflowError as exc:
+            problems.append(Problem("device", cfg.profile.device, str(exc)))
+    for note in notes:
+        print(f"verlflow: {note}")
+    raise_problems(problems, "the verl launch")
 
 
 def _paths(value: Any) -> list[str]:
@@ -182,6 +197,9 @@ def train_verl(
     command = plan.command_text(ray_command=ray_line)
     record_launch(cfg, plan, resolved, dry_run=dry_run, ray_address=ray_address, command=command)
     _print_plan(plan, ray_address=ray_address)
+    skip_preflight = _as_bool(cfg.verlflow.get("skip_preflight", False))
+    check_launch(cfg, plan, resolved, check_device=not (dry_run or ray_address or skip_preflight),
+                 check_files=not skip_preflight)
 
     if dry_run:
         job = verl_launch.validate_with_verl(plan)
@@ -194,10 +212,9 @@ def train_verl(
 
     if ray_address:
         mlflow.set_tag("verlflow.preflight", "not run (Ray job: the devices are the cluster's)")
-    elif _as_bool(cfg.verlflow.get("skip_preflight", False)):
+    elif skip_preflight:
         mlflow.set_tag("verlflow.preflight", "skipped (verlflow.skip_preflight)")
     else:
-        preflight(cfg, plan)
         mlflow.set_tag("verlflow.preflight", "passed")
 
     log_path = plan.run_dir / "verl.log"
@@ -233,4 +250,4 @@ def train_verl(
                            checkpoint_dir=str(hf_dir.resolve()), ray_job_id=spec["submission_id"] if spec else None)
 
 
-__all__ = ["VerlTrainResult", "train_verl", "preflight", "record_launch"]
+__all__ = ["VerlTrainResult", "train_verl", "preflight", "check_launch", "record_launch"]

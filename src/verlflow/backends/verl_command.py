@@ -9,13 +9,16 @@ Nothing here starts a process. :func:`build_plan` takes the recipe + profile + o
 - ``trainer.logger`` keeps the profile's loggers (console, tensorboard, …) and always gains ``mlflow``;
   verl's own MLflow logger then writes into *our* run, because ``MLFLOW_RUN_ID`` and an absolute
   ``MLFLOW_TRACKING_URI`` are put in its environment.
-- ``trainer.project_name`` / ``trainer.experiment_name`` are the MLflow experiment and run names.
+- ``trainer.project_name`` / ``trainer.experiment_name`` are the MLflow experiment and run names, *exactly*
+  (Hydra-quoted when they hold spaces, ``/`` or non-ASCII letters): verl 0.5's logger calls
+  ``mlflow.set_experiment(project_name)`` before ``start_run`` picks up ``MLFLOW_RUN_ID``, and MLflow refuses
+  a run whose experiment differs from the active one; a cleaned-up name would name another experiment.
 - ``trainer.save_freq``: verl saves only when ``save_freq > 0 and (is_last_step or step % save_freq == 0)``
   (``ray_trainer.py`` / ``v1/trainer_base.py``), so the guide's ``-1`` saves nothing. A non-positive value
   becomes :data:`FINAL_ONLY_SAVE_FREQ`, larger than any run's step count: the last step, and only it, saves.
 - ``trainer.default_local_dir`` is ``<run folder>/checkpoints`` unless the overrides name one.
-- ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9) and the ``transfer_queue``
-  package (which verl's V1 trainer imports) is not installed.
+- ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9), whatever is installed, unless the
+  overrides ask for V1 (kept only when the ``transfer_queue`` package it imports is installed).
 - Local data and model paths become absolute: verl runs with the run folder as working directory.
 
 The profile's files are sourced and its libraries preloaded *by the script, where they exist* (the
@@ -97,9 +100,13 @@ class LaunchPlan:
         """The bash script that sources, exports, preloads and then ``exec``s ``argv`` (default: the launch).
 
         ``stdout_marker`` also prints :data:`STDOUT_MARKER` on stdout before ``exec``, so what the sourced
-        files print can be told apart from what verl prints.
+        files print can be told apart from what verl prints. ``chdir`` first makes and enters the run folder
+        (a Ray job's entrypoint starts in Ray's working directory, a local launch is started in it).
         """
         lines = []
+        if chdir:
+            folder = shlex.quote(str(self.run_dir))
+            lines.append(f"mkdir -p {folder} && cd {folder} || exit 1")
         for path in self.source_files:
             q = shlex.quote(path)
             lines.append(f"if [ -f {q} ]; then source {q}; else echo 'verlflow: {path} not found, not sourced' >&2; fi")
@@ -238,8 +245,8 @@ def forced_overrides(
         notes.append(f"trainer.logger={loggers}: verl's MLflow logger writes into this run")
     out["trainer.logger"] = loggers
 
-    out["trainer.project_name"] = safe_name(project)
-    out["trainer.experiment_name"] = safe_name(experiment)
+    out["trainer.project_name"] = project
+    out["trainer.experiment_name"] = experiment
     notes.append("trainer.project_name / trainer.experiment_name: the MLflow experiment and run names")
 
     save_freq = out.get("trainer.save_freq", defaults.get("trainer.save_freq", -1))
@@ -254,7 +261,10 @@ def forced_overrides(
     else:
         out["trainer.default_local_dir"] = _absolute_path(out["trainer.default_local_dir"])
 
-    if "trainer.use_v1" in defaults and not transfer_queue_installed() and out.get("trainer.use_v1") is not False:
+    if "trainer.use_v1" in defaults and "trainer.use_v1" not in overrides:
+        out["trainer.use_v1"] = False
+        notes.append("trainer.use_v1=False: verl's classic trainer, as the guide ran it, so A3 and H20 runs compare")
+    elif "trainer.use_v1" in defaults and not transfer_queue_installed() and out.get("trainer.use_v1") is not False:
         out["trainer.use_v1"] = False
         notes.append("trainer.use_v1=False: verl's V1 trainer needs the transfer_queue package, not installed")
 

@@ -172,8 +172,15 @@ def validate_with_verl(plan: LaunchPlan, timeout_s: float = 300) -> dict[str, An
     job = yaml.safe_load(printed)
     if not isinstance(job, dict):
         raise VerlflowError("verl's main_ppo --cfg job printed no config: is verl installed in this python?")
-    for key, want in plan.overrides.items():
+    from verlflow.config import DELETE, split_prefix
+
+    for raw_key, want in plan.overrides.items():
+        prefix, key = split_prefix(raw_key)
         got = _select(job, key)
+        if prefix == "~":
+            if got is not None and (want is DELETE or _same(got, want)):
+                raise VerlflowError(f"verl still has '{key}' after '{raw_key}' on the command line")
+            continue
         if not _same(got, want):
             raise VerlflowError(f"verl reads '{key}' from the command line as {got!r}, not {want!r}: a quoting problem")
     return job

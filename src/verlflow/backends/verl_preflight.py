@@ -1,0 +1,285 @@
+"""The checks a verl launch must pass before anything starts: every mistake found, one line each.
+
+    verlflow train --device npu --dry_run true --overrides "actor_rollout_ref.rollout.name=vlm"
+
+The dry run and the real launch both run :func:`launch_problems`; what it finds would otherwise surface on
+the cluster only after Ray and the model have started. The names are asked of the *installed* verl, never
+a list kept here:
+
+- ``actor_rollout_ref.rollout.name``: verl's rollout registry (``workers/rollout/base.py``
+  ``_ROLLOUT_REGISTRY``), or, in verls without one (0.5.x), its ``workers/rollout/<name>_rollout`` modules;
+- ``algorithm.adv_estimator``: ``core_algos.ADV_ESTIMATOR_REGISTRY``;
+- ``actor_rollout_ref.actor.loss_agg_mode``: the modes ``core_algos.agg_loss`` compares against;
+- ``trainer.logger``: ``verl.utils.tracking.Tracking.supported_backend``.
+
+Sizes must be whole numbers >= 1 and divide the way verl's trainer and workers assert (``ray_trainer`` /
+``utils/config.validate_config``, ``fsdp_workers``): ``train_batch_size × rollout.n`` by the number of
+devices, ``ppo_mini_batch_size × rollout.n`` at least one per data-parallel rank, the rollout's tensor
+parallel size dividing the devices per node. The model is a folder with ``config.json`` and a tokenizer, or
+a hub id (downloaded on the cluster); the data files exist and carry the columns verl reads. Last, verl's own
+validation runs where that verl has it (its config dataclasses; ``validate_config`` from 0.6 on).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import importlib
+import inspect
+import io
+import math
+import pkgutil
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from verlflow.problems import NO_VALUE, Problem
+
+ROLLOUT = "actor_rollout_ref.rollout"
+ACTOR = "actor_rollout_ref.actor"
+# Files from which transformers' AutoTokenizer can load a tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# ``org/name`` as the Hugging Face hub spells repository ids.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# Sections verl turns into its config dataclasses at start-up (their __post_init__ checks run there).
+DATACLASS_SECTIONS = ("algorithm", ACTOR, ROLLOUT)
+
+
+@dataclass(frozen=True)
+class VerlNames:
+    """The names the installed verl accepts, asked of its registries."""
+
+    rollout_engines: tuple[str, ...]
+    adv_estimators: tuple[str, ...]
+    loss_agg_modes: tuple[str, ...]
+    loggers: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def verl_names() -> VerlNames:
+    """Read the accepted names from the installed verl (imports its core_algos: a few seconds, once)."""
+    from verl.trainer.ppo import core_algos
+    from verl.utils.tracking import Tracking
+
+    return VerlNames(
+        rollout_engines=_rollout_engines(),
+        adv_estimators=tuple(sorted(getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", {}))),
+        loss_agg_modes=_compared_strings(core_algos.agg_loss, "loss_agg_mode"),
+        loggers=tuple(Tracking.supported_backend),
+    )
+
+
+def _rollout_engines() -> tuple[str, ...]:
+    base = importlib.import_module("verl.workers.rollout.base")
+    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    if registry:
+        return tuple(sorted({key[0] if isinstance(key, tuple) else key for key in registry}))
+    package = importlib.import_module("verl.workers.rollout")
+    return tuple(sorted(m.name.removesuffix("_rollout") for m in pkgutil.iter_modules(package.__path__)
+                        if m.name.endswith("_rollout")))
+
+
+def _compared_strings(func, name: str) -> tuple[str, ...]:
+    """The string literals ``func`` compares its argument ``name`` against (its accepted modes)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(func).lstrip())):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
+            for comparator in node.comparators:
+                found |= {n.value for n in ast.walk(comparator)
+                          if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return tuple(sorted(found))
+
+
+def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
+    value = OmegaConf.select(cfg, key, default=default)
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def name_problems(cfg: DictConfig) -> list[Problem]:
+    """Engine, estimator, aggregation mode and logger names the installed verl does not know."""
+    names = verl_names()
+    checks = [
+        (f"{ROLLOUT}.name", names.rollout_engines, "rollout engine"),
+        ("algorithm.adv_estimator", names.adv_estimators, "advantage estimator"),
+        (f"{ACTOR}.loss_agg_mode", names.loss_agg_modes, "loss aggregation mode"),
+    ]
+    problems = []
+    for key, valid, what in checks:
+        value = _get(cfg, key)
+        if valid and str(value) not in valid:
+            fix = f"unknown {what} for the installed verl: use one of {', '.join(valid)}"
+            problems.append(Problem(key, value, fix))
+    loggers = _get(cfg, "trainer.logger", [])
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    unknown = [name for name in loggers if name not in names.loggers]
+    if unknown:
+        problems.append(Problem("trainer.logger", loggers, f"{', '.join(map(str, unknown))} unknown to verl's "
+                                                           f"Tracking: use some of {', '.join(names.loggers)}"))
+    return problems
+
+
+# Sizes that must be whole numbers >= 1 (None allowed where verl allows it: those with a False flag).
+POSITIVE_SIZES = {
+    "data.train_batch_size": True,
+    "data.max_prompt_length": True,
+    "data.max_response_length": True,
+    f"{ROLLOUT}.n": True,
+    f"{ROLLOUT}.tensor_model_parallel_size": True,
+    f"{ACTOR}.ppo_mini_batch_size": True,
+    f"{ACTOR}.ppo_micro_batch_size_per_gpu": False,
+    f"{ACTOR}.ppo_max_token_len_per_gpu": False,
+    f"{ACTOR}.ulysses_sequence_parallel_size": False,
+    "trainer.n_gpus_per_node": True,
+    "trainer.nnodes": True,
+    "trainer.total_epochs": True,
+}
+
+
+def size_problems(cfg: DictConfig) -> list[Problem]:
+    """Sizes that are not whole numbers >= 1, and the divisibility verl asserts at start-up."""
+    problems, sizes = [], {}
+    for key, required in POSITIVE_SIZES.items():
+        value = _get(cfg, key)
+        if value is None and not required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(Problem(key, value, "must be a whole number >= 1"))
+        else:
+            sizes[key] = value
+    get = sizes.get
+    batch, n, mini = get("data.train_batch_size"), get(f"{ROLLOUT}.n"), get(f"{ACTOR}.ppo_mini_batch_size")
+    per_node, nodes = get("trainer.n_gpus_per_node"), get("trainer.nnodes")
+    sp = get(f"{ACTOR}.ulysses_sequence_parallel_size") or 1
+    devices = per_node * nodes if per_node and nodes else None
+    if batch and n and devices and (batch * n) % devices:
+        problems.append(Problem("data.train_batch_size", batch, (
+            f"train_batch_size × rollout.n = {batch} × {n} = {batch * n} responses must split evenly over the "
+            f"{devices} devices (n_gpus_per_node × nnodes): make it a multiple of {devices // math.gcd(n, devices)}")))
+    if batch and mini and mini > batch:
+        problems.append(Problem(f"{ACTOR}.ppo_mini_batch_size", mini,
+                                f"larger than data.train_batch_size={batch}: use at most {batch}"))
+    if mini and n and devices and devices % sp == 0 and (mini * n) // (devices // sp) < 1:
+        problems.append(Problem(f"{ACTOR}.ppo_mini_batch_size", mini, (
+            f"ppo_mini_batch_size × rollout.n = {mini * n} gives no sample to some of the {devices // sp} "
+            "data-parallel ranks: raise it or use fewer devices")))
+    tp = get(f"{ROLLOUT}.tensor_model_parallel_size")
+    if tp and per_node and per_node % tp:
+        divisors = [d for d in range(1, per_node + 1) if per_node % d == 0]
+        problems.append(Problem(f"{ROLLOUT}.tensor_model_parallel_size", tp,
+                                f"must divide trainer.n_gpus_per_node={per_node}: use one of {divisors}"))
+    if devices and devices % sp:
+        problems.append(Problem(f"{ACTOR}.ulysses_sequence_parallel_size", sp,
+                                f"must divide the {devices} devices"))
+    return problems
+
+
+def model_problems(path: Any) -> tuple[list[Problem], list[str]]:
+    """A model that is neither a usable local folder nor a hub id; a note when it will be downloaded."""
+    key = "actor_rollout_ref.model.path"
+    text = str(path or "")
+    folder = Path(text).expanduser()
+    if folder.is_dir():
+        missing = []
+        if not (folder / "config.json").is_file():
+            missing.append("config.json")
+        if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            missing.append(f"a tokenizer file ({' or '.join(TOKENIZER_FILES)})")
+        if missing:
+            return [Problem(key, text, f"the folder lacks {' and '.join(missing)}: give a Hugging Face "
+                                       "model folder (-P model=…)")], []
+        return [], []
+    if "://" in text:
+        return [], [f"{key}={text} is remote: verl reads it on the cluster"]
+    if HUB_ID.fullmatch(text) and not text.startswith((".", "~")):
+        return [], [f"{key}={text} is a hub id: it will be downloaded on the cluster (no local folder here)"]
+    return [Problem(key, text, "no such folder and not a hub id (org/name): pass -P model=<a Hugging Face "
+                               "folder or hub id>")], []
+
+
+def _files(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def data_problems(cfg: DictConfig) -> list[Problem]:
+    """Train/val files that are missing, not parquet, or lack the columns verl's dataset and reward read."""
+    import pyarrow.parquet as pq
+
+    wanted = [str(_get(cfg, "data.prompt_key", "prompt")), str(_get(cfg, "data.reward_fn_key", "data_source")),
+              "reward_model"]
+    problems = []
+    for key in ("data.train_files", "data.val_files"):
+        for path in _files(_get(cfg, key)):
+            if "://" in path:
+                continue
+            if not Path(path).is_file():
+                problems.append(Problem(key, path, "file not found: run `mlflow run . -e preprocess` or pass "
+                                                   "-P data_dir=<folder with train.parquet and test.parquet>"))
+                continue
+            try:
+                columns = set(pq.read_schema(path).names)
+            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, … for a file that is not parquet
+                problems.append(Problem(key, path, f"not a parquet file ({str(exc).splitlines()[0][:120]}): "
+                                                   "run `mlflow run . -e preprocess`"))
+                continue
+            missing = [c for c in wanted if c not in columns]
+            if missing:
+                problems.append(Problem(key, path, f"lacks verl's column(s) {', '.join(missing)}: "
+                                                   "write it with `mlflow run . -e preprocess`"))
+    return problems
+
+
+def verl_validation_problems(cfg: DictConfig) -> list[Problem]:
+    """verl's own config checks: its dataclasses' ``__post_init__`` and, where it exists, ``validate_config``."""
+    from verl.utils import config as verl_config
+
+    problems = []
+    for section in DATACLASS_SECTIONS:
+        node = OmegaConf.select(cfg, section)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if isinstance(target, str) and target.startswith("verl."):
+            problems += _verl_check(section, lambda n=node: verl_config.omega_conf_to_dataclass(n))
+    validate = getattr(verl_config, "validate_config", None)
+    if validate is not None and not problems:
+        use_ref = bool(_get(cfg, f"{ACTOR}.use_kl_loss")) or bool(_get(cfg, "algorithm.use_kl_in_reward"))
+        use_critic = str(_get(cfg, "algorithm.adv_estimator")) == "gae"
+        problems += _verl_check("verl.utils.config.validate_config",
+                                lambda: validate(cfg, use_reference_policy=use_ref, use_critic=use_critic))
+    return problems
+
+
+def _verl_check(where: str, check) -> list[Problem]:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            check()
+    except Exception as exc:  # verl's checks raise AssertionError, ValueError, Hydra's InstantiationException
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        cause = exc.__cause__
+        if cause is not None and str(cause).strip():
+            text = " ".join(str(cause).split())
+        return [Problem(where, NO_VALUE, f"verl's own check fails: {text[:300]}")]
+    return []
+
+
+def launch_problems(cfg: DictConfig, *, check_files: bool = True) -> tuple[list[Problem], list[str]]:
+    """Every problem of a launch's resolved config, and notes (a model to download); see the module docstring.
+
+    ``check_files=False`` leaves out the model and data checks (a stand-in launcher brings its own).
+    """
+    problems = name_problems(cfg) + size_problems(cfg)
+    notes: list[str] = []
+    if check_files:
+        model, notes = model_problems(_get(cfg, "actor_rollout_ref.model.path"))
+        problems += model + data_problems(cfg)
+    if not problems:
+        problems += verl_validation_problems(cfg)
+    return problems, notes
+
+
+__all__ = ["VerlNames", "verl_names", "name_problems", "size_problems", "model_problems", "data_problems",
+           "verl_validation_problems", "launch_problems"]

@@ -1,0 +1,118 @@
+"""The guide's verl (0.5.0) and the newest (the installed one) both compose our recipe and log into our run.
+
+verl 0.5.0 comes from the package registry into a cached ``--target`` folder without its dependencies
+(``.pytest_cache/d/verl-0.5.0``, installed once) and is put first on ``sys.path`` of a subprocess. There,
+for each verl: the guide's recipe composes and validates with each profile (a3, h20) against *that* verl's
+config and passes the preflight's name and size checks; then, for a run verlflow created in experiments
+``Qwen3 GRPO/A3 对比`` and ``team-a/h20 baseline``, the launch's own command-line overrides are composed by
+that verl's Hydra and that verl's real ``Tracking`` (``set_experiment(project_name)`` then ``start_run`` in
+0.5.0; ``start_run(run_id=…)`` in 0.9) writes its params and metrics into our run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import tracking
+
+REPO = Path(__file__).resolve().parents[1]
+GUIDE_VERL = "0.5.0"
+EXPERIMENTS = ("Qwen3 GRPO/A3 对比", "team-a/h20 baseline")
+
+VERL_SIDE = textwrap.dedent(
+    """
+    import json, os, sys
+    import verl
+    from omegaconf import OmegaConf
+    from verlflow import config
+    from verlflow.backends import verl_command, verl_preflight
+    from verl.utils.tracking import Tracking
+
+    jobs = json.loads(sys.argv[1])
+    out = {"version": verl.__version__, "verl_file": verl.__file__, "profiles": {}}
+    for profile in ("a3", "h20"):
+        cfg = config.compose("qwen3-4b-gsm8k-grpo", profile, f"verlflow.output_dir={jobs['tmp']}")
+        plan = verl_command.build_plan(cfg, run_id="0" * 32, experiment_name="e", run_name="r",
+                                       tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+        resolved = config.validate_against_verl(plan.overrides)
+        lines = [p.line() for p in verl_preflight.name_problems(resolved) + verl_preflight.size_problems(resolved)]
+        out["profiles"][profile] = {"problems": lines, "use_v1": "trainer.use_v1" in plan.overrides,
+                                    "n_gpus": resolved.trainer.n_gpus_per_node}
+    for job in jobs["runs"]:
+        cfg = config.compose("qwen3-4b-gsm8k-grpo", "h20", f"verlflow.output_dir={jobs['tmp']}")
+        plan = verl_command.build_plan(cfg, run_id=job["run_id"], experiment_name=job["experiment"],
+                                       run_name=job["run_name"], tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+        # What main_ppo receives: the launch's command line, composed by this verl's Hydra.
+        composed = config.validate_against_verl(config.parse_overrides(config.hydra_overrides(plan.overrides)))
+        os.environ.update(plan.attach_env)
+        t = Tracking(project_name=composed.trainer.project_name, experiment_name=composed.trainer.experiment_name,
+                     default_backend=["console", "mlflow"], config=OmegaConf.to_container(composed, resolve=True))
+        t.log({"val-core/openai/gsm8k/reward/mean@1": 0.5, "timing_s/step": 3.0}, step=1)
+        del t
+        import mlflow
+        mlflow.end_run()
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def guide_verl(request) -> Path:
+    """verl 0.5.0 without dependencies in a cached folder (fails loudly when the registry is unreachable)."""
+    target = Path(request.config.cache.mkdir(f"verl-{GUIDE_VERL}"))
+    if not (target / "verl" / "__init__.py").is_file():
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target",
+                               str(target), f"verl=={GUIDE_VERL}"], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            pytest.fail(f"cannot install verl=={GUIDE_VERL} from the registry: {done.stderr[-1500:]}")
+    return target
+
+
+def _run_verl_side(paths: list[str], tmp_path: Path, uri: str, runs: list[dict]) -> dict:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri,
+           "PYTHONPATH": os.pathsep.join([*paths, str(REPO / "src")])}
+    env.pop("MLFLOW_RUN_ID", None)
+    jobs = json.dumps({"tmp": str(tmp_path / "outputs"), "runs": runs})
+    done = subprocess.run([sys.executable, "-c", VERL_SIDE, jobs], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Cannot start run" not in done.stderr and "All MLflow initialization attempts failed" not in done.stderr
+    return json.loads(done.stdout.rpartition("RESULT ")[2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["guide", "newest"])
+def test_each_verl_composes_the_guide_and_logs_into_our_run(which, guide_verl, tracking_uri, tmp_path):
+    runs = []
+    for experiment in EXPERIMENTS:
+        with tracking.tracked_run(run_name=f"{experiment} run", experiment=experiment,
+                                  tags={"verlflow.backend": "verl"}) as run:
+            runs.append({"run_id": run.info.run_id, "experiment": experiment, "run_name": f"{experiment} run"})
+    paths = [str(guide_verl)] if which == "guide" else []
+    result = _run_verl_side(paths, tmp_path, tracking_uri, runs)
+
+    if which == "guide":
+        assert result["version"] == GUIDE_VERL and result["verl_file"].startswith(str(guide_verl))
+        assert not any(p["use_v1"] for p in result["profiles"].values())  # 0.5.0 has no trainer.use_v1
+    else:
+        assert result["version"] != GUIDE_VERL
+    assert {k: (v["problems"], v["n_gpus"]) for k, v in result["profiles"].items()} == {
+        "a3": ([], 16), "h20": ([], 8)}
+    client = MlflowClient()
+    for job in runs:
+        got = client.get_run(job["run_id"])
+        assert got.data.metrics["val-core/openai/gsm8k/reward/mean_at_1"] == 0.5
+        assert got.data.metrics["timing_s/step"] == 3.0
+        assert got.data.params["trainer/project_name"] == job["experiment"]
+        assert got.data.params["actor_rollout_ref/actor/optim/lr"] == "5e-07"
+        assert got.info.run_name == job["run_name"]
+    names = {e.name for e in client.search_experiments()}
+    assert names == {"Default", *EXPERIMENTS}  # verl created no experiment of its own
