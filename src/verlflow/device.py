@@ -101,6 +101,24 @@ def module_installed(name: str) -> bool:
         return False
 
 
+def import_torch_npu() -> bool:
+    """Import torch_npu (it registers ``torch.npu``); False when it is not installed.
+
+    An installed torch_npu that fails to import (CANN's ``set_env.sh`` not sourced, a torch it was not
+    built for) raises :class:`VerlflowError` with the first line of the real error, not a traceback.
+    """
+    if not module_installed("torch_npu"):
+        return False
+    try:
+        import torch_npu  # noqa: F401
+    except Exception as exc:  # ImportError, OSError (missing libascend*.so), RuntimeError from its init
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise VerlflowError(
+            f"torch_npu is installed but fails to import ({first[:200]}): source "
+            "/usr/local/Ascend/ascend-toolkit/set_env.sh, or check that torch_npu matches torch") from None
+    return True
+
+
 def torch_cuda_version() -> str | None:
     """``torch.version.cuda`` (the CUDA torch was built with), read from torch/version.py
     without importing torch; None for CPU / NPU builds or when torch is absent."""

@@ -112,11 +112,10 @@ def _accelerator() -> str:
 
     if torch.cuda.is_available():
         return "cuda"
-    if importlib.util.find_spec("torch_npu") is not None:
-        import torch_npu  # noqa: F401  (registers torch.npu)
+    from verlflow.device import import_torch_npu
 
-        if torch.npu.is_available():
-            return "npu"
+    if import_torch_npu() and torch.npu.is_available():
+        return "npu"
     return "cpu"
 
 

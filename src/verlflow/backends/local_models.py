@@ -23,10 +23,10 @@ def torch_device(name: str) -> torch.device:
         raise VerlflowError(f"trainer.device=cuda but this torch ({torch.__version__}) sees no CUDA GPU: "
                             "use -P device=cpu")
     if name == "npu":
-        try:
-            import torch_npu  # noqa: F401  (registers torch.npu)
-        except ImportError:
-            raise VerlflowError("trainer.device=npu but torch_npu is not installed: use -P device=cpu") from None
+        from verlflow.device import import_torch_npu
+
+        if not import_torch_npu():
+            raise VerlflowError("trainer.device=npu but torch_npu is not installed: use -P device=cpu")
         if not torch.npu.is_available():
             raise VerlflowError("trainer.device=npu but torch_npu sees no NPU: use -P device=cpu")
     return torch.device(name)
