@@ -192,8 +192,26 @@ def _quoted(value: Any) -> str:
 
 
 def hydra_overrides(overrides: dict[str, Any]) -> list[str]:
-    """Dotted overrides as ``key=value`` strings for verl's command line or Hydra's compose."""
-    return [f"{key}={to_hydra_value(value)}" for key, value in overrides.items()]
+    """Dotted overrides as ``key=value`` strings for verl's command line or Hydra's compose.
+
+    A key inside a free-form mapping (see :func:`free_form_parent`) gets Hydra's ``++`` (add or override).
+    """
+    return [f"{'++' if free_form_parent(key) else ''}{key}={to_hydra_value(value)}" for key, value in overrides.items()]
+
+
+def free_form_parent(key: str) -> str | None:
+    """The part of ``key`` whose verl default is an empty mapping that takes any sub-key, else None.
+
+    ``actor_rollout_ref.model.override_config.attn_implementation`` → ``actor_rollout_ref.model.override_config``
+    (verl's default ``override_config: {}``).
+    """
+    parts = key.split(".")
+    defaults = verl_defaults()
+    for end in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:end])
+        if parent in defaults:
+            return parent if defaults[parent] == {} else None
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,7 +260,8 @@ def validate_against_verl(overrides: dict[str, Any]) -> DictConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     for key in overrides:
-        if key not in verl_default_keys() and not any(k.startswith(f"{key}.") for k in verl_default_keys()):
+        known = key in verl_default_keys() or any(k.startswith(f"{key}.") for k in verl_default_keys())
+        if not known and not free_form_parent(key):
             near = difflib.get_close_matches(key, verl_default_keys(), n=3, cutoff=0.6)
             hint = f"; nearest valid keys: {', '.join(near)}" if near else ""
             raise VerlflowError(f"unknown config key '{key}' for the installed verl{hint}")
