@@ -35,8 +35,7 @@ def test_only_the_cpu_verl_launch_loads_the_plugin(tmp_path):
     script = cpu.script()
     assert "export VERL_USE_EXTERNAL_MODULES=verlflow.backends.verl_cpu_plugin" in script
     assert "export VERL_PLATFORM=cpu" in script
-    assert "'++actor_rollout_ref.model.override_config.attn_implementation=sdpa'" in script \
-        or "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in script
+    assert "  ++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in script
     assert cpu.overrides["actor_rollout_ref.rollout.name"] == "hf"
     for profile in ("a3", "h20"):
         _, plan = _plan("qwen3-4b-gsm8k-grpo", profile, tmp_path)
