@@ -1,7 +1,9 @@
-"""The verl launch path, end to end through the real CLI, with a stand-in in place of verl's main module.
+"""The verl launch path's failure cases, through the real CLI, with a stand-in in place of verl's main module.
 
-The stand-in (tests/standins/verl_main_standin.py) takes verl's command line, logs through verl's real
-``Tracking`` into our run, and then succeeds (saving an FSDP checkpoint), fails, or waits to be signalled.
+The success path runs real verl on the CPU (tests/test_verl_cpu_launch.py). What real verl cannot be made to
+do cheaply and on cue stays here: fail *after* logging metrics, and wait to be signalled. The stand-in
+(tests/standins/verl_main_standin.py) takes verl's command line, logs through verl's real ``Tracking`` into
+our run, and then succeeds (saving an FSDP checkpoint), fails, or waits to be signalled.
 It is chosen with the launcher's own option ``verlflow.launch_module``; ``verlflow.skip_preflight=true``
 lets the gpu profile run on this CPU machine (the stand-in needs no device).
 """
@@ -15,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from mlflow.tracking import MlflowClient
 
 STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
@@ -48,35 +49,6 @@ def _assert_standin_metrics(run) -> None:
     assert run.data.metrics["critic/score/mean"] == pytest.approx(0.2)
     assert run.data.metrics["val-core/openai/gsm8k/reward/mean_at_1"] == 0.5
     assert run.data.params["actor_rollout_ref/actor/optim/lr"] == "0.001"  # logged by verl's Tracking
-
-
-@pytest.mark.slow
-def test_success_finishes_with_summaries_and_a_merged_checkpoint(tracking_uri, tmp_path, tiny_model):
-    proc = _train(tmp_path, tiny_model, "ok")
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-3000:]
-    run = _only_run()
-    assert run.info.status == "FINISHED"
-    _assert_standin_metrics(run)
-    # sampled by verlflow's process while verl ran (MLflow's CPU monitor; no GPU/NPU on this machine)
-    assert "system/cpu_utilization_percentage" in run.data.metrics
-    assert run.info.run_name.startswith("smoke · h20 · ")
-    assert run.data.metrics["timing_s_mean/step"] == 3.0  # (2 + 4) / 2, from verl's per-step history
-    assert "timing_s/e2e" in run.data.metrics
-    tags = run.data.tags
-    assert tags["verlflow.preflight"].startswith("skipped") and tags["verlflow.exit_code"] == "0"
-    logs = {a.path for a in MlflowClient().list_artifacts(run.info.run_id, "logs")}
-    assert logs == {"logs/verl.log", "logs/merge.log"}
-    verl_log = MlflowClient().download_artifacts(run.info.run_id, "logs/verl.log", str(tmp_path))
-    assert "step:2 - " in Path(verl_log).read_text()
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    hf = Path(tags["verlflow.checkpoint_dir"])
-    assert hf.is_absolute() and tags["verlflow.checkpoint_source"].endswith("global_step_2/actor")
-    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
-    ids = AutoTokenizer.from_pretrained(hf)("Tom has 3 apples. ", return_tensors="pt").input_ids
-    assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
 
 
 @pytest.mark.slow

@@ -102,8 +102,12 @@ def test_plus_and_tilde_overrides_compose_as_in_verls_hydra(data_dir, tmp_path):
     with pytest.raises(VerlflowError, match=r"'trainer.total_epochs' is already in verl's config: write "
                                             r"trainer.total_epochs=…"):
         config.compose(GUIDE, "a3", "+trainer.total_epochs=3")
-    with pytest.raises(VerlflowError, match=r"unknown config key 'actor_rollout_ref.rollout.engine_kwargs.vllm.swap"):
-        config.compose(GUIDE, "a3", "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4")
+    # Inside a free-form mapping (verl's default is {}) a plain key is added too, as Hydra's ++ would: a
+    # recipe or profile YAML tree has no way to write the prefix. A key outside one is still refused.
+    plain = config.compose(GUIDE, "a3", "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4")
+    assert "++actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4" in config.hydra_overrides(plain.overrides)
+    with pytest.raises(VerlflowError, match=r"unknown config key 'actor_rollout_ref.rollout.engine_kwarg.vllm.swap"):
+        config.compose(GUIDE, "a3", "actor_rollout_ref.rollout.engine_kwarg.vllm.swap_space=4")
 
 
 @pytest.mark.slow

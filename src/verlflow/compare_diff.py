@@ -37,6 +37,22 @@ LOCATION_PARAMS = (
     "trainer/experiment_name",
     "trainer/rollout_data_dir",
     "trainer/validation_data_dir",
+    # verl's defaults interpolate these from the model path and the trainer's names.
+    "actor_rollout_ref/rollout/prometheus/served_model_name",
+    "actor_rollout_ref/rollout/trace/project_name",
+    "actor_rollout_ref/rollout/trace/experiment_name",
+)
+# Params that differ between the verl backend and the local trainer without the training differing: keys
+# verlflow's verl launcher forces (a save_freq that saves the final checkpoint, the V0 trainer) and keys verl
+# fills in while it runs (total_training_steps copied into the optimizers, the reward pool sized like the
+# trainer's). They are reported with the launch, not as a recipe difference.
+BACKEND_PARAMS = (
+    "trainer/save_freq",
+    "trainer/use_v1",
+    "actor_rollout_ref/actor/optim/total_training_steps",
+    "critic/optim/total_training_steps",
+    "reward/reward_model/n_gpus_per_node",
+    "reward/reward_model/nnodes",
 )
 # Tags that belong to the device profile (profile name, env knobs) or to how a run was launched.
 PROFILE_TAG_PREFIXES = ("env.",)
@@ -84,7 +100,7 @@ def classify_param(key: str, profile_keys: Iterable[str], launch_params: Iterabl
         return "profile"
     if _matches(key, LOCATION_PARAMS):
         return "locations"
-    if "/" not in key and key in set(launch_params):
+    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS:
         return "launch"
     return "recipe"
 

@@ -238,8 +238,33 @@ def _quoted(value: Any) -> str:
 
 
 def hydra_overrides(overrides: dict[str, Any]) -> list[str]:
-    """Dotted overrides as ``key=value`` strings for verl's command line or Hydra's compose (``~key`` alone)."""
-    return [key if value is DELETE else f"{key}={to_hydra_value(value)}" for key, value in overrides.items()]
+    """Dotted overrides as ``key=value`` strings for verl's command line or Hydra's compose (``~key`` alone).
+
+    A plain key inside a free-form mapping (see :func:`free_form_parent`) gets Hydra's ``++`` (add or override).
+    """
+    rendered = []
+    for key, value in overrides.items():
+        if value is DELETE:
+            rendered.append(key)
+        else:
+            prefix = "++" if split_prefix(key)[0] == "" and free_form_parent(key) else ""
+            rendered.append(f"{prefix}{key}={to_hydra_value(value)}")
+    return rendered
+
+
+def free_form_parent(key: str) -> str | None:
+    """The part of ``key`` whose verl default is an empty mapping that takes any sub-key, else None.
+
+    ``actor_rollout_ref.model.override_config.attn_implementation`` → ``actor_rollout_ref.model.override_config``
+    (verl's default ``override_config: {}``).
+    """
+    parts = key.split(".")
+    defaults = verl_defaults()
+    for end in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:end])
+        if parent in defaults:
+            return parent if defaults[parent] == {} else None
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -289,7 +314,7 @@ def key_problems(overrides: dict[str, Any]) -> list[Problem]:
         prefix, key = split_prefix(raw_key)
         value = NO_VALUE if value is DELETE else value
         known = _in_schema(key)
-        if prefix == "" and not known:
+        if prefix == "" and not known and not free_form_parent(key):
             near = difflib.get_close_matches(key, verl_default_keys(), n=3, cutoff=0.6)
             hint = f"; nearest valid keys: {', '.join(near)}" if near else ""
             problems.append(Problem(key, value, f"unknown config key '{key}' for the installed verl{hint} "

@@ -10,6 +10,7 @@
 | npu    | qwen3-4b-gsm8k-grpo   | a3      | verl    |
 | gpu    | qwen3-4b-gsm8k-grpo   | h20     | verl    |
 | cpu    | smoke                 | cpu     | local   |
+| cpu    | smoke (backend=verl)  | cpu-verl| verl    |
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 GUIDE_RECIPE = "qwen3-4b-gsm8k-grpo"
 SMOKE_RECIPE = "smoke"
 PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
+# verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
+VERL_CPU_PROFILE = "cpu-verl"
 BACKENDS = ("auto", "verl", "local")
 
 
@@ -53,10 +56,10 @@ def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str
     dev = device.detect_device(device_name)
     if recipe == "auto":
         recipe = SMOKE_RECIPE if dev == "cpu" else GUIDE_RECIPE
-    if profile == "auto":
-        profile = PROFILE_FOR_DEVICE[dev]
     if backend == "auto":
         backend = "local" if dev == "cpu" else "verl"
+    if profile == "auto":
+        profile = VERL_CPU_PROFILE if (dev, backend) == ("cpu", "verl") else PROFILE_FOR_DEVICE[dev]
     return recipe, dev, profile, backend
 
 

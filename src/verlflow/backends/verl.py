@@ -76,7 +76,11 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
     dev = cfg.profile.device
     word, hint = DEVICE_WORD[dev], f"{NODE_HINT[dev]} or pass -P dry_run=true"
     if dev == "cpu":
-        raise VerlflowError(f"profile '{cfg.profile.name}' is for the CPU: verl needs an NPU or a GPU; {hint}")
+        # verl's own trainer on the CPU (cpu-verl profile): no device to look for, only verl and the plugin.
+        from verlflow.backends import verl_cpu
+
+        verl_cpu.check_cpu_launch(plan.env)
+        return
     if dev == "npu" and not probe.import_ok("torch_npu"):
         raise VerlflowError(f"no NPU is visible on this machine (torch_npu not installed); {hint}")
     visible = device.count_visible(dev, probe=probe, environ=environ)
@@ -109,6 +113,12 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
             preflight(cfg, plan)
         except VerlflowError as exc:
             problems.append(Problem("device", cfg.profile.device, str(exc)))
+    if cfg.profile.device != "cpu":  # the CPU plugin hides TRL from verl; NPU/GPU launches would crash on it
+        from verlflow.backends.verl_cpu import incompatible_trl
+
+        trl = incompatible_trl()
+        if trl:
+            problems.append(Problem("trl", "installed", trl))
     for note in notes:
         print(f"verlflow: {note}")
     raise_problems(problems, "the verl launch")
@@ -231,6 +241,7 @@ def train_verl(
             mlflow.log_artifact(str(log_path), "logs")
     mlflow.set_tag("verlflow.exit_code", str(rc))
     if rc != 0:
+        mlflow.set_tag("verlflow.verl_error", watch.reason())
         raise VerlflowError(f"verl exited with status {rc}: {watch.reason()} (full output: logs/verl.log)")
 
     tracking.log_run_summaries(run_id, started_at)

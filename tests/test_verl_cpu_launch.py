@@ -1,0 +1,190 @@
+"""verl's own trainer, for real, on this CPU: `mlflow run . -e train -P device=cpu -P backend=verl`.
+
+One real launch of ``python -m verl.trainer.main_ppo`` (2 GRPO steps of the smoke recipe, the cpu-verl
+profile, verlflow's CPU plugin loaded into every verl process) is shared by the tests below: the launch
+script and environment, Ray started and stopped, verl's MLflow logger writing into the run ``mlflow run``
+opened, verl's checkpoint merged by verl's model merger, registered and evaluated, and a ``compare`` with
+a local run of the same recipe. A second launch crashes on purpose (a value that only verl can judge).
+The launch takes about two minutes on 2 cores, mostly Ray and worker start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import psutil
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow.compare import run_compare
+
+REPO = Path(__file__).resolve().parents[1]
+# Two steps, validating on the last: every per-step curve has two points; same values for both backends.
+RECIPE_OVERRIDES = "trainer.total_training_steps=2 trainer.test_freq=2"
+SHARED_CURVES = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "response_length/mean",
+                 "timing_s/gen", "timing_s/update_actor", "timing_s/step")
+
+
+@dataclass
+class VerlCpuStore:
+    """A tracking store holding one real verl CPU train run (and what it took)."""
+
+    uri: str
+    env: dict[str, str]
+    workdir: Path
+    data_dir: Path
+    run_id: str
+    launch: subprocess.CompletedProcess
+    wall_s: float
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{workdir / 'mlflow.db'}"
+    env["VERLFLOW_CACHE"] = str(workdir / "cache")
+    return env
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, f"verlflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _mlflow_train(env: dict[str, str], workdir: Path, data_dir: Path, overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["mlflow", "run", str(REPO), "--env-manager", "local", "-e", "train", "-P", "device=cpu", "-P", "backend=verl",
+         "-P", f"data_dir={data_dir}", "-P", f"overrides={overrides} verlflow.output_dir={workdir / 'outputs'}"],
+        env=env, cwd=workdir, capture_output=True, text=True, timeout=900)
+
+
+def _train_runs(uri: str) -> list:
+    client = MlflowClient(tracking_uri=uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string="tags.`verlflow.step` = 'train'", order_by=["attributes.start_time ASC"])
+
+
+def _ray_processes_of(run_id: str) -> list[str]:
+    """Ray's head processes (raylet, gcs_server) started for this run (they inherit MLFLOW_RUN_ID)."""
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] in ("raylet", "gcs_server") and proc.environ().get("MLFLOW_RUN_ID") == run_id:
+                found.append(f"{proc.info['name']} pid {proc.pid}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def verl_cpu(tmp_path_factory) -> VerlCpuStore:
+    """Synthetic data, then ONE real verl launch on the CPU through `mlflow run`, shared by this module."""
+    workdir = tmp_path_factory.mktemp("verl_cpu")
+    env = _env(workdir)
+    data_dir = workdir / "data"
+    _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, workdir)
+    started = time.monotonic()
+    launch = _mlflow_train(env, workdir, data_dir, RECIPE_OVERRIDES)
+    wall = time.monotonic() - started
+    print(f"\nverl on the CPU: `mlflow run -e train -P backend=verl` took {wall:.0f} s")
+    assert launch.returncode == 0, f"verl launch failed:\n{launch.stdout[-4000:]}\n{launch.stderr[-4000:]}"
+    runs = _train_runs(env["MLFLOW_TRACKING_URI"])
+    assert len(runs) == 1
+    return VerlCpuStore(uri=env["MLFLOW_TRACKING_URI"], env=env, workdir=workdir, data_dir=data_dir,
+                        run_id=runs[0].info.run_id, launch=launch, wall_s=wall)
+
+
+@pytest.fixture
+def client(verl_cpu, monkeypatch) -> MlflowClient:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", verl_cpu.uri)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(verl_cpu.uri)
+    return MlflowClient(tracking_uri=verl_cpu.uri)
+
+
+@pytest.mark.slow
+def test_verl_trains_in_the_run_mlflow_run_opened_with_the_local_trainers_metric_names(verl_cpu, client):
+    run = client.get_run(verl_cpu.run_id)
+    assert run.info.status == "FINISHED"
+    # mlflow run's own params (-P) and verl's resolved config in ONE run: verl attached, nothing duplicated.
+    assert run.data.params["backend"] == "verl" and run.data.params["device"] == "cpu"
+    assert run.data.params["actor_rollout_ref/rollout/name"] == "hf"
+    assert run.data.params["actor_rollout_ref/actor/optim/lr"] == "0.001"
+    assert run.data.tags["verlflow.backend"] == "verl" and run.data.tags["verlflow.profile"] == "cpu-verl"
+    assert run.info.run_name.startswith("smoke · cpu-verl · ")
+    # sampled by verlflow's process while verl ran (MLflow's CPU monitor; verl's own process samples nothing)
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+    runs = client.search_runs([run.info.experiment_id])
+    assert [r.info.run_id for r in runs if r.data.tags.get("verlflow.step") != "preprocess"] == [verl_cpu.run_id]
+    for name in SHARED_CURVES:
+        assert [m.step for m in client.get_metric_history(verl_cpu.run_id, name)] == [1, 2], name
+    # verl 0.9.1 names its validation accuracy .../acc/mean_at_1 (the local trainer: .../reward/mean_at_1).
+    assert "val-core/openai/gsm8k/acc/mean_at_1" in run.data.metrics
+    # Our end-of-run summaries, from verl's own per-step history.
+    steps = [m.value for m in client.get_metric_history(verl_cpu.run_id, "timing_s/step")]
+    assert run.data.metrics["timing_s_mean/step"] == pytest.approx(sum(steps) / len(steps))
+    assert run.data.metrics["timing_s/e2e"] > 0
+    assert {a.path for a in client.list_artifacts(verl_cpu.run_id, "logs")} == {"logs/verl.log", "logs/merge.log"}
+
+
+@pytest.mark.slow
+def test_the_launch_script_loads_the_cpu_plugin_and_ray_is_started_then_stopped(verl_cpu, client):
+    command = client.download_artifacts(verl_cpu.run_id, "config/command.txt", str(verl_cpu.workdir / "cmd"))
+    text = Path(command).read_text()
+    assert "export VERL_USE_EXTERNAL_MODULES=verlflow.backends.verl_cpu_plugin" in text
+    assert "export VERL_PLATFORM=cpu" in text and "-m verl.trainer.main_ppo" in text
+    assert "actor_rollout_ref.rollout.name=hf" in text and f"export MLFLOW_RUN_ID={verl_cpu.run_id}" in text
+    log = Path(client.download_artifacts(verl_cpu.run_id, "logs/verl.log", str(verl_cpu.workdir / "log"))).read_text()
+    assert "Started a local Ray instance" in log
+    assert _ray_processes_of(verl_cpu.run_id) == []
+
+
+@pytest.mark.slow
+def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
+    run = client.get_run(verl_cpu.run_id)
+    hf_dir = Path(run.data.tags["verlflow.checkpoint_dir"])
+    assert (hf_dir / "config.json").is_file()
+    assert run.data.tags["verlflow.checkpoint_source"].endswith("global_step_2/actor")
+    _cli(["register", "--run_id", verl_cpu.run_id], verl_cpu.env, verl_cpu.workdir)
+    name = run.data.tags["verlflow.model_name"]
+    version = client.get_model_version_by_alias(name, "challenger")
+    assert version.tags["source_run_id"] == verl_cpu.run_id and version.tags["device.type"] == "cpu"
+    _cli(["evaluate", "--model_uri", f"models:/{name}/{version.version}", "--data_dir", str(verl_cpu.data_dir),
+          "--limit", "4"], verl_cpu.env, verl_cpu.workdir)
+    evaluated = client.get_model_version(name, version.version)
+    assert "eval.gsm8k.accuracy" in evaluated.tags
+
+
+@pytest.mark.slow
+def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_keys(verl_cpu, client, capsys):
+    _cli(["train", "--device", "cpu", "--data_dir", str(verl_cpu.data_dir), "--overrides", RECIPE_OVERRIDES],
+         verl_cpu.env, verl_cpu.workdir)
+    local = next(r for r in _train_runs(verl_cpu.uri) if r.data.tags["verlflow.backend"] == "local")
+    result = run_compare(local.info.run_id, verl_cpu.run_id, str(verl_cpu.workdir / "compare"))
+    printed = capsys.readouterr().out
+    assert not result.recipes_differ and "RECIPES DIFFER" not in printed, [r.key for r in result.diff.recipe]
+    assert {r.key: (r.baseline, r.candidate) for r in result.diff.launch}["tag verlflow.backend"] == ("local", "verl")
+    curves = {r.key: r for r in result.parity}
+    for name in ("critic/score/mean", "actor/pg_loss", "actor/entropy", "response_length/mean"):
+        assert curves[name].passed is not None, name  # both runs have the curve under this name
+
+
+@pytest.mark.slow
+def test_a_crashing_verl_run_fails_with_verls_error_and_leaves_no_ray_behind(verl_cpu):
+    # A valid key with a value only verl can judge: no such column, so verl filters out every prompt and
+    # its sampler refuses an empty dataset, after Ray has started.
+    crash = _mlflow_train(verl_cpu.env, verl_cpu.workdir, verl_cpu.data_dir,
+                          f"{RECIPE_OVERRIDES} data.prompt_key=no_such_column")
+    assert crash.returncode != 0
+    run = next(r for r in _train_runs(verl_cpu.uri) if "no_such_column" in r.data.params.get("overrides", ""))
+    assert run.info.status == "FAILED"
+    assert run.data.tags["verlflow.verl_error"] == \
+        "ValueError: num_samples should be a positive integer value, but got num_samples=0"
+    assert _ray_processes_of(run.info.run_id) == []
