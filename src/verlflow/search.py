@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 from verlflow import config, steps, tracking
 from verlflow.errors import VerlflowError
 from verlflow.search_space import (
+    PRUNERS,
     SearchConfig,
     check_space_keys,
     check_trial_configs,
@@ -87,8 +88,13 @@ def run_search(
     data_dir: str = "data/gsm8k",
 ) -> SearchResult:
     """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``)."""
+    from verlflow.input_checks import check_storage_url
+
     if n_trials < 1:
         raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")
+    if pruner and pruner not in PRUNERS:
+        raise VerlflowError(f"unknown pruner '{pruner}': use one of {', '.join(PRUNERS)} ('' = the search config's)")
+    check_storage_url(storage)
     search = load_search_config(search_config)
     check_space_keys(search)
     recipe, dev, profile, backend = steps.choose_train_setup(recipe, device, "auto", "auto")

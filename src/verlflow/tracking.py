@@ -25,7 +25,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import __version__
+from verlflow import __version__, lifecycle
 from verlflow.errors import VerlflowError
 from verlflow.metrics import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 
@@ -86,6 +86,7 @@ def tracked_run(
         all_tags["mlflow.parentRunId"] = parent_run_id
     run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None)
     run_id = run.info.run_id
+    heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
     error: BaseException | None = None
     try:
         with _signals_raise():
@@ -94,6 +95,7 @@ def tracked_run(
         error = exc
         raise
     finally:
+        heartbeat.stop()
         status = end_status(error)
         active = mlflow.active_run()
         if active is not None and active.info.run_id == run_id:
