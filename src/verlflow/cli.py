@@ -183,7 +183,6 @@ def run_step(name: str, values: dict[str, str]):
     target = resolve_target(step)
     tracking_probe.check_tracking_server()
     lifecycle.die_with_launcher()
-    lifecycle.reap_at_start()
     return target(**kwargs)
 
 

@@ -84,6 +84,8 @@ def tracked_run(
     all_tags = {"verlflow.version": __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
+    if mlflow.active_run() is None:
+        lifecycle.reap_at_start()  # the step's inputs are checked by now; dead RUNNING runs of its experiment end
     run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None)
     run_id = run.info.run_id
     heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
