@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -29,6 +30,7 @@ from verlflow.errors import VerlflowError
 ARGS_TAG = "verlflow.train_args"
 RESUMED_RUN_TAG = "verlflow.resumed_run"
 ATTEMPT_METRIC = "attempt/e2e_s"
+CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trainer.default_local_dir
 
 
 def args_tag(args: Mapping[str, Any]) -> dict[str, str]:
@@ -59,6 +61,10 @@ def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str,
         lifecycle.reap([run.info.experiment_id], client=client)
     recorded = json.loads(tags.get(ARGS_TAG, "{}"))
     args = {k: (recorded[k] if k in recorded and given[k] == defaults[k] else v) for k, v in given.items()}
+    folder = run.data.params.get(CHECKPOINT_PARAM)
+    if folder and "trainer.default_local_dir=" not in str(args.get("overrides", "")):
+        # The run's own checkpoint folder, wherever it was started from (mlflow run works in the project dir).
+        args["overrides"] = f"{args.get('overrides') or ''} trainer.default_local_dir={shlex.quote(folder)}".strip()
     launcher_run = os.environ.get("MLFLOW_RUN_ID")
     if launcher_run and launcher_run != run_id:
         with contextlib.suppress(MlflowException):
