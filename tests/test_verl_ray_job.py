@@ -33,8 +33,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ray_head():
     """Address of a fresh local Ray head with the job API; stopped (its whole process group) afterwards."""
-    if shutil.which("ray") is None:
-        pytest.skip("the ray CLI is not installed")
+    if shutil.which("ray") is None:  # ray comes with verl; a failure, not a skip, so the job path stays tested
+        pytest.fail("the ray CLI is not installed: pip install -e '.[dev]' (verl brings ray, dev its job API)")
     temp = tempfile.mkdtemp(prefix="vfray", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
     gcs, dashboard = _free_port(), _free_port()
     proc = subprocess.Popen(
@@ -44,8 +44,10 @@ def ray_head():
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"http://127.0.0.1:{dashboard}"
     try:
-        if not wait_for_http(f"{address}/api/version", proc, timeout_s=180, poll_s=2):
-            pytest.skip("a local Ray head with its dashboard did not come up within 180 s")
+        # The dashboard (job API) needs ray[default]'s packages (the dev extra) and minutes on 2 busy cores.
+        if not wait_for_http(f"{address}/api/version", proc, timeout_s=420, poll_s=2):
+            pytest.fail("a local Ray head with its dashboard did not come up within 420 s: is ray[default] "
+                        "installed (pip install -e '.[dev]')?")
         yield address
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -85,7 +87,7 @@ def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, t
         pytest.fail("the Ray job never reached the stand-in:\n" + "".join(seen[-50:]))
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=180)
-    assert proc.returncode == 130, out[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM, out[-2000:]
 
     run = MlflowClient().search_runs(["0"])[0]
     assert run.info.status == "KILLED"
