@@ -15,10 +15,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
 STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
@@ -28,6 +30,22 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _wait_for_dashboard(url: str, proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Poll the dashboard until it answers at all: Ray >= 2.5x answers 401 without its auth token, which
+    its job client reads from ~/.ray by itself (a plain HTTP probe that wants 200 would wait forever)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=5)
+            return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(2)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +63,7 @@ def ray_head():
     address = f"http://127.0.0.1:{dashboard}"
     try:
         # The dashboard (job API) needs ray[default]'s packages (the dev extra) and minutes on 2 busy cores.
-        if not wait_for_http(f"{address}/api/version", proc, timeout_s=420, poll_s=2):
+        if not _wait_for_dashboard(f"{address}/api/version", proc, timeout_s=420):
             pytest.fail("a local Ray head with its dashboard did not come up within 420 s: is ray[default] "
                         "installed (pip install -e '.[dev]')?")
         yield address

@@ -137,9 +137,13 @@ def run_train(
         from verlflow.backends import local
 
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
+        from verlflow import metric_buffer
+
+        spill_root = Path(str(cfg.verlflow.get("output_dir") or local.DEFAULT_OUTPUT_ROOT))
         with tracking.tracked_run(tags={**tags, **run_tags}) as run, \
                 resuming.attempt_clock(run.info.run_id, started_at) as since:
-            return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
+            with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
+                return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
     from verlflow.backends import verl as verl_backend
 
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)

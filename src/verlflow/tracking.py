@@ -25,7 +25,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import __version__, lifecycle
+from verlflow import __version__, lifecycle, metric_buffer
 from verlflow.errors import VerlflowError
 from verlflow.metrics import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 
@@ -143,11 +143,14 @@ def sanitize_metric_key(key: str) -> str:
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:
     """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would)."""
     clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}
-    mlflow.log_metrics(clean, step=step)
+    active = mlflow.active_run()
+    if active is None or not metric_buffer.log(active.info.run_id, clean, step):  # buffered: outage-proof
+        mlflow.log_metrics(clean, step=step)
 
 
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
     """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``)."""
+    metric_buffer.flush(run_id)  # the per-step history the means are taken over
     client = MlflowClient()
     keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
     summaries: dict[str, float] = {}

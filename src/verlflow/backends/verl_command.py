@@ -299,6 +299,11 @@ def build_plan(
     # Lines reach the console and logs/verl.log as they are printed, not when a buffer fills.
     env.setdefault("PYTHONUNBUFFERED", "1")
     attach = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri)}
+    if attach["MLFLOW_TRACKING_URI"].startswith(("http://", "https://")):
+        from verlflow.metric_buffer import VERL_HTTP_KNOBS
+
+        # verl's own MLflow logger rides out a server outage of minutes instead of failing the step.
+        attach.update({k: os.environ.get(k, v) for k, v in VERL_HTTP_KNOBS.items()})
     return LaunchPlan(
         launch_module=launch_module_of(cfg.verlflow),
         overrides=overrides,
