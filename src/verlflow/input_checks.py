@@ -147,7 +147,7 @@ def check_storage_url(storage: str) -> None:
     """A storage URL must not carry its password: ``-P`` values are logged as run params by ``mlflow run``."""
     if "://" not in storage:
         return
-    if urlsplit(storage).password is None:
+    if not urlsplit(storage).password:  # none, or empty (a local socket's trust login): nothing secret
         return
     launched = os.environ.get("MLFLOW_RUN_ID")
     cleanup = (f"; mlflow run has already logged it as a param of run {launched}: delete that run "

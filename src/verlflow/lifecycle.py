@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlflow.entities import RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -111,8 +112,7 @@ def mark_alive(run_id: str) -> Heartbeat:
         for key in STALE_ON_RESUME:
             if key in existing:
                 client.delete_tag(run_id, key)
-        for key, value in tags.items():
-            client.set_tag(run_id, key, value)
+        client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
     except MlflowException as exc:
         log.warning("could not mark run %s as alive: %s", run_id, str(exc).splitlines()[0])
     return Heartbeat(run_id).start()
