@@ -53,6 +53,10 @@ def ray_head():
     """Address of a fresh local Ray head with the job API; stopped (its whole process group) afterwards."""
     if shutil.which("ray") is None:  # ray comes with verl; a failure, not a skip, so the job path stays tested
         pytest.fail("the ray CLI is not installed: pip install -e '.[dev]' (verl brings ray, dev its job API)")
+    # Ray >= 2.5x starts a local head with token auth (token in ~/.ray/auth_token); its clients send the
+    # token only when told to. Say so explicitly to head, verlflow and this test's own job client alike.
+    previous_auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
     temp = tempfile.mkdtemp(prefix="vfray", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
     gcs, dashboard = _free_port(), _free_port()
     proc = subprocess.Popen(
@@ -80,6 +84,10 @@ def ray_head():
             pass
         proc.wait()
         shutil.rmtree(temp, ignore_errors=True)
+        if previous_auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous_auth
 
 
 @pytest.mark.slow
