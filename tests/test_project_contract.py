@@ -64,3 +64,15 @@ def test_bad_cli_input_is_one_line_and_exit_2(tracking_uri):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert lines[0].startswith("verlflow train: error:") and "'tpu'" in lines[0] and "cpu" in lines[0]
+
+
+@pytest.mark.parametrize("step", [*STEPS, "runs"])
+def test_every_step_help_works(step, capsys):
+    from verlflow import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([step, "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    params = [p.name for p in STEPS[step].params] if step in STEPS else ["reap"]
+    assert all(f"--{name}" in out for name in params), out

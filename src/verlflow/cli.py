@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from verlflow.errors import VerlflowError
 
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT; a run stopped by signal N exits 128 + N (SIGTERM: 143), as a shell reports it
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ STEPS: dict[str, Step] = {
             Param("backend", "auto", "auto | verl | local (auto: verl on npu/gpu, local on cpu)"),
             Param("dry_run", "false", "verl backend: compose, validate, log and print the command only", "bool"),
             Param("ray_address", "", "submit to this Ray cluster as a Ray job ('' = run locally)"),
+            Param("resume", "", "continue this train run from its last checkpoint ('' = a new run)"),
         )),
         Step("evaluate", "verlflow.evaluate:run_evaluate", "GSM8K accuracy of a model", (
             Param("model_uri", None, "runs:/<id>/<path> | models:/<name>@<alias> | models:/<name>/<version> | folder"),
@@ -155,7 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
         for p in step.params:
             default = "required" if p.default is None else repr(p.default)
             sub.add_argument(f"--{p.name}", required=p.default is None, default=p.default,
-                             help=f"{p.help} (default: {default})")
+                             help=f"{p.help} (default: {default})".replace("%", "%%"))
+    from verlflow.runs_command import add_runs_parser
+
+    add_runs_parser(subs)
     return parser
 
 
@@ -176,9 +180,14 @@ def resolve_target(step: Step):
 
 def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
+    from verlflow import lifecycle, tracking_probe
+
     step = STEPS[name]
     kwargs = {p.name: _parse_value(p, values[p.name]) for p in step.params}
-    return resolve_target(step)(**kwargs)
+    target = resolve_target(step)
+    tracking_probe.check_tracking_server()
+    lifecycle.die_with_launcher()
+    return target(**kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -187,13 +196,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(args).items() if k != "step"}
     try:
-        run_step(args.step, values)
+        if args.step == "runs":
+            from verlflow.runs_command import run_runs
+
+            run_runs(**values)
+        else:
+            run_step(args.step, values)
     except VerlflowError as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"verlflow {args.step}: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(128 + exc.signum if isinstance(getattr(exc, "signum", None), int) else EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

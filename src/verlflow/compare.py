@@ -381,6 +381,10 @@ def run_compare(
         raise VerlflowError(
             f"parity threshold must be a fraction between 0 and 1 (0.02 = 2%), got {threshold}"
         )
+    if output_dir:
+        from verlflow.input_checks import check_output_dir
+
+        check_output_dir(output_dir, "output_dir")
     base_run, cand_run = resolve_run(baseline, "baseline"), resolve_run(candidate, "candidate")
     if base_run.info.run_id == cand_run.info.run_id:
         raise VerlflowError(

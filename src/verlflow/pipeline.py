@@ -113,6 +113,9 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
     name = model_name or str(own.get("model_name") or "")
     if not name:
         raise VerlflowError(f"recipe '{recipe}' names no verlflow.model_name: pass -P model_name=<name>")
+    from verlflow.registry import check_model_name
+
+    check_model_name(name)  # before preprocess and train, not minutes later at register
     slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
     return Plan(recipe=recipe, device=dev, source=source, model_name=name, overrides=overrides,
                 data_dir=(Path("data") / slug).resolve())

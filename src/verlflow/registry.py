@@ -110,6 +110,9 @@ def checkpoint_of(run) -> Path:
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
+    from verlflow.input_checks import check_trained_checkpoint
+
+    check_trained_checkpoint(checkpoint, run.data.tags.get("verlflow.checkpoint_source", ""))
     return path
 
 
@@ -119,7 +122,7 @@ def run_register(run_id: str, model_name: str) -> ModelVersion:
     run_id = train_run.info.run_id
     checkpoint = checkpoint_of(train_run)
     name = model_name_for(train_run, model_name)
-    _check_model_name(name)
+    check_model_name(name)
     lineage = {"source_run_id": run_id}
     lineage.update({k: train_run.data.tags[k] for k in LINEAGE_TAGS if train_run.data.tags.get(k)})
     if digest := data_digest_of(train_run):
@@ -138,7 +141,8 @@ def run_register(run_id: str, model_name: str) -> ModelVersion:
     return mv
 
 
-def _check_model_name(name: str) -> None:
+def check_model_name(name: str) -> None:
+    """A name MLflow's registry accepts (no '/', ':' or blanks), checked before any work."""
     if not name.strip() or "/" in name or ":" in name:
         raise VerlflowError(f"model name '{name}' is not a valid registered model name: no '/', ':' or blanks")
 

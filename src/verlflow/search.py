@@ -19,6 +19,7 @@ Setup → trials → summary:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import tempfile
@@ -36,6 +37,7 @@ from omegaconf import OmegaConf
 from verlflow import config, steps, tracking
 from verlflow.errors import VerlflowError
 from verlflow.search_space import (
+    PRUNERS,
     SearchConfig,
     check_space_keys,
     check_trial_configs,
@@ -87,8 +89,13 @@ def run_search(
     data_dir: str = "data/gsm8k",
 ) -> SearchResult:
     """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``)."""
+    from verlflow.input_checks import check_storage_url
+
     if n_trials < 1:
         raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")
+    if pruner and pruner not in PRUNERS:
+        raise VerlflowError(f"unknown pruner '{pruner}': use one of {', '.join(PRUNERS)} ('' = the search config's)")
+    check_storage_url(storage)
     search = load_search_config(search_config)
     check_space_keys(search)
     recipe, dev, profile, backend = steps.choose_train_setup(recipe, device, "auto", "auto")
@@ -238,8 +245,34 @@ def register_best(best_run_id: str, run_id: str) -> Any:
         return version
     registered = run_register(best_run_id, "")
     version = getattr(registered, "version", None)
+    if version is not None:
+        kept = keep_first_registration(client, registered, best_run_id)
+        if kept.version != version:
+            client.set_tag(run_id, "search.registered", f"version {kept.version} (registered concurrently)")
+            return kept
     client.set_tag(run_id, "search.registered", f"version {version}" if version is not None else "true")
     return registered
+
+
+def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -> Any:
+    """Two workers that summarise together may both register the best run: the lowest version stays.
+
+    Each worker deletes its own version when a lower one of the same run exists, so however the
+    registrations interleave exactly one version is left, and the challenger alias points at it.
+    """
+    from verlflow.registry import CHALLENGER
+
+    versions = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")
+    first = min((v for v in versions if v.name == mine.name), key=lambda v: int(v.version), default=mine)
+    if int(first.version) < int(mine.version):
+        log.warning("search: run %s was registered concurrently as version %s; removing duplicate version %s",
+                    best_run_id, first.version, mine.version)
+        with contextlib.suppress(MlflowException):
+            client.delete_model_version(mine.name, mine.version)
+        aliases = client.get_registered_model(mine.name).aliases
+        if CHALLENGER not in aliases:
+            client.set_registered_model_alias(mine.name, CHALLENGER, first.version)
+    return first
 
 
 def _print_result(result: SearchResult, search: SearchConfig) -> None:

@@ -37,6 +37,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from verlflow.errors import VerlflowError
+from verlflow.input_checks import storage_url_with_password
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(storage, **kwargs)
+            return RDBStorage(storage_url_with_password(storage), **kwargs)
     except ImportError as exc:
         raise VerlflowError(f"storage '{describe_storage(storage, study_name)}' needs a database driver: "
                             f"{exc} (PostgreSQL: pip install psycopg2-binary)") from None

@@ -25,6 +25,7 @@ import mlflow
 
 from verlflow import config, device, run_names, system_metrics, tracking
 from verlflow.errors import VerlflowError
+from verlflow.input_checks import check_config_counts
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,11 @@ BACKENDS = ("auto", "verl", "local")
 def run_preprocess(source: str, output_dir: str, limit: int):
     """Preprocess GSM8K into verl's parquet format inside a tracked run (step ``preprocess``)."""
     from verlflow import data
+    from verlflow.input_checks import check_output_dir
 
     if limit < 0:
         raise VerlflowError(f"limit must be 0 (all rows) or a positive row count, got {limit}")
+    check_output_dir(output_dir, "output_dir")
     with tracking.tracked_run(tags={"verlflow.step": "preprocess"}):
         result = data.preprocess(source, output_dir, limit)
         mlflow.set_tag("verlflow.data_dir", str(Path(result.output_dir).resolve()))
@@ -71,7 +74,20 @@ def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, o
     }
     if model:
         extra["actor_rollout_ref.model.path"] = model
-    return config.compose(recipe, profile, overrides, extra=extra)
+    cfg = config.compose(recipe, profile, overrides, extra=extra)
+    check_config_counts(cfg.resolved)
+    return cfg
+
+
+def check_train_inputs(cfg: config.ComposedConfig, data_dir: str) -> None:
+    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes)."""
+    from verlflow.input_checks import check_model_folder, check_parquet_split
+
+    for split in ("train", "test"):
+        path = Path(data_dir) / f"{split}.parquet"
+        if path.exists():
+            check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
+    check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))
 
 
 def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
@@ -97,39 +113,72 @@ def run_train(
     backend: str,
     dry_run: bool,
     ray_address: str,
+    resume: str = "",
 ):
-    """Train with GRPO (step ``train``): verl on npu/gpu, the local trainer on cpu or when asked."""
+    """Train with GRPO (step ``train``): verl on npu/gpu, the local trainer on cpu or when asked.
+
+    ``resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.resume`).
+    """
+    from verlflow import resume as resuming
+
     started_at = time.time()
+    args = {"recipe": recipe, "device": device, "profile": profile, "data_dir": data_dir, "model": model,
+            "overrides": overrides, "backend": backend, "dry_run": dry_run, "ray_address": ray_address}
+    if resume:
+        defaults = {p.name: p.default for p in _train_params()}
+        defaults["dry_run"] = False
+        args = resuming.prepare_resume(resume, args, defaults)
+        args.pop("resume")
+        recipe, device, profile, data_dir, model, overrides, backend, dry_run, ray_address = args.values()
     recipe, dev, profile, backend = choose_train_setup(recipe, device, profile, backend)
     cfg = compose_train_config(recipe, profile, data_dir, model, overrides)
     if cfg.profile.device != dev:
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
     interval = system_metrics.sampling_interval(cfg.verlflow)
+    check_train_inputs(cfg, data_dir)
+    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(args)}
     if backend == "local":
         if dry_run or ray_address:
             raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
         from verlflow.backends import local
 
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
-        with _train_run(cfg, tags, data_dir, recipe, profile, started_at, interval) as run:
-            return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=started_at)
+        from verlflow import metric_buffer
+
+        spill_root = Path(str(cfg.verlflow.get("output_dir") or local.DEFAULT_OUTPUT_ROOT))
+        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+            with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
+                return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
     from verlflow.backends import verl as verl_backend
 
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
     # A dry run launches nothing: no system metrics to sample.
-    with _train_run(cfg, tags, data_dir, recipe, profile, started_at, None if dry_run else interval) as run:
+    interval = None if dry_run else interval
+    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
         return verl_backend.train_verl(
             cfg, run_id=run.info.run_id, data_dir=data_dir, dry_run=dry_run,
-            ray_address=ray_address, started_at=started_at,
+            ray_address=ray_address, started_at=since,
         )
 
 
 @contextlib.contextmanager
-def _train_run(cfg, tags, data_dir, recipe, profile, started_at, interval):
-    """The train run, named for the UI, with system metrics sampled for as long as it trains."""
-    with tracking.tracked_run(tags={**tags, **_lineage_tags(cfg, data_dir)}, log_system_metrics=False) as run:
+def _train_run(cfg, tags, recipe, profile, started_at, interval):
+    """The train run, named for the UI, timed across resumed attempts, with system metrics sampled while it trains.
+
+    Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
+    """
+    from verlflow import resume as resuming
+
+    with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
+            resuming.attempt_clock(run.info.run_id, started_at) as since:
         run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
         environ = {**os.environ, **cfg.profile.env}
         with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
                                       environ=environ):
-            yield run
+            yield run, since
+
+
+def _train_params():
+    from verlflow.cli import STEPS
+
+    return STEPS["train"].params

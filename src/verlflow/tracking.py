@@ -25,7 +25,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import __version__
+from verlflow import __version__, lifecycle, metric_buffer
 from verlflow.errors import VerlflowError
 from verlflow.metrics import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 
@@ -86,9 +86,12 @@ def tracked_run(
     all_tags = {"verlflow.version": __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
+    if mlflow.active_run() is None:
+        lifecycle.reap_at_start()  # the step's inputs are checked by now; dead RUNNING runs of its experiment end
     run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
                            log_system_metrics=log_system_metrics)
     run_id = run.info.run_id
+    heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
     error: BaseException | None = None
     try:
         with _signals_raise():
@@ -97,6 +100,7 @@ def tracked_run(
         error = exc
         raise
     finally:
+        heartbeat.stop()
         status = end_status(error)
         active = mlflow.active_run()
         if active is not None and active.info.run_id == run_id:
@@ -142,11 +146,14 @@ def sanitize_metric_key(key: str) -> str:
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:
     """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would)."""
     clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}
-    mlflow.log_metrics(clean, step=step)
+    active = mlflow.active_run()
+    if active is None or not metric_buffer.log(active.info.run_id, clean, step):  # buffered: outage-proof
+        mlflow.log_metrics(clean, step=step)
 
 
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
     """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``)."""
+    metric_buffer.flush(run_id)  # the per-step history the means are taken over
     client = MlflowClient()
     keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
     summaries: dict[str, float] = {}

@@ -312,6 +312,11 @@ def build_plan(
               # verlflow samples system/* itself (verlflow.system_metrics); a second sampler in verl's
               # process would log the same keys at clashing steps.
               "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false"}
+    if attach["MLFLOW_TRACKING_URI"].startswith(("http://", "https://")):
+        from verlflow.metric_buffer import VERL_HTTP_KNOBS
+
+        # verl's own MLflow logger rides out a server outage of minutes instead of failing the step.
+        attach.update({k: os.environ.get(k, v) for k, v in VERL_HTTP_KNOBS.items()})
     return LaunchPlan(
         launch_module=launch_module_of(cfg.verlflow),
         overrides=overrides,

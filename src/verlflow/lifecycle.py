@@ -1,0 +1,264 @@
+"""Whose process a run is, whether that process still lives, and what to do when it is gone.
+
+    verlflow runs --reap            # mark RUNNING runs whose process is dead as FAILED
+
+A run MLflow shows as RUNNING may have lost its process to SIGKILL, the OOM killer or a lost node;
+nothing would ever end it. So every run verlflow opens carries
+
+- ``verlflow.host`` / ``verlflow.pid`` / ``verlflow.pid_start`` (the process and its start time, which
+  tells a reused pid apart), and
+- ``verlflow.heartbeat`` (epoch seconds, refreshed every :data:`HEARTBEAT_S` by a daemon thread),
+
+and :func:`reap` ends a RUNNING run FAILED, with the tag ``verlflow.reaped`` saying why, when its
+process is gone (same host) or its heartbeat is older than :data:`STALE_AFTER_S` (another host). Every
+step reaps its experiment at start. A step launched by ``mlflow run`` also dies with that launcher
+(:func:`die_with_launcher`): the launcher's SIGTERM would otherwise orphan the step, which then
+trains on unseen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow.entities import RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+log = logging.getLogger(__name__)
+
+HOST_TAG = "verlflow.host"
+PID_TAG = "verlflow.pid"
+PID_START_TAG = "verlflow.pid_start"
+HEARTBEAT_TAG = "verlflow.heartbeat"
+REAPED_TAG = "verlflow.reaped"
+ERROR_TAG = "verlflow.error"
+# Tags of an attempt that ended badly; a resumed run is running again, so they no longer hold.
+STALE_ON_RESUME = (ERROR_TAG, REAPED_TAG, "verlflow.exit_code")
+HEARTBEAT_S = float(os.environ.get("VERLFLOW_HEARTBEAT_S", "60"))
+# A run on another host is dead when its heartbeat is this old (many missed beats, not one slow write).
+STALE_AFTER_S = float(os.environ.get("VERLFLOW_STALE_AFTER_S", "900"))
+LAUNCHER_POLL_S = 1.0
+_PR_SET_PDEATHSIG = 1
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux /proc), None when no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of stat(5); the name before ')' may hold blanks
+
+
+def process_alive(pid: int, start: str | None = None) -> bool:
+    """Whether ``pid`` runs, and is still the process that started at ``start`` when that is given."""
+    if Path("/proc").is_dir():
+        current = process_start(pid)
+        return current is not None and (start is None or current == start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --------------------------------------------------------------------------- alive marks, heartbeat
+
+
+class Heartbeat:
+    """A daemon thread that refreshes a run's heartbeat tag; an unreachable server only skips beats."""
+
+    def __init__(self, run_id: str, interval_s: float = HEARTBEAT_S):
+        self.run_id, self.interval_s = run_id, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id[:8]}", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        client = MlflowClient()
+        while not self._stop.wait(self.interval_s):
+            with contextlib.suppress(Exception):  # bookkeeping must never disturb the run
+                client.set_tag(self.run_id, HEARTBEAT_TAG, str(int(time.time())))
+
+    def stop(self) -> None:
+        """Stop beating (the run has ended)."""
+        self._stop.set()
+
+
+def mark_alive(run_id: str) -> Heartbeat:
+    """Tag ``run_id`` with this host and process, drop tags of a failed earlier attempt, start a heartbeat."""
+    client = MlflowClient()
+    pid = os.getpid()
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), HEARTBEAT_TAG: str(int(time.time()))}
+    if (start := process_start(pid)) is not None:
+        tags[PID_START_TAG] = start
+    try:
+        existing = client.get_run(run_id).data.tags
+        for key in STALE_ON_RESUME:
+            if key in existing:
+                client.delete_tag(run_id, key)
+        client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
+    except MlflowException as exc:
+        log.warning("could not mark run %s as alive: %s", run_id, str(exc).splitlines()[0])
+    return Heartbeat(run_id).start()
+
+
+# --------------------------------------------------------------------------- reaping
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """A run :func:`reap` ended, and why."""
+
+    run_id: str
+    reason: str
+
+
+def why_dead(tags: dict[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
+    """Why a RUNNING run with these tags has no live process, or None when it may still be alive.
+
+    Runs without ``verlflow.pid`` (not opened by verlflow, or not yet attached to) are left alone.
+    """
+    pid, host = tags.get(PID_TAG), tags.get(HOST_TAG)
+    if not pid or not pid.isdigit() or not host:
+        return None
+    if host == socket.gethostname():
+        if process_alive(int(pid), tags.get(PID_START_TAG)):
+            return None
+        return f"process {pid} on {host} is gone (killed, out of memory or crashed) while the run was RUNNING"
+    beat = tags.get(HEARTBEAT_TAG, "")
+    if not beat.isdigit():
+        return None
+    age = (now or time.time()) - int(beat)
+    if age <= stale_after_s:
+        return None
+    return f"no heartbeat from process {pid} on {host} for {age:.0f} s (more than {stale_after_s:.0f} s)"
+
+
+def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | None = None,
+         stale_after_s: float = STALE_AFTER_S) -> list[Reaped]:
+    """End every RUNNING run whose process is dead as FAILED, tagged ``verlflow.reaped`` with the reason.
+
+    ``experiment_ids`` default to every experiment of the store. Returns what was reaped.
+    """
+    client = client or MlflowClient()
+    ids = list(experiment_ids) if experiment_ids is not None else [
+        e.experiment_id for e in client.search_experiments()]
+    if not ids:
+        return []
+    reaped = []
+    for run in client.search_runs(ids, "attributes.status = 'RUNNING'", max_results=5000):
+        reason = why_dead(run.data.tags, stale_after_s=stale_after_s)
+        if reason is None:
+            continue
+        run_id = run.info.run_id
+        client.set_tag(run_id, REAPED_TAG, reason)
+        client.set_tag(run_id, ERROR_TAG, f"reaped: {reason}"[:500])
+        beat = run.data.tags.get(HEARTBEAT_TAG, "")
+        end_ms = int(beat) * 1000 if beat.isdigit() else None
+        client.set_terminated(run_id, "FAILED", end_time=end_ms)
+        reaped.append(Reaped(run_id, reason))
+    return reaped
+
+
+def current_experiment_ids(client: MlflowClient | None = None) -> list[str]:
+    """The experiment a step is about to log into (``mlflow run``'s, the named one, or Default)."""
+    if experiment_id := os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        return [experiment_id]
+    client = client or MlflowClient()
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
+    experiment = client.get_experiment_by_name(name)
+    return [experiment.experiment_id] if experiment else []
+
+
+def reap_at_start() -> list[Reaped]:
+    """Reap the current experiment before a step runs; a store that refuses only costs a warning."""
+    try:
+        reaped = reap(current_experiment_ids())
+    except MlflowException as exc:
+        log.warning("could not check for dead RUNNING runs: %s", str(exc).splitlines()[0])
+        return []
+    for item in reaped:
+        log.warning("run %s was RUNNING without a process: marked FAILED (%s)", item.run_id, item.reason)
+    return reaped
+
+
+# --------------------------------------------------------------------------- dying with the launcher
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _is_mlflow_run(argv: list[str]) -> bool:
+    """``…/mlflow run …`` or ``python -m mlflow run …``."""
+    return any(os.path.basename(arg) == "mlflow" and argv[i + 1:i + 2] == ["run"] for i, arg in enumerate(argv))
+
+
+def find_launcher(max_depth: int = 3) -> int | None:
+    """The pid of the ``mlflow run`` process this one was started by (through a shell), if any."""
+    pid = os.getpid()
+    for _ in range(max_depth):
+        parent = _parent(pid)
+        if not parent or parent <= 1:
+            return None
+        if _is_mlflow_run(_cmdline(parent)):
+            return parent
+        pid = parent
+    return None
+
+
+def die_with_launcher(signum: int = signal.SIGTERM) -> int | None:
+    """When started by ``mlflow run``, receive ``signum`` as soon as that launcher dies; returns its pid.
+
+    The signal takes the same path as a SIGTERM sent to this process: the run ends KILLED with its
+    metrics and last checkpoint kept, and a verl launch passes it to verl's process group or Ray job.
+    The direct parent is covered by the kernel (``PR_SET_PDEATHSIG``); a launcher behind a shell by a
+    watcher thread polling it every :data:`LAUNCHER_POLL_S`.
+    """
+    launcher = find_launcher()
+    if launcher is None:
+        return None
+    if launcher == os.getppid():
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    start = process_start(launcher)
+    me = os.getpid()
+
+    def watch() -> None:
+        while process_alive(launcher, start):
+            time.sleep(LAUNCHER_POLL_S)
+        log.warning("the mlflow run launcher (pid %d) is gone: stopping this step", launcher)
+        os.kill(me, signum)
+
+    if not process_alive(launcher, start):  # it died before the watch began
+        os.kill(me, signum)
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+    return launcher

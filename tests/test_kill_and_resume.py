@@ -1,0 +1,86 @@
+"""SIGTERM to the ``mlflow run`` launcher stops its train step (KILLED, steps kept); ``--resume`` finishes it.
+
+What a scheduler, a ``timeout`` or a closed terminal does: signal the ``mlflow run`` process only. Its
+child, the train step, must not train on unseen: it ends the run KILLED within seconds, keeping its
+metrics and last checkpoint. ``verlflow train --resume <run_id>`` then continues the same run from that
+checkpoint to FINISHED with every step logged exactly once, and ``timing_s/e2e`` covering both attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow import data, lifecycle
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 6
+OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"  # + output_dir
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (value := predicate()) is not None:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def _train_run(client: MlflowClient):
+    runs = client.search_runs(["0"], "tags.`verlflow.step` = 'train'")
+    return runs[0] if runs else None
+
+
+@pytest.mark.slow
+def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_uri, tmp_path, monkeypatch):
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    data.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
+    client = MlflowClient()
+    client.search_experiments()  # create the store's tables before two processes race to
+    log = (tmp_path / "launcher.log").open("w")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local", "-e", "train",
+         "-P", "device=cpu", "-P", f"data_dir={tmp_path / 'data'}",
+         "-P", f"overrides={OVERRIDES} verlflow.output_dir={tmp_path / 'outputs'}"],
+        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        run = _wait_for(lambda: _train_run(client), 300, "the train run: " + str(tmp_path / "launcher.log"))
+        run_id = run.info.run_id
+        _wait_for(lambda: True if len(client.get_metric_history(run_id, "timing_s/step")) >= 2 else None, 600,
+                  "two logged steps")
+        step_pid = int(client.get_run(run_id).data.tags[lifecycle.PID_TAG])
+        launcher.send_signal(signal.SIGTERM)  # the launcher only, not its process group
+        signalled = time.monotonic()
+        _wait_for(lambda: True if client.get_run(run_id).info.status != "RUNNING" else None, 60, "the run to end")
+        ended_after = time.monotonic() - signalled
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=60)
+    print(f"SIGTERM to mlflow run -> run ended after {ended_after:.1f} s")  # fault figure, not asserted
+    killed = client.get_run(run_id)
+    assert killed.info.status == "KILLED"
+    kept = sorted(m.step for m in client.get_metric_history(run_id, "timing_s/step"))
+    assert 2 <= len(kept) < STEPS and kept == list(range(1, len(kept) + 1))
+    _wait_for(lambda: None if lifecycle.process_alive(step_pid) else True, 30, "the step process to exit")
+
+    result = subprocess.run([sys.executable, "-m", "verlflow.cli", "train", "--resume", run_id], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = client.get_run(run_id)
+    assert resumed.info.status == "FINISHED"
+    assert "verlflow.error" not in resumed.data.tags
+    for name in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
+        assert sorted(m.step for m in client.get_metric_history(run_id, name)) == list(range(1, STEPS + 1)), name
+    attempts = client.get_metric_history(run_id, "attempt/e2e_s")
+    assert sorted(m.step for m in attempts) == [1, 2]
+    assert resumed.data.metrics["timing_s/e2e"] >= sum(m.value for m in attempts) - 1.0

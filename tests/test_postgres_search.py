@@ -1,0 +1,84 @@
+"""The team setup on a real PostgreSQL: an ``mlflow server`` backed by it, two search workers sharing an
+Optuna study stored in it. All trials complete, none runs twice, nothing is left RUNNING.
+
+PostgreSQL comes from the ``pgserver`` wheel (dev extra: it ships the server binaries and runs as root
+too), started in the test's folder on a Unix socket and stopped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import wait_for_http
+from mlflow.tracking import MlflowClient
+from test_search_workers import _short_search_config
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def postgres(tmp_path_factory):
+    """A throwaway PostgreSQL (socket folder kept short: Unix socket paths must stay < 108 characters)."""
+    pgserver = pytest.importorskip("pgserver", reason="pgserver is part of the dev extra: pip install -e '.[dev]'")
+    folder = tmp_path_factory.mktemp("pg")
+    server = pgserver.get_server(str(folder), cleanup_mode="stop")
+    for database in ("tracking", "optuna"):
+        server.psql(f"create database {database};")
+    yield folder
+    server.cleanup()
+
+
+def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, smoke_store, monkeypatch):
+    # psycopg2 (dev extra) named explicitly: SQLAlchemy 2.1 would pick psycopg 3 for plain postgresql://.
+    tracking_db = f"postgresql+psycopg2://postgres@/tracking?host={postgres}"
+    storage = f"postgresql+psycopg2://postgres@/optuna?host={postgres}"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", tracking_db, "--artifacts-destination", str(tmp_path / "art")],
+        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+    try:
+        assert wait_for_http(f"{url}/health", server, timeout_s=180), (tmp_path / "server.log").read_text()[-2000:]
+        env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
+        env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(smoke_store.workdir / "cache")})
+        args = ["search", "--recipe", "smoke", "--device", "cpu", "--n_trials", "1", "--study_name", "pg",
+                "--storage", storage, "--pruner", "none", "--data_dir", str(smoke_store.data_dir),
+                "--search_config", str(_short_search_config(tmp_path))]
+        workers = [subprocess.Popen([sys.executable, "-m", "verlflow.cli", *args], cwd=tmp_path, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+        outputs = [w.communicate(timeout=900)[0] for w in workers]
+        assert [w.returncode for w in workers] == [0, 0], [o[-2000:] for o in outputs]
+
+        study = optuna.load_study(study_name="pg", storage=storage)
+        assert sorted(t.state.name for t in study.trials) == ["COMPLETE", "COMPLETE"]
+        client = MlflowClient(tracking_uri=url)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(experiments, max_results=1000)
+        trials = [r for r in runs if r.data.tags.get("optuna.study_name") == "pg"
+                  and r.data.tags.get("verlflow.step") == "train"]
+        assert sorted(int(r.data.tags["optuna.trial_number"]) for r in trials) == [0, 1]  # each trial once
+        assert [r.info.run_id for r in runs if r.info.status == "RUNNING"] == []
+        assert all("password" not in str(v).lower() for r in runs for v in r.data.params.values())
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

@@ -1,0 +1,169 @@
+"""A tracking-server outage never stops training and loses no metric point.
+
+A real ``mlflow server`` on 127.0.0.1 (SQLite backend) is stopped mid-run and started again on the same
+port and store. MLflow's own HTTP retries are cut to none (``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``) and the
+buffer retries every second, so a 5-minute outage is compressed into seconds with the same code path:
+the points queue up, spill to the file, and are replayed with their original step and timestamp.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import wait_for_http
+from mlflow.tracking import MlflowClient
+
+from verlflow import data
+from verlflow.metric_buffer import MetricBuffer
+
+FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+             "VERLFLOW_METRICS_RETRY_S": "1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """An ``mlflow server`` that can be stopped and started again on the same port and store."""
+
+    def __init__(self, root: Path):
+        self.root, self.port = root, _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        cmd = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
+               str(self.port), "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+               "--artifacts-destination", str(self.root / "artifacts")]
+        with open(self.root / "server.log", "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
+                                         start_new_session=True)
+        if not wait_for_http(f"{self.url}/health", self.proc, timeout_s=120):
+            pytest.fail(f"mlflow server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    srv = Server(tmp_path)
+    srv.start()
+    for key, value in FAST_FAIL.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", srv.url)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    import mlflow
+
+    mlflow.set_tracking_uri(srv.url)
+    yield srv
+    if srv.proc.poll() is None:
+        srv.stop()
+
+
+def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def test_points_logged_during_an_outage_are_replayed_with_their_step_and_time(server, tmp_path):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5)
+    stamps = {}
+    for step in range(1, 41):
+        if step == 11:
+            server.stop()
+            down_at = time.monotonic()
+        if step == 31:
+            assert (tmp_path / "spill.jsonl").is_file()  # kept on disk while the server is away
+            server.start()
+            print(f"outage survived: {time.monotonic() - down_at:.1f} s")  # fault figure, not asserted
+        stamps[step] = int(time.time() * 1000)
+        buffer.log({"loss": 1.0 / step}, step, timestamp_ms=stamps[step])
+        time.sleep(0.1)
+    assert buffer.close(wait_s=60) == 0
+    history = {m.step: m for m in client.get_metric_history(run_id, "loss")}
+    lost = 40 - len(history)
+    print(f"metric points lost: {lost} of 40")  # fault figure
+    assert sorted(history) == list(range(1, 41))
+    assert all(history[s].timestamp == stamps[s] for s in history)  # original time, not the replay's
+    assert not (tmp_path / "spill.jsonl").exists()
+
+
+def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_command(server, tmp_path, capsys):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5)
+    buffer.log({"loss": 0.5, "reward": 0.1}, 1)
+    assert buffer.close(wait_s=30) == 0
+    server.stop()
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5)
+    for step in (2, 3):
+        buffer.log({"loss": 0.5 / step, "reward": 0.1 * step}, step)
+    assert buffer.close(wait_s=2) == 4
+    command = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "python -m verlflow.metric_buffer" in command
+    server.start()
+    upload = subprocess.run([sys.executable, "-m", "verlflow.metric_buffer", str(tmp_path / "spill.jsonl")],
+                            capture_output=True, text=True, timeout=120)
+    assert upload.returncode == 0, upload.stderr[-2000:]
+    assert _steps(client, run_id, "loss") == _steps(client, run_id, "reward") == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    data.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
+    steps = 8
+    overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
+                 f"verlflow.output_dir={tmp_path / 'outputs'}")
+    proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--device", "cpu", "--data_dir",
+                             str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = MlflowClient()
+    deadline = time.monotonic() + 600
+    run_id = None
+    while time.monotonic() < deadline:
+        runs = client.search_runs(["0"], "tags.`verlflow.step` = 'train'")
+        if runs and len(client.get_metric_history(runs[0].info.run_id, "timing_s/step")) >= 2:
+            run_id = runs[0].info.run_id
+            break
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(1)
+    assert run_id, "training did not reach step 2"
+    server.stop()
+    time.sleep(25)  # a few training steps with no server
+    assert proc.poll() is None, "training stopped during the outage:\n" + proc.stdout.read()[-3000:]
+    server.start()
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    for key in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
+        assert _steps(client, run_id, key) == list(range(1, steps + 1)), key
+
+
+def test_verl_is_given_mlflow_http_retry_knobs_for_a_tracking_server():
+    from verlflow import config
+    from verlflow.backends.verl_command import build_plan
+
+    cfg = config.compose("qwen3-4b-gsm8k-grpo", "h20")
+    remote = build_plan(cfg, run_id="r" * 32, experiment_name="E", run_name="r", tracking_uri="http://h:5000")
+    local = build_plan(cfg, run_id="r" * 32, experiment_name="E", run_name="r", tracking_uri="sqlite:///m.db")
+    assert int(remote.attach_env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]) >= 10
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in local.attach_env
