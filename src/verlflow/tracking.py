@@ -136,10 +136,19 @@ def sanitize_metric_key(key: str) -> str:
     return _verl_adapter()._sanitize_key(key)
 
 
-def log_metrics(metrics: Mapping[str, float], step: int) -> None:
-    """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would)."""
+def log_metrics(metrics: Mapping[str, float], step: int, *, synchronous: bool = True) -> None:
+    """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would).
+
+    One ``log_batch`` per call. ``synchronous=False`` queues it on MLflow's async logging thread, so a
+    training step does not wait for the store; call :func:`flush_metrics` before reading them back.
+    """
     clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}
-    mlflow.log_metrics(clean, step=step)
+    mlflow.log_metrics(clean, step=step, synchronous=synchronous)
+
+
+def flush_metrics() -> None:
+    """Wait until every metric queued with ``synchronous=False`` is in the tracking store."""
+    mlflow.flush_async_logging()
 
 
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
