@@ -45,6 +45,10 @@ def summarise(raw: dict) -> dict:
     tokens = raw["tokens"][FIRST_STEP - 1:]
     out = {"step_s": statistics.median(steps),
            "tokens_per_s": statistics.median(t / s for t, s in zip(tokens, steps, strict=True))}
+    if raw.get("cpu_s"):
+        cpu = raw["cpu_s"][FIRST_STEP - 1:]
+        out["cpu_step_s"] = statistics.median(cpu)
+        out["tokens_per_cpu_s"] = statistics.median(t / s for t, s in zip(tokens, cpu, strict=True))
     if "timing" in raw:
         timing = raw["timing"][FIRST_STEP - 1:]
         out["phases"] = {k.removeprefix("timing_s/"): statistics.median(t[k] for t in timing) for k in timing[0]}
@@ -66,6 +70,9 @@ def main() -> None:
                         help="a `pip install --target` folder holding trl (ignored when it does not exist)")
     parser.add_argument("--no-tracking", action="store_true", help="skip the logging-off runs")
     args = parser.parse_args()
+    if not (args.data / "train.jsonl").is_file() and not (args.data / "train.parquet").is_file():
+        raise SystemExit(f"--data {args.data}: no train.jsonl or train.parquet there; give the GSM8K folder "
+                         "(e.g. --data /path/to/shared/data/gsm8k)")
     sys.path.insert(0, str(setup.REPO / "src"))
     models = setup.build_models(args.work)
     data_dir = setup.prepare_data(args.data.resolve(), args.work / "gsm8k")
@@ -88,7 +95,10 @@ def main() -> None:
                 raw = run_worker(cmd, setup.THREADS)
                 runs.append({"round": round_no, "model": name, "trainer": trainer, **summarise(raw), "raw": raw})
                 print(f"round {round_no + 1} {name:5s} {trainer:15s} step {runs[-1]['step_s']:.2f} s  "
-                      f"{runs[-1]['tokens_per_s']:.0f} tok/s  load {os.getloadavg()[0]:.1f}", flush=True)
+                      f"{runs[-1]['tokens_per_s']:.0f} tok/s  cpu {runs[-1].get('cpu_step_s', 0):.2f} s/step  "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.with_suffix(".partial.json").write_text(json.dumps(runs, indent=1))
     report = {"settings": {k: getattr(setup, k) for k in ("THREADS", "PROMPTS_PER_STEP", "GENERATIONS",
                                                           "COMPLETION_TOKENS", "LEARNING_RATE", "KL_COEF")},
               "steps": args.steps, "rounds": args.rounds, "load_before": load_before, "load_after": os.getloadavg(),
@@ -111,6 +121,8 @@ def table(runs: list[dict], models: list[str]) -> list[dict]:
             ours, theirs = pick["verlflow"], pick["trl"]
             row = {"model": name, "round": round_no + 1, "trl_step_s": theirs["step_s"],
                    "verlflow_step_s": ours["step_s"], "trl_tok_s": theirs["tokens_per_s"],
+                   # generated tokens per CPU second (process time, all threads), verlflow over TRL
+                   "cpu_ratio": ours.get("tokens_per_cpu_s", 0) / max(theirs.get("tokens_per_cpu_s", 0), 1e-9),
                    "verlflow_tok_s": ours["tokens_per_s"], "ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
                    "phases": ours["phases"], "log_share": ours["log_s"] / ours["step_s"]}
             if "verlflow-nolog" in pick:
@@ -121,12 +133,13 @@ def table(runs: list[dict], models: list[str]) -> list[dict]:
 
 def print_table(report: dict) -> None:
     """The markdown table the README shows."""
-    print("\n| model | round | TRL step s | verlflow step s | TRL tok/s | verlflow tok/s | verlflow/TRL |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| model | round | TRL step s | verlflow step s | TRL tok/s | verlflow tok/s | verlflow/TRL "
+          "| same, by CPU seconds |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in report["table"]:
         print(f"| {row['model']} ({report['params'][row['model']] / 1e6:.2f} M) | {row['round']} | "
               f"{row['trl_step_s']:.2f} | {row['verlflow_step_s']:.2f} | {row['trl_tok_s']:.0f} | "
-              f"{row['verlflow_tok_s']:.0f} | {row['ratio']:.2f}x |")
+              f"{row['verlflow_tok_s']:.0f} | {row['ratio']:.2f}x | {row['cpu_ratio']:.2f}x |")
     print("\nverlflow per-phase medians (timing_s/*, seconds):")
     for row in report["table"]:
         phases = "  ".join(f"{k} {v:.3f}" for k, v in row["phases"].items())

@@ -40,13 +40,16 @@ def main(model_dir: str, data_dir: str, steps: int) -> dict:
                 zip(completions, ground_truth, strict=True)]
 
     ends: list[float] = []
+    cpu: list[float] = []  # process CPU seconds (all threads): steadier than wall time on a shared machine
 
     class StepClock(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
 
         def on_step_end(self, args, state, control, **kwargs):
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
@@ -63,7 +66,8 @@ def main(model_dir: str, data_dir: str, steps: int) -> dict:
         trainer = GRPOTrainer(model=model, reward_funcs=gsm8k_reward, args=args, train_dataset=dataset,
                               processing_class=tokenizer, callbacks=[StepClock()])
         trainer.train()
-    return {"step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)], "tokens": tokens}
+    return {"step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)], "tokens": tokens,
+            "cpu_s": [b - a for a, b in zip(cpu, cpu[1:], strict=False)]}
 
 
 if __name__ == "__main__":

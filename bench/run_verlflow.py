@@ -45,18 +45,20 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
     log_seconds: list[float] = []
     real_log = tracking.log_metrics
 
-    def timed_log(metrics, step):
+    def timed_log(metrics, step, **kwargs):
         start = time.perf_counter()
         if logging_on:
-            real_log(metrics, step)
+            real_log(metrics, step, **kwargs)
         log_seconds.append(time.perf_counter() - start)
 
     tracking.log_metrics = timed_log
     ends: list[float] = []
+    cpu: list[float] = []  # process CPU seconds (all threads): steadier than wall time on a shared machine
     per_step: list[dict] = []
 
     def on_step_end(step, metrics):
         ends.append(time.perf_counter())
+        cpu.append(time.process_time())
         per_step.append(dict(metrics))
 
     with tempfile.TemporaryDirectory() as work:
@@ -64,10 +66,12 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
         cfg = config.compose("smoke", "cpu", overrides(model_dir, steps, os.path.join(work, "outputs")))
         with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="smoke", profile="cpu")) as run:
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
             train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
         logged = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
     return {
         "step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)],
+        "cpu_s": [b - a for a, b in zip(cpu, cpu[1:], strict=False)],
         "tokens": [m["response_length/mean"] * setup.PROMPTS_PER_STEP * setup.GENERATIONS for m in per_step],
         "timing": [{k: v for k, v in m.items() if k.startswith("timing_s/")} for m in per_step],
         "log_s": log_seconds, "logged_steps": len(logged),
