@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator, Mapping
@@ -131,8 +132,15 @@ def _verl_adapter():
     return _MlflowLoggingAdapter()
 
 
+# A key verl's sanitizer leaves unchanged: no '@', no '//', only [/\w.\- :] (its own allowed set). Such
+# keys skip importing verl (seconds), which `compare` would otherwise pay for a no-op.
+_CLEAN_KEY = re.compile(r"(?!.*//)[/\w.\- :]*")
+
+
 def sanitize_metric_key(key: str) -> str:
     """Sanitize a metric name the way verl's MLflow logger does (``@`` → ``_at_``, invalid chars → ``_``)."""
+    if _CLEAN_KEY.fullmatch(key):
+        return key
     return _verl_adapter()._sanitize_key(key)
 
 
