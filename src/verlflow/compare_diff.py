@@ -11,9 +11,11 @@ that differs, outside paths and names, means the recipes differ, and the report 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verlflow import config
@@ -175,12 +177,39 @@ def profile_param_keys(extra_profiles: Iterable[str] = ()) -> set[str]:
     return {k.replace(".", "/") for k in dotted}
 
 
+# verl ships its default trainer config fully composed as plain YAML (verl >= 0.4.1); reading that text
+# takes milliseconds, where composing it with Hydra imports verl (torch, ray, tensordict: seconds).
+GENERATED_DEFAULTS = ("trainer", "config", "_generated_ppo_trainer.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def verl_default_values() -> dict[str, object]:
+    """Every dotted key of the installed verl's default trainer config with its raw (unresolved) value.
+
+    Read from the YAML file verl ships without importing verl; composed with Hydra where that file is
+    absent (older verl). Empty when verl is not installed.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    generated = Path(next(iter(spec.submodule_search_locations)), *GENERATED_DEFAULTS)
+    if generated.is_file():
+        import yaml
+
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        tree = yaml.load(generated.read_text(encoding="utf-8"), Loader=loader) or {}
+        return config.flatten_tree(tree)
+    try:
+        return config.verl_defaults()
+    except Exception:  # noqa: BLE001 - an unimportable verl: there is nothing to follow
+        return {}
+
+
 def _interpolating_keys(keys: set[str]) -> set[str]:
     """Keys of verl's default config whose value interpolates one of ``keys``, transitively."""
-    try:
-        defaults = config.verl_defaults()
-    except Exception:  # noqa: BLE001 - without an importable verl there is nothing to follow
-        return set()
+    defaults = verl_default_values()
     found: set[str] = set()
     frontier = set(keys)
     while frontier:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator, Mapping
@@ -138,17 +139,36 @@ def _verl_adapter():
     return _MlflowLoggingAdapter()
 
 
+# A key verl's sanitizer leaves unchanged: no '@', no '//', only [/\w.\- :] (its own allowed set). Such
+# keys skip importing verl (seconds), which `compare` would otherwise pay for a no-op.
+_CLEAN_KEY = re.compile(r"(?!.*//)[/\w.\- :]*")
+
+
 def sanitize_metric_key(key: str) -> str:
     """Sanitize a metric name the way verl's MLflow logger does (``@`` → ``_at_``, invalid chars → ``_``)."""
+    if _CLEAN_KEY.fullmatch(key):
+        return key
     return _verl_adapter()._sanitize_key(key)
 
 
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:
-    """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would)."""
+    """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would).
+
+    Inside :func:`verlflow.metric_buffer.buffering` (every train run) the step is queued and written by the
+    buffer's background thread, so a training step never waits for the store; :func:`flush_metrics` waits
+    for it before the metrics are read back.
+    """
     clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}
     active = mlflow.active_run()
     if active is None or not metric_buffer.log(active.info.run_id, clean, step):  # buffered: outage-proof
         mlflow.log_metrics(clean, step=step)
+
+
+def flush_metrics() -> None:
+    """Wait (bounded) until the active run's buffered per-step metrics are in the tracking store."""
+    active = mlflow.active_run()
+    if active is not None:
+        metric_buffer.flush(active.info.run_id)
 
 
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:

@@ -32,7 +32,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verlflow.backends import local_checkpoint as ckpt
-from verlflow.backends.local_loss import batched_log_probs, compute_advantages, update_actor
+from verlflow.backends.local_loss import batched_log_probs, compute_advantages, is_on_policy, update_actor
 from verlflow.backends.local_metrics import last_logged_step, val_metric_names, verl_batch_metrics
 from verlflow.backends.local_models import (
     apply_thread_count,
@@ -249,6 +249,7 @@ class LocalTrainer:
                 on_step_end(step, metrics)
         if self.last_saved is None or ckpt.checkpoint_step(self.last_saved.parent.parent) != self.global_step:
             self._save()  # resumed at an already finished step: make sure the final checkpoint is there
+        tracking.flush_metrics()  # the summaries read the per-step history back
         summaries = tracking.log_run_summaries(self.run_id, started_at)
         final = self.last_saved.resolve()
         mlflow.set_tag(CHECKPOINT_TAG, str(final))
@@ -270,17 +271,22 @@ class LocalTrainer:
                 rollout.scores = score(rollout, prompts, s.n, self.reward_fn)
             input_ids, attention_mask, mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
             length = mask.shape[1]
+            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": mask}
+            on_policy = is_on_policy(self.model, ppo_epochs=s.actor.ppo_epochs,
+                                     mini_batch=s.ppo_mini_batch_size * s.n, batch_size=len(input_ids))
             with _timer("old_log_prob", timing):
-                old_log_probs, entropy = batched_log_probs(self.model, input_ids, attention_mask, length,
-                                                           temperature, s.log_prob_micro_batch, with_entropy=True)
-                metrics["actor/entropy"] = agg_loss(loss_mat=entropy, loss_mask=mask.bool(),
-                                                    loss_agg_mode=s.actor.loss_agg_mode).item()
-            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": mask,
-                     "old_log_probs": old_log_probs}
+                # On-policy (one epoch, one mini-batch) the update's first forward gives the old log-probs
+                # and the entropy, as in verl and TRL: no separate pass, this phase costs nothing.
+                if not on_policy:
+                    batch["old_log_probs"], entropy = batched_log_probs(
+                        self.model, input_ids, attention_mask, length, temperature, s.log_prob_micro_batch,
+                        with_entropy=True, group=s.n)
+                    metrics["actor/entropy"] = agg_loss(loss_mat=entropy, loss_mask=mask.bool(),
+                                                        loss_agg_mode=s.actor.loss_agg_mode).item()
             if self.ref_model is not None:
                 with _timer("ref", timing):
                     batch["ref_log_prob"], _ = batched_log_probs(self.ref_model, input_ids, attention_mask, length,
-                                                                 temperature, s.ref_log_prob_micro_batch)
+                                                                 temperature, s.ref_log_prob_micro_batch, group=s.n)
             with _timer("adv", timing):
                 scores = rollout.token_level_scores()
                 # No KL in the reward (algorithm.use_kl_in_reward is not supported): rewards = scores.
@@ -291,7 +297,7 @@ class LocalTrainer:
             with _timer("update_actor", timing):
                 metrics.update(update_actor(
                     self.model, self.optimizer, batch, actor=s.actor, mini_batch=s.ppo_mini_batch_size * s.n,
-                    micro_batch=s.ppo_micro_batch_size, grad_clip=s.grad_clip, temperature=temperature))
+                    micro_batch=s.ppo_micro_batch_size, grad_clip=s.grad_clip, temperature=temperature, group=s.n))
                 metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
                 self.scheduler.step()
         metrics.update(verl_batch_metrics(
@@ -343,14 +349,18 @@ class LocalTrainer:
 
         if step <= self.logged_through:
             return  # this run already has this step from before it was interrupted
-        tracking.log_metrics(metrics, step)
+        tracking.log_metrics(metrics, step)  # buffered by the train step; flushed before the summaries
 
     def _log_samples(self, samples: dict[str, list], step: int) -> None:
         if step > self.logged_through:
             mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
 
     def cleanup(self) -> None:
-        """Close the progress bar and free the models (device memory on an accelerator)."""
+        """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
+        the models (device memory on an accelerator)."""
+        from verlflow import tracking
+
+        tracking.flush_metrics()
         if self.progress is not None:
             self.progress.close()
         self.model = self.ref_model = None

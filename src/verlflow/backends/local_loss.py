@@ -24,35 +24,51 @@ import torch
 
 def response_log_probs(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_length: int,
-    temperature: float, *, with_entropy: bool,
+    temperature: float, *, with_entropy: bool, group: int = 1, entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of the last ``response_length`` tokens, logits / temperature.
 
     input_ids, attention_mask: (b, P+R) left-padded prompt + right-padded response → (b, R) each.
+    With ``group`` > 1 and rows that share their prompt in groups of ``group`` (GRPO's ``n`` samples),
+    each distinct prompt is computed once (:mod:`local_forward`); the result is the same.
+    ``entropy_grad=False``: the entropy is a metric only, computed without building its graph.
     """
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False).logits
-    # The logit at position t predicts token t+1: (b, R, V) for the response tokens.
-    logits = logits[:, -response_length - 1:-1, :].float() / temperature
+    from verlflow.backends.local_forward import can_share_prompts, response_logits, rows_share_prompts
+
+    prompt_length = input_ids.shape[1] - response_length
+    prompts = input_ids[:, :prompt_length]
+    if group > 1 and can_share_prompts(model) and rows_share_prompts(prompts, group):
+        logits = response_logits(model, prompts, attention_mask[:, :prompt_length], input_ids[:, prompt_length:],
+                                 attention_mask[:, prompt_length:], group)
+    else:
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=False).logits
+        # The logit at position t predicts token t+1: (b, R, V) for the response tokens.
+        logits = logits[:, -response_length - 1:-1, :]
+    logits = logits.float() / temperature
     responses = input_ids[:, -response_length:]
     log_probs = logprobs_from_logits(logits, responses)
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     return log_probs, entropy
 
 
 @torch.no_grad()
 def batched_log_probs(
     model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_length: int,
-    temperature: float, micro_batch: int, *, with_entropy: bool = False,
+    temperature: float, micro_batch: int, *, with_entropy: bool = False, group: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`response_log_probs` over the whole batch in chunks of ``micro_batch`` rows, without grad."""
     was_training = model.training
     model.eval()
     parts = [response_log_probs(model, input_ids[s], attention_mask[s], response_length, temperature,
-                                with_entropy=with_entropy) for s in _chunks(len(input_ids), micro_batch)]
+                                with_entropy=with_entropy, group=_group_of(s, group))
+             for s in _chunks(len(input_ids), micro_batch)]
     model.train(was_training)
     log_probs = torch.cat([p[0] for p in parts])
     entropy = torch.cat([p[1] for p in parts]) if with_entropy else None
@@ -118,18 +134,28 @@ def actor_loss(
 
 def update_actor(
     model: Any, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor], *, actor: Any,
-    mini_batch: int, micro_batch: int, grad_clip: float, temperature: float,
+    mini_batch: int, micro_batch: int, grad_clip: float, temperature: float, group: int = 1,
 ) -> dict[str, float]:
     """``ppo_epochs`` passes over ``batch`` in mini-batches of ``mini_batch`` responses, one optimizer
     step each, accumulated over micro-batches of ``micro_batch``; returns verl's ``actor/*`` metrics.
 
-    batch: input_ids, attention_mask (B, P+R); response_mask, old_log_probs, advantages and, with
-    ``use_kl_loss``, ref_log_prob (B, R).
+    batch: input_ids, attention_mask (B, P+R); response_mask, advantages and, with ``use_kl_loss``,
+    ref_log_prob (B, R); old_log_probs (B, R), or none when the update is exactly on-policy (see
+    :func:`is_on_policy`): then the first forward of each micro-batch *is* the old policy, its log-probs
+    are detached as the old ones (ratio 1, as verl and TRL do), and the returned metrics also hold
+    ``actor/entropy`` (verl's old-log-prob entropy, from that same forward). ``group``: rows share their
+    prompt in groups of this many (GRPO's ``n``), computed once per group.
     """
+    from verl.trainer.ppo.core_algos import agg_loss
+
     model.train()
     response_length = batch["response_mask"].shape[1]
-    with_entropy = actor.entropy_coeff != 0
+    on_policy = "old_log_probs" not in batch
+    if on_policy and not (actor.ppo_epochs == 1 and mini_batch >= len(batch["input_ids"])):
+        raise ValueError("update_actor without old_log_probs needs one epoch of one mini-batch (on-policy)")
+    with_entropy = actor.entropy_coeff != 0 or on_policy
     history: dict[str, list[float]] = defaultdict(list)
+    entropies: list[torch.Tensor] = []
     for _ in range(actor.ppo_epochs):
         for mini in _chunks(len(batch["input_ids"]), mini_batch):
             optimizer.zero_grad(set_to_none=True)
@@ -140,12 +166,17 @@ def update_actor(
                 rows = _offset(mini, micro)
                 log_prob, entropy = response_log_probs(
                     model, batch["input_ids"][rows], batch["attention_mask"][rows], response_length,
-                    temperature, with_entropy=with_entropy)
+                    temperature, with_entropy=with_entropy, group=_group_of(rows, group),
+                    entropy_grad=actor.entropy_coeff != 0)
+                old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"][rows]
+                if on_policy:
+                    entropies.append(entropy.detach())
                 loss, metrics = actor_loss(
-                    actor, log_prob=log_prob, old_log_prob=batch["old_log_probs"][rows],
+                    actor, log_prob=log_prob, old_log_prob=old_log_prob,
                     advantages=batch["advantages"][rows], response_mask=batch["response_mask"][rows],
                     ref_log_prob=batch["ref_log_prob"][rows] if actor.use_kl_loss else None,
-                    entropy=entropy, batch_num_tokens=max(tokens, 1), global_batch_size=max(sequences, 1))
+                    entropy=entropy if actor.entropy_coeff != 0 else None, batch_num_tokens=max(tokens, 1),
+                    global_batch_size=max(sequences, 1))
                 loss.backward()
                 for key, value in metrics.items():
                     step[key].append(value)
@@ -158,7 +189,29 @@ def update_actor(
             for key, values in step.items():
                 how, name = key.split(":", 1)
                 history[name].append(sum(values) if how == "sum" else sum(values) / len(values))
-    return {name: sum(values) / len(values) for name, values in history.items()}
+    result = {name: sum(values) / len(values) for name, values in history.items()}
+    if on_policy:
+        result["actor/entropy"] = agg_loss(loss_mat=torch.cat(entropies), loss_mask=batch["response_mask"].bool(),
+                                           loss_agg_mode=actor.loss_agg_mode).item()
+    return result
+
+
+def is_on_policy(model: Any, *, ppo_epochs: int, mini_batch: int, batch_size: int) -> bool:
+    """Whether the update's first forward sees exactly the policy that sampled: one epoch, one mini-batch
+    (no optimizer step before any row is scored) and no dropout (train and eval mode compute the same)."""
+    return ppo_epochs == 1 and mini_batch >= batch_size and not _has_dropout(model)
+
+
+def _has_dropout(model: Any) -> bool:
+    config = getattr(model, "config", None)
+    rates = [getattr(config, name, 0.0) or 0.0 for name in ("attention_dropout", "hidden_dropout", "dropout")]
+    return any(float(r) > 0 for r in rates) or any(
+        isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def _group_of(rows: slice, group: int) -> int:
+    """``group`` when the rows hold whole groups of samples of one prompt, else 1 (no sharing)."""
+    return group if rows.start % group == 0 and (rows.stop - rows.start) % group == 0 else 1
 
 
 def _chunks(total: int, size: int) -> Iterator[slice]:

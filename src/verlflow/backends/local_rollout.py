@@ -138,24 +138,35 @@ def generate(
     model: Any, tokenizer: Any, prompts: PromptSet, *, n: int, sampling: dict[str, Any],
     max_new_tokens: int, device: torch.device,
 ) -> Rollout:
-    """Sample ``n`` responses per prompt (repeated interleaved, as verl repeats a batch)."""
-    from transformers import GenerationConfig
+    """Sample ``n`` responses per prompt (repeated interleaved, as verl repeats a batch).
+
+    Each distinct prompt is prefilled once and its ``n`` samples decode from its KV cache
+    (:mod:`local_sampling`); sampling keys that loop does not know fall back to ``model.generate``.
+    """
     from verl.utils.torch_functional import get_response_mask
 
+    from verlflow.backends.local_sampling import SUPPORTED_KEYS, sample_responses
+
     eos_ids, pad_id = stop_tokens(tokenizer, model)
-    repeated = [ids for ids in prompts.input_ids for _ in range(n)]
-    prompt_ids, prompt_mask = left_pad(repeated, pad_id, device)
-    config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id,
-                              use_cache=True, **sampling)
+    distinct_ids, distinct_mask = left_pad(prompts.input_ids, pad_id, device)
+    prompt_ids, prompt_mask = distinct_ids.repeat_interleave(n, dim=0), distinct_mask.repeat_interleave(n, dim=0)
     was_training = model.training
     model.eval()
-    out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
+    if set(sampling) <= SUPPORTED_KEYS:
+        responses = sample_responses(model, distinct_ids, distinct_mask, n=n, max_new_tokens=max_new_tokens,
+                                     eos_ids=eos_ids, pad_id=pad_id, sampling=sampling)
+    else:
+        from transformers import GenerationConfig
+
+        config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id,
+                                  use_cache=True, **sampling)
+        out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
+        responses = out[:, prompt_ids.shape[1]:]
     model.train(was_training)
-    responses = out[:, prompt_ids.shape[1]:]
     response_mask = get_response_mask(responses, eos_token=eos_ids, dtype=torch.long)
     responses = responses.masked_fill(response_mask == 0, pad_id)
-    texts = [tokenizer.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(responses, response_mask,
-                                                                                    strict=True)]
+    texts = tokenizer.batch_decode([r[m.bool()] for r, m in zip(responses, response_mask, strict=True)],
+                                   skip_special_tokens=True)
     return Rollout(
         prompts=prompt_ids,
         prompt_mask=prompt_mask,

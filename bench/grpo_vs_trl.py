@@ -1,0 +1,156 @@
+"""verlflow's local GRPO trainer against TRL's GRPOTrainer on this CPU, same settings, alternating runs.
+
+    pip install --no-deps --target .bench-site "trl==1.16.0"    # once; or: pip install -e ".[bench]"
+    python bench/grpo_vs_trl.py [--data ../shared/data/gsm8k] [--rounds 2] [--steps 12]
+
+Builds both models offline (verlflow's tiny Qwen3, and a 3.5 M Qwen3 on the same tokenizer), takes the
+first GSM8K train prompts from ``--data``, then per round and model runs both trainers, each in a fresh
+process, alternating which goes first. Settings (bench_setup.py): fp32, 2 threads, 4 prompts x 4
+generations, <= 64 completion tokens, lr 5e-7, KL 0.001, 12 steps; a figure is the median of steps 3-12.
+It also runs the local trainer with per-step MLflow logging off, to show what tracking costs.
+Prints a table and writes everything to ``--out`` (JSON). TRL is imported only by bench/run_trl.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench_setup as setup
+
+HERE = Path(__file__).resolve().parent
+FIRST_STEP = 3  # steps 1-2 warm up (allocator, first-call overheads) and are left out
+
+
+def run_worker(args: list[str], threads: int) -> dict:
+    """Run one bench worker script in a fresh process and return its BENCH_RESULT."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([str(setup.REPO / "src"), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("BENCH_RESULT "):
+            return json.loads(line.removeprefix("BENCH_RESULT "))
+    raise SystemExit(f"bench worker {args[0]} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def summarise(raw: dict) -> dict:
+    """Median step seconds and median generated tokens/s over steps FIRST_STEP.., per-phase medians."""
+    steps = raw["step_s"][FIRST_STEP - 1:]
+    tokens = raw["tokens"][FIRST_STEP - 1:]
+    out = {"step_s": statistics.median(steps),
+           "tokens_per_s": statistics.median(t / s for t, s in zip(tokens, steps, strict=True))}
+    if raw.get("cpu_s"):
+        cpu = raw["cpu_s"][FIRST_STEP - 1:]
+        out["cpu_step_s"] = statistics.median(cpu)
+        out["tokens_per_cpu_s"] = statistics.median(t / s for t, s in zip(tokens, cpu, strict=True))
+    if "timing" in raw:
+        timing = raw["timing"][FIRST_STEP - 1:]
+        out["phases"] = {k.removeprefix("timing_s/"): statistics.median(t[k] for t in timing) for k in timing[0]}
+        out["log_s"] = statistics.median(raw["log_s"][FIRST_STEP - 1:])
+    return out
+
+
+def main() -> None:
+    """Build, run alternating rounds, print the table, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=setup.REPO.parent / "shared" / "data" / "gsm8k")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "grpo_vs_trl.json")
+    parser.add_argument("--work", type=Path, default=Path(os.environ.get("VERLFLOW_CACHE") or
+                                                          Path.home() / ".cache" / "verlflow") / "bench")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--models", nargs="+", default=list(setup.MODELS), choices=setup.MODELS)
+    parser.add_argument("--trl-site", default=str(setup.REPO / ".bench-site"),
+                        help="a `pip install --target` folder holding trl (ignored when it does not exist)")
+    parser.add_argument("--no-tracking", action="store_true", help="skip the logging-off runs")
+    args = parser.parse_args()
+    if not (args.data / "train.jsonl").is_file() and not (args.data / "train.parquet").is_file():
+        raise SystemExit(f"--data {args.data}: no train.jsonl or train.parquet there; give the GSM8K folder "
+                         "(e.g. --data /path/to/shared/data/gsm8k)")
+    sys.path.insert(0, str(setup.REPO / "src"))
+    models = setup.build_models(args.work)
+    data_dir = setup.prepare_data(args.data.resolve(), args.work / "gsm8k")
+    trl_site = args.trl_site if Path(args.trl_site).is_dir() else ""
+    load_before = os.getloadavg()
+    started = time.time()
+    runs: list[dict] = []
+    for round_no in range(args.rounds):
+        for name in args.models:
+            order = ["verlflow", "trl"] if round_no % 2 == 0 else ["trl", "verlflow"]
+            if not args.no_tracking and name == args.models[0]:
+                order.append("verlflow-nolog")
+            for trainer in order:
+                if trainer == "trl":
+                    cmd = [str(HERE / "run_trl.py"), str(models[name]), str(data_dir), str(args.steps), trl_site]
+                else:
+                    logging_on = "on" if trainer == "verlflow" else "off"
+                    cmd = [str(HERE / "run_verlflow.py"), str(models[name]), str(data_dir), str(args.steps),
+                           logging_on]
+                raw = run_worker(cmd, setup.THREADS)
+                runs.append({"round": round_no, "model": name, "trainer": trainer, **summarise(raw), "raw": raw})
+                print(f"round {round_no + 1} {name:5s} {trainer:15s} step {runs[-1]['step_s']:.2f} s  "
+                      f"{runs[-1]['tokens_per_s']:.0f} tok/s  cpu {runs[-1].get('cpu_step_s', 0):.2f} s/step  "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.with_suffix(".partial.json").write_text(json.dumps(runs, indent=1))
+    report = {"settings": {k: getattr(setup, k) for k in ("THREADS", "PROMPTS_PER_STEP", "GENERATIONS",
+                                                          "COMPLETION_TOKENS", "LEARNING_RATE", "KL_COEF")},
+              "steps": args.steps, "rounds": args.rounds, "load_before": load_before, "load_after": os.getloadavg(),
+              "seconds": time.time() - started, "params": {n: setup.parameter_count(models[n]) for n in args.models},
+              "runs": runs}
+    report["table"] = table(runs, args.models)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print_table(report)
+    print(f"\nload average before {load_before[0]:.1f}, after {report['load_after'][0]:.1f}; "
+          f"{report['seconds']:.0f} s; results in {args.out}")
+
+
+def table(runs: list[dict], models: list[str]) -> list[dict]:
+    """Per model and round: both trainers' figures and the verlflow/TRL ratio, plus the tracking ratio."""
+    rows = []
+    for name in models:
+        for round_no in sorted({r["round"] for r in runs}):
+            pick = {r["trainer"]: r for r in runs if r["model"] == name and r["round"] == round_no}
+            ours, theirs = pick["verlflow"], pick["trl"]
+            row = {"model": name, "round": round_no + 1, "trl_step_s": theirs["step_s"],
+                   "verlflow_step_s": ours["step_s"], "trl_tok_s": theirs["tokens_per_s"],
+                   # generated tokens per CPU second (process time, all threads), verlflow over TRL
+                   "cpu_ratio": ours.get("tokens_per_cpu_s", 0) / max(theirs.get("tokens_per_cpu_s", 0), 1e-9),
+                   "verlflow_tok_s": ours["tokens_per_s"], "ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
+                   "phases": ours["phases"], "log_share": ours["log_s"] / ours["step_s"]}
+            if "verlflow-nolog" in pick:
+                row["logging_on_over_off"] = ours["step_s"] / pick["verlflow-nolog"]["step_s"]
+            rows.append(row)
+    return rows
+
+
+def print_table(report: dict) -> None:
+    """The markdown table the README shows."""
+    print("\n| model | round | TRL step s | verlflow step s | TRL tok/s | verlflow tok/s | verlflow/TRL "
+          "| same, by CPU seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in report["table"]:
+        print(f"| {row['model']} ({report['params'][row['model']] / 1e6:.2f} M) | {row['round']} | "
+              f"{row['trl_step_s']:.2f} | {row['verlflow_step_s']:.2f} | {row['trl_tok_s']:.0f} | "
+              f"{row['verlflow_tok_s']:.0f} | {row['ratio']:.2f}x | {row['cpu_ratio']:.2f}x |")
+    print("\nverlflow per-phase medians (timing_s/*, seconds):")
+    for row in report["table"]:
+        phases = "  ".join(f"{k} {v:.3f}" for k, v in row["phases"].items())
+        print(f"  {row['model']:5s} round {row['round']}: {phases}")
+    print("\ntracking (MLflow, SQLite store):")
+    for row in report["table"]:
+        extra = (f", step time logging on / off = {row['logging_on_over_off']:.3f}"
+                 if "logging_on_over_off" in row else "")
+        print(f"  {row['model']:5s} round {row['round']}: per-step logging on the trainer's thread = "
+              f"{100 * row['log_share']:.2f}% of the step{extra}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""One verlflow local-trainer run for the benchmark, in its own process, tracked in a SQLite store.
+
+    python bench/run_verlflow.py MODEL_DIR DATA_DIR STEPS on|off
+
+``on`` logs every step to MLflow as a normal run does; ``off`` replaces the per-step metric logging
+with nothing (the run, its params and its checkpoint stay), to measure what tracking costs.
+Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
+and the seconds the trainer's thread spent in per-step logging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import bench_setup as setup
+
+
+def overrides(model_dir: str, steps: int, output_dir: str) -> list[str]:
+    """The smoke recipe turned into the benchmark's settings (same as the TRL run's)."""
+    actor = "actor_rollout_ref.actor"
+    return [
+        f"actor_rollout_ref.model.path={model_dir}", f"data.train_batch_size={setup.PROMPTS_PER_STEP}",
+        f"actor_rollout_ref.rollout.n={setup.GENERATIONS}", f"data.max_response_length={setup.COMPLETION_TOKENS}",
+        f"data.max_prompt_length={setup.MAX_PROMPT_TOKENS}", "data.shuffle=false",
+        f"{actor}.optim.lr={setup.LEARNING_RATE}", f"{actor}.kl_loss_coef={setup.KL_COEF}", f"{actor}.entropy_coeff=0",
+        f"{actor}.ppo_mini_batch_size={setup.PROMPTS_PER_STEP}",
+        f"{actor}.ppo_micro_batch_size_per_gpu={setup.PROMPTS_PER_STEP * setup.GENERATIONS}",
+        f"actor_rollout_ref.rollout.temperature={setup.TEMPERATURE}",
+        f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.save_freq=-1",
+        f"verlflow.output_dir={output_dir}", f"profile.env.OMP_NUM_THREADS={setup.THREADS}",
+    ]
+
+
+def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
+    """Train ``steps`` GRPO steps with the local trainer; per-step seconds, tokens, phases, logging time."""
+    import mlflow
+
+    from verlflow import config, tracking
+    from verlflow.backends.local import train_local
+
+    log_seconds: list[float] = []
+    real_log = tracking.log_metrics
+
+    def timed_log(metrics, step, **kwargs):
+        start = time.perf_counter()
+        if logging_on:
+            real_log(metrics, step, **kwargs)
+        log_seconds.append(time.perf_counter() - start)
+
+    tracking.log_metrics = timed_log
+    ends: list[float] = []
+    cpu: list[float] = []  # process CPU seconds (all threads): steadier than wall time on a shared machine
+    per_step: list[dict] = []
+
+    def on_step_end(step, metrics):
+        ends.append(time.perf_counter())
+        cpu.append(time.process_time())
+        per_step.append(dict(metrics))
+
+    with tempfile.TemporaryDirectory() as work:
+        mlflow.set_tracking_uri(f"sqlite:///{work}/mlflow.db")
+        cfg = config.compose("smoke", "cpu", overrides(model_dir, steps, os.path.join(work, "outputs")))
+        with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="smoke", profile="cpu")) as run:
+            ends.append(time.perf_counter())
+            cpu.append(time.process_time())
+            train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
+        logged = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
+    return {
+        "step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)],
+        "cpu_s": [b - a for a, b in zip(cpu, cpu[1:], strict=False)],
+        "tokens": [m["response_length/mean"] * setup.PROMPTS_PER_STEP * setup.GENERATIONS for m in per_step],
+        "timing": [{k: v for k, v in m.items() if k.startswith("timing_s/")} for m in per_step],
+        "log_s": log_seconds, "logged_steps": len(logged),
+    }
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    result = main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "on")
+    print("BENCH_RESULT " + json.dumps(result), flush=True)
