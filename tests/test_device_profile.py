@@ -241,6 +241,17 @@ LOCAL_EXPECTED: dict[str, tuple] = {
     "nvidia-smi-table-h20x2-535.txt": (gpu_table, {
         "driver": "535.161.03", "cuda": "12.2", "indices": [0, 1], "names": ["NVIDIA H20"],
         "memory_total_mb": [97871.0]}),
+    # unchanged copies of shared samples (the NPU monitor's and doctor's tests replay them)
+    **{name: EXPECTED[name] for name in (
+        "npu-smi-info-910b2-8npu.txt", "npu-smi-info-910b3-8npu-v26.1.0-wide.txt", "npu-smi-info-a3-16chip.txt",
+        "npu-smi-info-a3-v26.0.rc2-wide-FRAGMENTS.txt", "npu-smi-info-t-usages-i0-doc.txt")},
+    # NPU 0 and 1 of npu-smi-info-910b2-8npu.txt, NPU 1's AICore blanked
+    "npu-smi-info-910b2-2npu-aicore-dash.txt": (npu_info, {
+        "chips": 2, "npus": 2, "names": ["910B2"], "hbm_total_mb": [65536], "max_hbm_used_mb": 29954,
+        "driver": "23.0.7"}),
+    "nvidia-smi-query-h20x8.csv.txt": (gpu_query, {
+        "": {"count": 8, "names": ["NVIDIA H20"], "memory_total_mb": [97871.0], "first_used_mb": None,
+             "driver": "535.161.03", "compute_cap": None}}),
 }
 
 
