@@ -83,7 +83,7 @@ def test_dry_run_logs_the_guides_launch_and_verl_composes_it(tmp_path, dev):
                                                              str(tmp_path))).read_text())
     assert resolved["trainer"]["n_gpus_per_node"] == want["job"]["n_gpus_per_node"]
     assert run.data.params.keys() == {"recipe", "device", "profile", "data_dir", "model", "overrides",
-                                      "backend", "dry_run", "ray_address"}  # mlflow run's own; none of verl's
+                                      "backend", "dry_run", "ray_address", "resume"}  # mlflow run's own; none of verl's
     if dev == "npu":
         assert run.data.tags["verlflow.jemalloc"] == "missing"
         assert "Running without jemalloc" in done.stdout

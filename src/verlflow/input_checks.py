@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from verlflow.errors import VerlflowError
+from verlflow.problems import Problem, raise_problems
 
 # verl keys that count something: an integer >= the minimum (None allowed where verl derives the value).
 COUNT_KEYS: dict[str, int] = {
@@ -53,24 +54,31 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_config_counts(resolved: Any) -> None:
-    """Counts and sizes of a composed config are integers of the right sign (``total_training_steps=-1``
+def config_count_problems(resolved: Any) -> list[Problem]:
+    """Counts and sizes of a composed config that are not integers of the right sign (``total_training_steps=-1``
     would train nothing and still end FINISHED; ``=abc`` would fail minutes later inside verl)."""
+    problems = []
     for key, minimum in {**COUNT_KEYS, **OPTIONAL_COUNT_KEYS}.items():
         value = _select(resolved, key)
         if value is None and key in OPTIONAL_COUNT_KEYS:
             continue
         if not _is_int(value) or value < minimum:
             unset = " (or leave it unset)" if key in OPTIONAL_COUNT_KEYS else ""
-            raise VerlflowError(f"{key}={value!r} must be an integer >= {minimum}{unset}")
+            problems.append(Problem(key, repr(value), f"must be an integer >= {minimum}{unset}"))
     for key in SWITCH_KEYS:
         value = _select(resolved, key)
         if value is not None and (not _is_int(value) or value < -1):
-            raise VerlflowError(f"{key}={value!r} must be an integer: a step interval >= 1, or -1 for off")
+            problems.append(Problem(key, repr(value), "must be an integer: a step interval >= 1, or -1 for off"))
     for key in NON_NEGATIVE_NUMBERS:
         value = _select(resolved, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise VerlflowError(f"{key}={value!r} must be a number >= 0")
+            problems.append(Problem(key, repr(value), "must be a number >= 0"))
+    return problems
+
+
+def check_config_counts(resolved: Any) -> None:
+    """Raise every :func:`config_count_problems` at once (one line each)."""
+    raise_problems(config_count_problems(resolved), "the config")
 
 
 def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:

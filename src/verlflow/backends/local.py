@@ -29,6 +29,7 @@ from typing import Any
 
 import mlflow
 import torch
+from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from verlflow.backends import local_checkpoint as ckpt
@@ -352,8 +353,14 @@ class LocalTrainer:
         tracking.log_metrics(metrics, step)  # buffered by the train step; flushed before the summaries
 
     def _log_samples(self, samples: dict[str, list], step: int) -> None:
-        if step > self.logged_through:
+        """Log a validation step's sample table; a tracking outage costs the table, never the training."""
+        if step <= self.logged_through:
+            return
+        try:
             mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
+        except MlflowException as exc:
+            log.warning("samples of step %d not logged (tracking store unavailable: %s); training goes on",
+                        step, str(exc).splitlines()[0][:200])
 
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free

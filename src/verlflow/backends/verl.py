@@ -24,6 +24,7 @@ Recipe ``verlflow:`` keys read here (set on the command line as ``-P overrides="
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from verlflow import config, device, tracking
+from verlflow import config, device, input_checks, tracking
 from verlflow.backends import verl_command, verl_launch, verl_merge, verl_preflight
 from verlflow.backends.verl_command import LaunchPlan
 from verlflow.errors import VerlflowError
@@ -107,7 +108,13 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
 def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
                  check_files: bool = True) -> None:
     """Run :mod:`.verl_preflight` (and :func:`preflight` for the device) and report every problem at once."""
+    if cfg.profile.device == "cpu":
+        # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
+        importlib.import_module("verlflow.backends.verl_cpu_plugin")
+        verl_preflight.verl_names.cache_clear()
     problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files)
+    named = {problem.key for problem in problems}
+    problems += [p for p in input_checks.config_count_problems(resolved) if p.key not in named]
     if check_device:
         try:
             preflight(cfg, plan)
@@ -208,8 +215,10 @@ def train_verl(
     record_launch(cfg, plan, resolved, dry_run=dry_run, ray_address=ray_address, command=command)
     _print_plan(plan, ray_address=ray_address)
     skip_preflight = _as_bool(cfg.verlflow.get("skip_preflight", False))
+    if ray_address and not skip_preflight:
+        print("verlflow: Ray job: the model and data paths are the cluster's; they are not checked from here")
     check_launch(cfg, plan, resolved, check_device=not (dry_run or ray_address or skip_preflight),
-                 check_files=not skip_preflight)
+                 check_files=not (skip_preflight or ray_address))
 
     if dry_run:
         job = verl_launch.validate_with_verl(plan)
