@@ -20,7 +20,7 @@ import bench_setup as setup
 
 
 def overrides(model_dir: str, steps: int, output_dir: str) -> list[str]:
-    """The smoke recipe turned into the benchmark's settings (same as the TRL run's)."""
+    """The tiny recipe turned into the benchmark's settings (same as the TRL run's)."""
     actor = "actor_rollout_ref.actor"
     return [
         f"actor_rollout_ref.model.path={model_dir}", f"data.train_batch_size={setup.PROMPTS_PER_STEP}",
@@ -63,8 +63,8 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
 
     with tempfile.TemporaryDirectory() as work:
         mlflow.set_tracking_uri(f"sqlite:///{work}/mlflow.db")
-        cfg = config.compose("smoke", "cpu", overrides(model_dir, steps, os.path.join(work, "outputs")))
-        with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="smoke", profile="cpu")) as run:
+        cfg = config.compose("tiny", "cpu", overrides(model_dir, steps, os.path.join(work, "outputs")))
+        with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="tiny", profile="cpu")) as run:
             ends.append(time.perf_counter())
             cpu.append(time.process_time())
             train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)

@@ -70,7 +70,7 @@ def tracking_uri(tmp_path, monkeypatch) -> str:
 
 @dataclass
 class SmokeStore:
-    """A tracking store holding two real smoke train runs that differ only in their CPU thread count."""
+    """A tracking store holding two real tiny-recipe train runs that differ only in their CPU thread count."""
 
     tracking_uri: str
     run_ids: list[str]
@@ -87,7 +87,7 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
 
 @pytest.fixture(scope="session")
 def smoke_store(tmp_path_factory) -> SmokeStore:
-    """Preprocess synthetic data, then train the smoke recipe twice on the cpu profile (1 and 2 threads).
+    """Preprocess synthetic data, then train the tiny recipe twice on the cpu profile (1 and 2 threads).
 
     Built once per test session through the real CLI in subprocesses (about a minute on 2 cores) and
     shared by the tests that need finished train runs: registry, evaluate, compare.
@@ -101,9 +101,24 @@ def smoke_store(tmp_path_factory) -> SmokeStore:
     _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "64"], env, workdir)
     for threads in (1, 2):
         overrides = f"profile.env.OMP_NUM_THREADS={threads}"
-        _cli(["train", "--device", "cpu", "--data_dir", str(data_dir), "--overrides", overrides], env, workdir)
+        _cli(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(data_dir), "--overrides", overrides],
+             env, workdir)
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               filter_string="tags.`verlflow.step` = 'train'", order_by=["attributes.start_time ASC"])
     assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
     return SmokeStore(tracking_uri=uri, run_ids=[r.info.run_id for r in runs], data_dir=data_dir, workdir=workdir)
+
+
+@pytest.fixture(scope="session")
+def warm_model_cache(tmp_path_factory) -> Path:
+    """A verlflow cache holding the smoke recipe's warm-started tiny Qwen3, built once per test session.
+
+    The tests of the recipe that learns (main, search) point ``VERLFLOW_CACHE`` here instead of paying the
+    build (about a minute on 2 cores) each; the build itself is tested in tests/test_tiny_model_sft.py.
+    """
+    from verlflow.tinymodel import SFT_SENTINEL, resolve_model_path
+
+    cache = tmp_path_factory.mktemp("verlflow-cache")
+    resolve_model_path(SFT_SENTINEL, cache)
+    return cache

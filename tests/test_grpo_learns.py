@@ -63,7 +63,7 @@ def test_mean_reward_rises_over_grpo_steps(tmp_path, tracking_uri):
     data.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
     (tmp_path / "reward.py").write_text(REWARD_FILE)
     steps = 24
-    cfg = config.compose("smoke", "cpu", [
+    cfg = config.compose("tiny", "cpu", [
         f"actor_rollout_ref.model.path={model}",
         "data.train_batch_size=4",
         "actor_rollout_ref.rollout.n=8",

@@ -48,7 +48,7 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
     log = (tmp_path / "launcher.log").open("w")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local", "-e", "train",
-         "-P", "device=cpu", "-P", f"data_dir={tmp_path / 'data'}",
+         "-P", "recipe=tiny", "-P", "device=cpu", "-P", f"data_dir={tmp_path / 'data'}",
          "-P", f"overrides={OVERRIDES} verlflow.output_dir={tmp_path / 'outputs'}"],
         cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
     )

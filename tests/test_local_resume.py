@@ -31,7 +31,7 @@ def workdir(tmp_path, monkeypatch, tracking_uri) -> Path:
 
 
 def _train(workdir: Path, checkpoints: str, on_step_end=None):
-    cfg = config.compose("smoke", "cpu", [*STEPS, f"trainer.default_local_dir={workdir / checkpoints}"])
+    cfg = config.compose("tiny", "cpu", [*STEPS, f"trainer.default_local_dir={workdir / checkpoints}"])
     with tracking.tracked_run() as run:
         return train_local(cfg, data_dir=workdir / "data", run_id=run.info.run_id, on_step_end=on_step_end)
 

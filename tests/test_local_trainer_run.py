@@ -1,4 +1,4 @@
-"""The smoke recipe trains on the CPU and is tracked like a verl run; bad input is one clear line.
+"""The tiny recipe trains on the CPU and is tracked like a verl run; bad input is one clear line.
 
 Real MLflow (SQLite store in tmp_path), real verl config composition, the real tiny Qwen3.
 """
@@ -49,8 +49,8 @@ def _in_tmp_path(tmp_path, monkeypatch, tracking_uri):
 
 
 def _train(workdir: Path, tmp_path: Path, overrides=(), data_dir=None):
-    cfg = config.compose("smoke", "cpu", overrides)
-    with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="smoke", profile="cpu")) as run:
+    cfg = config.compose("tiny", "cpu", overrides)
+    with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="tiny", profile="cpu")) as run:
         return train_local(cfg, data_dir=data_dir or workdir / "data", run_id=run.info.run_id), cfg
 
 
@@ -76,7 +76,7 @@ def test_smoke_run_finishes_tracked_with_verl_names_and_a_loadable_checkpoint(wo
 
     tags = run.data.tags
     assert tags["device.type"] == "cpu" and tags["verlflow.backend"] == "local"
-    assert "actor_rollout_ref.rollout.name" in tags[IGNORED_TAG].split(",")  # the smoke recipe names vllm
+    assert "actor_rollout_ref.rollout.name" in tags[IGNORED_TAG].split(",")  # the tiny recipe names vllm
     assert tags[CHECKPOINT_TAG] == str(result.final_checkpoint)
 
     for name in PER_STEP:

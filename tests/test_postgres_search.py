@@ -56,7 +56,7 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, s
         assert wait_for_http(f"{url}/health", server, timeout_s=180), (tmp_path / "server.log").read_text()[-2000:]
         env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
         env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(smoke_store.workdir / "cache")})
-        args = ["search", "--recipe", "smoke", "--device", "cpu", "--n_trials", "1", "--study_name", "pg",
+        args = ["search", "--recipe", "tiny", "--device", "cpu", "--n_trials", "1", "--study_name", "pg",
                 "--storage", storage, "--pruner", "none", "--data_dir", str(smoke_store.data_dir),
                 "--search_config", str(_short_search_config(tmp_path))]
         workers = [subprocess.Popen([sys.executable, "-m", "verlflow.cli", *args], cwd=tmp_path, env=env,

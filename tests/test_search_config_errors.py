@@ -40,7 +40,7 @@ def _refused(tmp_path, monkeypatch, config_path: Path, data_dir: Path) -> str:
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(VerlflowError) as exc_info:
-        run_search("smoke", "cpu", 1, "", "", "median", str(config_path), data_dir=str(data_dir))
+        run_search("tiny", "cpu", 1, "", "", "median", str(config_path), data_dir=str(data_dir))
     assert not (tmp_path / "optuna").exists(), "no study may be created for a refused search config"
     client = MlflowClient()
     assert not client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -53,7 +53,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, capsys, monkeypatch, tracking
     path = _config(tmp_path, lambda d: d["sampler"].update(sed=1))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["search", "--recipe", "smoke", "--device", "cpu", "--n_trials", "1",
+        cli.main(["search", "--recipe", "tiny", "--device", "cpu", "--n_trials", "1",
                   "--search_config", str(path)])
     assert exit_info.value.code == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()

@@ -1,4 +1,4 @@
-"""Searches that run the real train step (local trainer, smoke recipe, synthetic data).
+"""Searches that run the real train step (local trainer, tiny recipe, synthetic data).
 
 - Two workers started at once on one journal study each run their own trial, with distinct params; a
   worker killed mid-trial leaves its trial failed (its training stops with it), and the next worker
@@ -110,7 +110,7 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
     client = MlflowClient()
     env = _env(tracking_uri)
     journal = tmp_path / "study.journal"
-    params = {"recipe": "smoke", "device": "cpu", "n_trials": 1, "study_name": "s", "storage": journal,
+    params = {"recipe": "tiny", "device": "cpu", "n_trials": 1, "study_name": "s", "storage": journal,
               "pruner": "none", "search_config": _short_search_config(tmp_path)}
     # Worker A: the search step itself (so that SIGKILL hits the worker); worker B through `mlflow run`.
     cli_args = [arg for k, v in params.items() for arg in (f"--{k}", str(v))]
@@ -192,7 +192,7 @@ def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, trac
     # Two earlier trials that validated at 1.0 (every answer right) at both steps: any real trial of the
     # tiny model is below their median at its first validation and is pruned there.
     search = load_search_config(str(search_config))
-    dists = distributions(search, config.compose("smoke", "cpu"))
+    dists = distributions(search, config.compose("tiny", "cpu"))
     earlier = optuna.create_study(study_name="p", direction="maximize",
                                   storage=JournalStorage(JournalFileBackend(str(journal))))
     for n in (2, 4):
@@ -202,7 +202,7 @@ def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, trac
                                        intermediate_values={1: 1.0, 2: 1.0}))
 
     monkeypatch.chdir(tmp_path)
-    result = run_search("smoke", "cpu", 1, "p", str(journal), "median", str(search_config),
+    result = run_search("tiny", "cpu", 1, "p", str(journal), "median", str(search_config),
                         data_dir=str(smoke_store.data_dir))
     assert result.trial_counts == {"COMPLETE": 2, "PRUNED": 1}
     client = MlflowClient()

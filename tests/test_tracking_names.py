@@ -23,7 +23,7 @@ def test_params_are_flattened_like_verls_logger():
 
 
 def test_local_runs_log_the_resolved_config_under_verls_keys(tracking_uri):
-    cfg = compose("smoke", "cpu")
+    cfg = compose("tiny", "cpu")
     with mlflow.start_run() as run:
         log_verl_params(cfg.to_container())
     params = MlflowClient().get_run(run.info.run_id).data.params

@@ -132,8 +132,8 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     steps = 8
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'}")
-    proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--device", "cpu", "--data_dir",
-                             str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
+                             "--data_dir", str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     client = MlflowClient()
     deadline = time.monotonic() + 600

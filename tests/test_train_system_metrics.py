@@ -1,4 +1,4 @@
-"""A real train step of the smoke recipe records system metrics for its whole run, NPUs included.
+"""A real train step of the tiny recipe records system metrics for its whole run, NPUs included.
 
 The train step runs in this process (as ``verlflow train`` does) on the local trainer, with a fake
 ``npu-smi`` on PATH that replays a recorded A3 table, and samples every second
@@ -20,6 +20,8 @@ from verlflow.steps import run_train
 TESTS = Path(__file__).resolve().parent
 A3_16 = TESTS / "fixtures" / "device" / "npu-smi-info-a3-16chip.txt"
 FAST_SAMPLING = "verlflow.system_metrics_interval=1"
+# Long enough (tens of seconds on 2 cores) for 6 good and 3 failed NPU samples at 0.5 s, with room to spare.
+LONG_FAST_SAMPLED = "verlflow.system_metrics_interval=0.5 trainer.total_training_steps=60 trainer.test_freq=-1"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def fake_npu_smi(monkeypatch, data_dir, tmp_path, tracking_uri):
 
 def train(data_dir: Path, overrides: str = FAST_SAMPLING):
     """The train step as `verlflow train --device cpu --backend local --overrides ...` runs it."""
-    return run_train("smoke", "cpu", "cpu", str(data_dir / "data"), "", overrides, "local", False, "")
+    return run_train("tiny", "cpu", "cpu", str(data_dir / "data"), "", overrides, "local", False, "")
 
 
 def warnings_about_system_metrics(caplog) -> list[str]:
@@ -60,7 +62,7 @@ def test_a_smoke_train_run_ends_with_npu_and_cpu_system_metrics_and_outlives_a_f
     fake_npu_smi.setenv("FAKE_NPU_SMI_CALLS", str(tmp_path / "calls.txt"))
     fake_npu_smi.setenv("FAKE_NPU_SMI_FAIL_AFTER", "6")
     with caplog.at_level(logging.WARNING):
-        result = train(data_dir)
+        result = train(data_dir, LONG_FAST_SAMPLED)
     client = MlflowClient()
     run = client.get_run(result.run_id)
     assert run.info.status == "FINISHED"
@@ -80,10 +82,10 @@ def test_a_smoke_train_run_ends_with_npu_and_cpu_system_metrics_and_outlives_a_f
     npu = client.get_metric_history(result.run_id, "system/npu_0_power_watts")
     assert len(npu) == 5 and len(cpu) > len(npu)
     assert all(run.info.start_time <= m.timestamp <= run.info.end_time for m in cpu)
-    assert run.data.tags["verlflow.system_metrics_interval_s"] == "1"
+    assert run.data.tags["verlflow.system_metrics_interval_s"] == "0.5"
     assert run.data.tags["verlflow.system_metrics"].endswith(",npu")
     # named for the UI: recipe · profile · stamp, and the step tag every step's run carries
-    assert run.info.run_name.startswith("smoke · cpu · ") and run.data.tags["verlflow.step"] == "train"
+    assert run.info.run_name.startswith("tiny · cpu · ") and run.data.tags["verlflow.step"] == "train"
 
 
 def test_a_name_the_user_gave_is_kept_and_a_generated_one_replaced(tracking_uri):

@@ -1,6 +1,6 @@
 """verl's own trainer, for real, on this CPU: `mlflow run . -e train -P device=cpu -P backend=verl`.
 
-One real launch of ``python -m verl.trainer.main_ppo`` (2 GRPO steps of the smoke recipe, the cpu-verl
+One real launch of ``python -m verl.trainer.main_ppo`` (2 GRPO steps of the tiny recipe, the cpu-verl
 profile, verlflow's CPU plugin loaded into every verl process) is shared by the tests below: the launch
 script and environment, Ray started and stopped, verl's MLflow logger writing into the run ``mlflow run``
 opened, verl's checkpoint merged by verl's model merger, registered and evaluated, and a ``compare`` with
@@ -60,7 +60,8 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 def _mlflow_train(env: dict[str, str], workdir: Path, data_dir: Path, overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["mlflow", "run", str(REPO), "--env-manager", "local", "-e", "train", "-P", "device=cpu", "-P", "backend=verl",
+        ["mlflow", "run", str(REPO), "--env-manager", "local", "-e", "train", "-P", "recipe=tiny", "-P", "device=cpu",
+         "-P", "backend=verl",
          "-P", f"data_dir={data_dir}", "-P", f"overrides={overrides} verlflow.output_dir={workdir / 'outputs'}"],
         env=env, cwd=workdir, capture_output=True, text=True, timeout=900)
 
@@ -118,7 +119,7 @@ def test_verl_trains_in_the_run_mlflow_run_opened_with_the_local_trainers_metric
     assert run.data.params["actor_rollout_ref/rollout/name"] == "hf"
     assert run.data.params["actor_rollout_ref/actor/optim/lr"] == "0.001"
     assert run.data.tags["verlflow.backend"] == "verl" and run.data.tags["verlflow.profile"] == "cpu-verl"
-    assert run.info.run_name.startswith("smoke · cpu-verl · ")
+    assert run.info.run_name.startswith("tiny · cpu-verl · ")
     # sampled by verlflow's process while verl ran (MLflow's CPU monitor; verl's own process samples nothing)
     assert "system/cpu_utilization_percentage" in run.data.metrics
     runs = client.search_runs([run.info.experiment_id])
@@ -164,7 +165,8 @@ def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
 
 @pytest.mark.slow
 def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_keys(verl_cpu, client, capsys):
-    _cli(["train", "--device", "cpu", "--data_dir", str(verl_cpu.data_dir), "--overrides", RECIPE_OVERRIDES],
+    _cli(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(verl_cpu.data_dir),
+          "--overrides", RECIPE_OVERRIDES],
          verl_cpu.env, verl_cpu.workdir)
     local = next(r for r in _train_runs(verl_cpu.uri) if r.data.tags["verlflow.backend"] == "local")
     result = run_compare(local.info.run_id, verl_cpu.run_id, str(verl_cpu.workdir / "compare"))

@@ -32,7 +32,7 @@ def tiny_model(tmp_path_factory) -> Path:
 def _train(tmp_path: Path, model: Path, mode: str, **popen) -> subprocess.Popen:
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.skip_preflight=true "
                  f"verlflow.output_dir={tmp_path / 'outputs'} verlflow.system_metrics_interval=1")
-    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "smoke", "--device", "gpu",
+    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "gpu",
             "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"), "--overrides", overrides]
     env = {**os.environ, "VERLFLOW_STANDIN_MODE": mode}
     return subprocess.Popen(argv, env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE,

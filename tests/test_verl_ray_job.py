@@ -48,6 +48,16 @@ def _wait_for_dashboard(url: str, proc: subprocess.Popen, timeout_s: float) -> b
             time.sleep(2)
 
 
+def _job_status(address: str, job_id: str) -> str:
+    """The job's status, asked by a fresh client process: Ray reads RAY_AUTH_MODE once, at import."""
+    ask = ("import sys; from ray.job_submission import JobSubmissionClient; "
+           "print(JobSubmissionClient(sys.argv[1]).get_job_status(sys.argv[2]))")
+    done = subprocess.run([sys.executable, "-c", ask, address, job_id], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_AUTH_MODE": "token"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     """Address of a fresh local Ray head with the job API; stopped (its whole process group) afterwards."""
@@ -92,14 +102,12 @@ def ray_head():
 
 @pytest.mark.slow
 def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, tmp_path, ray_head):
-    from ray.job_submission import JobSubmissionClient
-
     from verlflow.tinymodel import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.output_dir={tmp_path / 'outputs'} "
                  "profile.env.VERLFLOW_STANDIN_MODE=hang")
-    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "smoke", "--device", "gpu",
+    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "gpu",
             "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"),
             "--ray_address", ray_head, "--overrides", overrides]
     env = {k: v for k, v in os.environ.items() if k != "VERLFLOW_STANDIN_MODE"}
@@ -121,6 +129,6 @@ def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, t
     assert run.data.metrics["val-core/openai/gsm8k/reward/mean_at_1"] == 0.5  # via MLFLOW_* in runtime_env
     assert run.data.params["trainer/logger/1"] == "mlflow"
     job_id = run.data.tags["verlflow.ray_job_id"]
-    assert str(JobSubmissionClient(ray_head).get_job_status(job_id)) in ("STOPPED", "JobStatus.STOPPED")
+    assert _job_status(ray_head, job_id) in ("STOPPED", "JobStatus.STOPPED")
     log = MlflowClient().download_artifacts(run.info.run_id, "logs/verl.log", str(tmp_path))
     assert "STANDIN_WAITING" in Path(log).read_text()

@@ -35,11 +35,14 @@ PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"##
 DATA_SOURCE = "openai/gsm8k"
 SPLITS = ("train", "test")
 SYNTHETIC = "synthetic"
+SYNTHETIC_EASY = "synthetic-easy"  # one-step, single-digit problems (the smoke recipe's: a tiny model learns them)
 SYNTHETIC_SIZES = {"train": 512, "test": 128}  # rows per split when source="synthetic" and limit=0
+# synthetic-easy: 512 test rows, so that a base-vs-trained accuracy gain of 5 points stands out of the noise.
+SYNTHETIC_EASY_SIZES = {"train": 1024, "test": 512}
 MLFLOW_CONTEXTS = {"train": "training", "test": "evaluation"}
 HUB_PROBE_TIMEOUT_S = 3.0
 _NUMBER = re.compile(r"-?[0-9.]+")  # what verl's strict scorer can extract after "#### " (commas removed)
-_ALTERNATIVES = "use a local folder (e.g. -P source=../shared/data/gsm8k) or -P source=synthetic"
+_ALTERNATIVES = "use a local folder (e.g. -P source=../shared/data/gsm8k), -P source=synthetic or synthetic-easy"
 
 
 @dataclass
@@ -95,7 +98,8 @@ def load_examples(source: str, split: str, limit: int = 0) -> list[dict]:
 
     ``source`` is ``openai/gsm8k`` (the hub, config ``main``), a folder holding ``<split>.jsonl`` or
     ``<split>.parquet`` (raw GSM8K, verl-format output, or the hub's ``main/<split>-*.parquet``), or
-    ``synthetic`` / ``synthetic:<seed>`` (seed 0 by default; limit=0 means 512 train / 128 test).
+    ``synthetic`` / ``synthetic:<seed>`` (seed 0 by default; limit=0 means 512 train / 128 test), or
+    ``synthetic-easy`` / ``synthetic-easy:<seed>`` (one-step single-digit problems; 1024 train / 512 test).
     """
     _check_split(split)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -103,7 +107,9 @@ def load_examples(source: str, split: str, limit: int = 0) -> list[dict]:
     if source == DATA_SOURCE:
         return _load_hub(split, limit)
     if _is_synthetic(source):
-        return synthetic_examples(limit or SYNTHETIC_SIZES[split], _synthetic_seed(source), split)
+        easy = _synthetic_kind(source) == SYNTHETIC_EASY
+        sizes = SYNTHETIC_EASY_SIZES if easy else SYNTHETIC_SIZES
+        return synthetic_examples(limit or sizes[split], _synthetic_seed(source), split, easy=easy)
     folder = Path(source).expanduser()
     if folder.is_dir():
         return _load_folder(folder, split, limit)
@@ -111,7 +117,8 @@ def load_examples(source: str, split: str, limit: int = 0) -> list[dict]:
         raise VerlflowError(f"source '{source}' is a file, not a folder: give the folder that holds it")
     if "/" in source or os.sep in source or source.startswith((".", "~")):
         raise VerlflowError(f"source folder '{source}' does not exist (from {Path.cwd()}): {_ALTERNATIVES}")
-    raise VerlflowError(f"unknown source '{source}': use '{DATA_SOURCE}', a local folder, or '{SYNTHETIC}'")
+    raise VerlflowError(f"unknown source '{source}': use '{DATA_SOURCE}', a local folder, '{SYNTHETIC}' "
+                        f"or '{SYNTHETIC_EASY}'")
 
 
 def preprocess(
@@ -274,16 +281,22 @@ def _hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
     return outcome[0] if outcome else f"{url}: no answer within {timeout:g} s"
 
 
+def _synthetic_kind(source: str) -> str:
+    """``synthetic`` or ``synthetic-easy`` for a synthetic source (with or without ``:<seed>``), else ''."""
+    kind = source.partition(":")[0]
+    return kind if kind in (SYNTHETIC, SYNTHETIC_EASY) else ""
+
+
 def _is_synthetic(source: str) -> bool:
-    return source == SYNTHETIC or source.startswith(SYNTHETIC + ":")
+    return bool(_synthetic_kind(source))
 
 
 def _synthetic_seed(source: str) -> int:
-    _, _, seed = source.partition(":")
+    kind, _, seed = source.partition(":")
     try:
         return int(seed) if seed else 0
     except ValueError:
-        raise VerlflowError(f"bad synthetic seed in '{source}': use 'synthetic' or 'synthetic:<int>'") from None
+        raise VerlflowError(f"bad synthetic seed in '{source}': use '{kind}' or '{kind}:<int>'") from None
 
 
 # --- shared helpers -----------------------------------------------------------------------------
@@ -302,7 +315,7 @@ def _canonical_source(source: str) -> str:
     if source == DATA_SOURCE:
         return source
     if _is_synthetic(source):
-        return f"{SYNTHETIC}:{_synthetic_seed(source)}"
+        return f"{_synthetic_kind(source)}:{_synthetic_seed(source)}"
     return str(Path(source).expanduser().resolve())
 
 

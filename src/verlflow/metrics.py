@@ -23,6 +23,9 @@ EVAL_ACCURACY = "eval/gsm8k/accuracy"
 EVAL_ACCURACY_FLEXIBLE = "eval/gsm8k/accuracy_flexible"
 EVAL_NUM_SAMPLES = "eval/gsm8k/num_samples"
 EVAL_RESPONSE_LENGTH = "eval/gsm8k/response_length_mean"
+# On the parent run of ``main``: the starting model's accuracy on the same problems, and trained minus base.
+EVAL_ACCURACY_BASE = "eval/gsm8k/accuracy_base"
+EVAL_ACCURACY_GAIN = "eval/gsm8k/accuracy_gain"
 
 # (name, meaning). Per-step unless the meaning says otherwise.
 GLOSSARY: list[tuple[str, str]] = [

@@ -1,8 +1,12 @@
-"""The ``main`` entry point: preprocess → train → register → evaluate → promote, one parent run.
+"""The ``main`` entry point: preprocess → evaluate the starting model → train → register → evaluate → promote.
 
     mlflow run . --env-manager local                    # embedded default: smoke recipe, synthetic data, CPU
     mlflow run . --env-manager local -P device=npu      # the same chain with the guide's recipe on A3
     verlflow main --recipe smoke --device cpu           # the same without `mlflow run`
+
+The starting model is evaluated on the same test split as the trained one (a child ``evaluate`` run tagged
+``verlflow.eval_role=base``, reused like preprocess), so the parent carries ``eval/gsm8k/accuracy`` of the
+trained model, ``eval/gsm8k/accuracy_base`` and ``eval/gsm8k/accuracy_gain``, and the last line says both.
 
 Each step is a child run of the parent (tag ``mlflow.parentRunId``). A preprocess or train run that
 FINISHED earlier with the same step parameters (compared as strings, as MLflow's multistep example
@@ -41,7 +45,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from verlflow import __version__, config, tracking
+from verlflow import __version__, config, metrics, tracking
 from verlflow.errors import VerlflowError
 from verlflow.registry import CHAMPION, PromotionDecision
 
@@ -49,7 +53,10 @@ log = logging.getLogger(__name__)
 
 STEPS = ("preprocess", "train", "register", "evaluate", "promote")
 REUSABLE = ("preprocess", "train")
-PROMOTE_METRIC = "eval/gsm8k/accuracy"
+PROMOTE_METRIC = metrics.EVAL_ACCURACY
+# The starting model's evaluation: an ``evaluate`` run with this role tag, named by BASE_EVAL in the parent.
+EVAL_ROLE_TAG = "verlflow.eval_role"
+BASE_EVAL = "evaluate_base"
 CODE_VERSION_TAG = "verlflow.code_version"
 REUSED_TAG_PREFIX = "verlflow.reused_run_id."
 STEP_RUN_TAG_PREFIX = "verlflow.run_id."
@@ -65,6 +72,8 @@ class PipelineResult:
     model_name: str = ""
     model_version: str = ""
     accuracy: float | None = None
+    # The starting model's accuracy on the same problems (None when it could not be evaluated here).
+    accuracy_base: float | None = None
     promotion: PromotionDecision | None = None
 
 
@@ -97,6 +106,9 @@ class Plan:
     model_name: str
     overrides: str
     data_dir: Path
+    # The recipe's starting model (actor_rollout_ref.model.path after overrides) and response budget.
+    start_model: str = ""
+    max_response_length: int = 0
 
 
 def make_plan(recipe: str, device: str, source: str, model_name: str, overrides: str) -> Plan:
@@ -108,7 +120,7 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
                      if k.startswith("verlflow.")}
     own.update(own_overrides)
     _, dev, profile, _ = steps.choose_train_setup(recipe, device, "auto", "auto")
-    config.compose(recipe, profile, overrides)  # an unknown override key fails here, not after preprocess
+    composed = config.compose(recipe, profile, overrides)  # an unknown override key fails here, not later
     source = source or str(own.get("data_source") or "openai/gsm8k")
     name = model_name or str(own.get("model_name") or "")
     if not name:
@@ -117,8 +129,10 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
 
     check_model_name(name)  # before preprocess and train, not minutes later at register
     slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
+    resolved = composed.resolved
     return Plan(recipe=recipe, device=dev, source=source, model_name=name, overrides=overrides,
-                data_dir=(Path("data") / slug).resolve())
+                data_dir=(Path("data") / slug).resolve(), start_model=str(resolved.actor_rollout_ref.model.path),
+                max_response_length=int(resolved.data.max_response_length))
 
 
 class StepRunner:
@@ -150,26 +164,30 @@ class StepRunner:
 
     def run(self, step: str, params: dict[str, Any], call: Callable[[], Any], *, reusable: bool = False,
             match_tags: dict[str, str] | None = None, still_valid: Callable[[Run], bool] = lambda run: True,
-            tags: dict[str, str] | None = None) -> tuple[Run, Any]:
-        """Reuse or run one step; returns its (ended) run and, when it ran, what the step returned."""
+            tags: dict[str, str] | None = None, name: str = "") -> tuple[Run, Any]:
+        """Reuse or run one step; returns its (ended) run and, when it ran, what the step returned.
+
+        ``name`` tells apart two runs of one step in the chain (run name, parent tags; default ``step``).
+        """
         params = {k: _as_param(v) for k, v in params.items()}
         match_tags = match_tags or {}
+        name = name or step
         if reusable and (found := self.find_reusable(step, params, match_tags, still_valid)):
             run_id = found.info.run_id
-            print(f"main: {step}: reusing FINISHED run {run_id} (same parameters and code version)")
-            self.client.set_tag(self.parent_id, f"{REUSED_TAG_PREFIX}{step}", run_id)
-            self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{step}", run_id)
-            self.runs[step], self.reused[step] = run_id, run_id
+            print(f"main: {name}: reusing FINISHED run {run_id} (same parameters and code version)")
+            self.client.set_tag(self.parent_id, f"{REUSED_TAG_PREFIX}{name}", run_id)
+            self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
+            self.runs[name], self.reused[name] = run_id, run_id
             return found, None
-        child = self.client.create_run(self.experiment_id, run_name=step, tags={
+        child = self.client.create_run(self.experiment_id, run_name=name, tags={
             MLFLOW_PARENT_RUN_ID: self.parent_id, "verlflow.step": step, CODE_VERSION_TAG: self.code,
             **match_tags, **(tags or {}),
         })
         run_id = child.info.run_id
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-        self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{step}", run_id)
-        self.runs[step] = run_id
-        print(f"main: {step}: run {run_id}")
+        self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
+        self.runs[name] = run_id
+        print(f"main: {name}: run {run_id}")
         with _attached(self.client, run_id):
             value = call()
         return self.client.get_run(run_id), value
@@ -243,6 +261,7 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
             reusable=True, still_valid=_data_present,
         )
         data_dir = pre.data.tags["verlflow.data_dir"]
+        base_accuracy = _evaluate_start_model(runner, plan, data_dir, pre.data.tags.get("data.digest", ""))
 
         train_params = {"recipe": plan.recipe, "device": plan.device, "profile": "auto", "data_dir": data_dir,
                         "model": "", "overrides": plan.overrides, "backend": "auto", "dry_run": False,
@@ -274,11 +293,49 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
         )
         client.set_tag(active.info.run_id, "verlflow.model_version", version)
         client.set_tag(active.info.run_id, "verlflow.champion_version", decision.version or "")
+        outcome = {metrics.EVAL_ACCURACY: result.accuracy}
+        if base_accuracy is not None:
+            outcome |= {metrics.EVAL_ACCURACY_BASE: base_accuracy,
+                        metrics.EVAL_ACCURACY_GAIN: result.accuracy - base_accuracy}
+        for key, value in outcome.items():
+            client.log_metric(active.info.run_id, key, value)
 
     reused = ", ".join(runner.reused) or "none"
-    print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version} accuracy "
-          f"{result.accuracy:.4f}; champion = version {decision.version}; reused steps: {reused}")
+    print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version}: "
+          f"{_accuracy_line(base_accuracy, result.accuracy, result.num_samples)}; "
+          f"champion = version {decision.version}; reused steps: {reused}")
     return PipelineResult(
         parent_run_id=active.info.run_id, step_run_ids=dict(runner.runs), reused=dict(runner.reused),
-        model_name=plan.model_name, model_version=version, accuracy=result.accuracy, promotion=decision,
+        model_name=plan.model_name, model_version=version, accuracy=result.accuracy, accuracy_base=base_accuracy,
+        promotion=decision,
     )
+
+
+def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_digest: str) -> float | None:
+    """Evaluate the recipe's starting model on the test split once (reused after); its accuracy, or None.
+
+    A hub id is not evaluated here (``evaluate`` takes folders and model URIs); the chain says so and goes on.
+    """
+    from verlflow import evaluate, tinymodel
+
+    folder = tinymodel.resolve_model_path(plan.start_model)
+    if not Path(folder).is_dir():
+        print(f"main: {BASE_EVAL}: skipped: {plan.start_model} is a hub id, not a local folder (no base accuracy)")
+        return None
+    params = {"model_uri": folder, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto",
+              "max_new_tokens": plan.max_response_length}
+    run, result = runner.run(
+        "evaluate", params,
+        lambda: evaluate.run_evaluate(model_uri=folder, data_dir=data_dir, split="test", limit=0, backend="auto",
+                                      max_new_tokens=plan.max_response_length),
+        reusable=True, match_tags={EVAL_ROLE_TAG: "base", "data.digest": data_digest}, name=BASE_EVAL,
+    )
+    return result.accuracy if result is not None else run.data.metrics.get(metrics.EVAL_ACCURACY)
+
+
+def _accuracy_line(base: float | None, trained: float, problems: int) -> str:
+    """``accuracy 0.1270 → 0.4219 (+29.5 points) on 512 test problems`` (without base: the trained one only)."""
+    if base is None:
+        return f"accuracy {trained:.4f} on {problems} test problems"
+    return (f"accuracy {base:.4f} → {trained:.4f} ({100 * (trained - base):+.1f} points) on {problems} test "
+            "problems (starting model → trained)")

@@ -115,23 +115,31 @@ _OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * 
         "/": lambda x, y: x // y if y and x % y == 0 else 0}  # 0: inexact, redrawn
 
 
-def synthetic_examples(n: int, seed: int, split: str = "train") -> list[dict]:
+# The easy level: one-step templates, every drawn number 1..EASY_MAX (results up to 81).
+EASY_MAX = 9
+
+
+def synthetic_examples(n: int, seed: int, split: str = "train", *, easy: bool = False) -> list[dict]:
     """``n`` distinct GSM8K-style word problems (1-3 arithmetic steps, answer ``#### <int>``), seeded.
 
-    Deterministic for (n, seed, split). Train and test draw from per-split seeds and from disjoint
-    halves of the problem space (a hash of the question decides its split), so they never overlap.
+    Deterministic for (n, seed, split, easy). Train and test draw from per-split seeds and from disjoint
+    parts of the problem space (a hash of the question decides its split), so they never overlap.
+    ``easy`` keeps one-step problems on single-digit numbers: arithmetic a model of a few million
+    parameters learns in a minute on a CPU, so that its first GRPO run has something to get right.
     """
     if split not in ("train", "test"):
         raise VerlflowError(f"unknown split '{split}': use 'train' or 'test'")
     if n < 0:
         raise VerlflowError(f"number of synthetic problems must be >= 0, got {n}")
-    rng = random.Random(f"verlflow-synthetic:{seed}:{split}")  # str seeds are hashed stably (sha512)
+    level = ":easy" if easy else ""
+    rng = random.Random(f"verlflow-synthetic:{seed}:{split}{level}")  # str seeds are hashed stably (sha512)
+    templates = tuple(t for t in _TEMPLATES if len(t[2]) == 1) if easy else _TEMPLATES
     examples: list[dict] = []
     seen: set[str] = set()
     for _ in range(100 * n + 1000):
         if len(examples) == n:
             return examples
-        example = _draw_problem(rng)
+        example = _draw_problem(rng, templates, EASY_MAX if easy else None)
         question = example["question"] if example else ""
         if not example or question in seen or _split_of(question) != split:
             continue
@@ -142,15 +150,18 @@ def synthetic_examples(n: int, seed: int, split: str = "train") -> list[dict]:
     raise VerlflowError(f"could only generate {len(examples)} distinct synthetic {split} problems, not {n}")
 
 
-def _draw_problem(rng: random.Random) -> dict | None:
-    question, numbers, steps = rng.choice(_TEMPLATES)
+def _draw_problem(rng: random.Random, templates: tuple, largest: int | None) -> dict | None:
+    question, numbers, steps = rng.choice(templates)
     (name, pron, pos), (friend, _, _) = rng.sample(_NAMES, 2)
     values: dict[str, int] = {}
     for spec in numbers.split():
         if ":" in spec:
             var, bounds = spec.split(":")
             low, high = bounds.split("-")
-            values[var] = rng.randint(int(low), int(high))
+            low, high = int(low), int(high)
+            if largest is not None:
+                low, high = min(low, largest), min(high, largest)
+            values[var] = rng.randint(low, high)
         else:
             var, expression = spec.split("=")
             values[var] = _OPS[expression[1]](values[expression[0]], values[expression[2]])

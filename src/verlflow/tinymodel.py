@@ -10,7 +10,8 @@ eos and ``<|endoftext|>`` as pad, as Qwen has them) that ``AutoModelForCausalLM`
 and verl load. Same seed and corpus → byte-identical weights and vocabulary.
 
 :func:`resolve_model_path` turns a recipe's ``actor_rollout_ref.model.path`` into something
-``from_pretrained`` accepts: the sentinel ``tiny-qwen3`` is built once into a cache folder.
+``from_pretrained`` accepts: the sentinels ``tiny-qwen3`` and ``tiny-qwen3-sft`` (warm-started, see
+:mod:`verlflow.tinymodel_sft`) are built once into a cache folder.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from typing import Any
 
 from verlflow.errors import VerlflowError
 
-# The model path a recipe uses to ask for the tiny model (the smoke recipe does).
+# The model path a recipe uses to ask for the tiny model as initialised (untrained).
 TINY_SENTINEL = "tiny-qwen3"
+# ... and for the warm-started one (verlflow.tinymodel_sft; the smoke recipe uses it).
+SFT_SENTINEL = "tiny-qwen3-sft"
+SENTINELS = (TINY_SENTINEL, SFT_SENTINEL)
 # Bump when the builder changes what it writes, so stale caches are not reused.
 BUILD_VERSION = 1
 
@@ -200,18 +204,19 @@ def default_cache_dir() -> Path:
 def resolve_model_path(path_or_id: str, cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0) -> str:
     """Turn a recipe's model path into what ``from_pretrained`` accepts.
 
-    ``tiny-qwen3`` → the tiny model, built once into ``<cache>/tiny-qwen3-v<N>-seed<seed>`` (atomically:
-    built in a temporary folder, then renamed) and reused after; an existing folder → itself; a path
-    that looks local but does not exist → a one-line error; anything else is a hub id, returned as is.
+    ``tiny-qwen3`` / ``tiny-qwen3-sft`` → that model, built once into ``<cache>/<sentinel>-v<N>-seed<seed>``
+    (atomically: built in a temporary folder, then renamed) and reused after; an existing folder →
+    itself; a path that looks local but does not exist → a one-line error; anything else is a hub id,
+    returned as is.
     """
-    if path_or_id == TINY_SENTINEL:
+    if path_or_id in SENTINELS:
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        target = root / f"{TINY_SENTINEL}-v{BUILD_VERSION}-seed{seed}"
+        target = root / f"{path_or_id}-v{BUILD_VERSION}-seed{seed}"
         if not (target / "config.json").is_file():
             root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
             try:
-                build_tiny_model(tmp, seed=seed)
+                _build_sentinel(path_or_id, tmp, seed)
                 try:
                     tmp.rename(target)
                 except OSError:
@@ -229,9 +234,18 @@ def resolve_model_path(path_or_id: str, cache_dir: str | os.PathLike[str] | None
     if _looks_local(path_or_id):
         raise VerlflowError(
             f"model path '{path_or_id}' does not exist: give a Hugging Face model folder, a hub id "
-            f"(e.g. Qwen/Qwen3-0.6B) or '{TINY_SENTINEL}'"
+            f"(e.g. Qwen/Qwen3-0.6B), '{SFT_SENTINEL}' or '{TINY_SENTINEL}'"
         )
     return path_or_id
+
+
+def _build_sentinel(sentinel: str, folder: Path, seed: int) -> None:
+    if sentinel == SFT_SENTINEL:
+        from verlflow.tinymodel_sft import build_warm_started_model
+
+        build_warm_started_model(folder, seed=seed)
+    else:
+        build_tiny_model(folder, seed=seed)
 
 
 def _looks_local(path_or_id: str) -> bool:

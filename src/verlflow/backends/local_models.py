@@ -60,7 +60,7 @@ def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
         return (("local_files_only", True),)
     raise VerlflowError(
         f"model '{path}' is not a local folder nor in the Hugging Face cache, and the hub is unreachable "
-        f"({problem}): give a model folder (-P model=/path/to/model) or 'tiny-qwen3'"
+        f"({problem}): give a model folder (-P model=/path/to/model) or 'tiny-qwen3-sft'"
     )
 
 

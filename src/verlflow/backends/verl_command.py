@@ -219,10 +219,10 @@ def _absolute_path(value: Any) -> Any:
 
 
 def _model_path(value: Any) -> Any:
-    """The model path verl gets: the tiny-model sentinel built, an existing relative folder absolute."""
+    """The model path verl gets: a tiny-model sentinel built, an existing relative folder absolute."""
     from verlflow import tinymodel
 
-    if value == tinymodel.TINY_SENTINEL:
+    if value in tinymodel.SENTINELS:
         return tinymodel.resolve_model_path(value)
     if isinstance(value, str) and value and not value.startswith("/") and Path(value).expanduser().is_dir():
         return str(Path(value).expanduser().resolve())
