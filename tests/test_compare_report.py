@@ -216,7 +216,7 @@ def test_different_recipes_are_flagged_first_and_the_report_goes_on(store, capsy
     assert result.recipes_differ
     recipe = {r.key: (r.baseline, r.candidate) for r in result.diff.recipe}
     assert recipe["tag verlflow.recipe"] == ("smoke", "qwen3-4b-gsm8k-grpo")
-    assert recipe["data/train_batch_size"] == ("4", "512")
+    assert recipe["data/train_batch_size"] == ("8", "512")
     assert "actor_rollout_ref/actor/optim/lr" in recipe
     # the warning is the report's first statement, and the other parts follow
     first_paragraph = result.report.split("\n\n")[1]

@@ -44,4 +44,4 @@ def test_four_smoke_trials_give_distinct_objectives_and_the_best_is_registered(t
     assert result.best_value == max(objectives)
     assert result.best_run_id in {t.info.run_id for t in trials}
     (registered,) = client.search_model_versions(f"tags.source_run_id = '{result.best_run_id}'")
-    assert registered.version == str(getattr(result.registered, "version", ""))
+    assert str(registered.version) == str(getattr(result.registered, "version", ""))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
 import warnings
 from collections.abc import Callable
@@ -169,9 +170,7 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
     else:
         kwargs["failed_trial_callback"] = handler
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(storage_url_with_password(storage), **kwargs)
+        return _rdb_storage(storage_url_with_password(storage), kwargs)
     except ImportError as exc:
         raise VerlflowError(f"storage '{describe_storage(storage, study_name)}' needs a database driver: "
                             f"{exc} (PostgreSQL: pip install psycopg2-binary)") from None
@@ -179,6 +178,23 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         shown = describe_storage(storage, study_name)
         raise VerlflowError(f"cannot open storage '{shown}': {first}") from None
+
+
+def _rdb_storage(url: str, kwargs: dict[str, Any], attempts: int = 3) -> RDBStorage:
+    """Open an RDB storage; retried a few times because workers that start together on a fresh database race
+    to create Optuna's tables (one sees "already exists" while the other's CREATE commits)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(url, **kwargs)
+        except ImportError:
+            raise
+        except Exception:  # noqa: BLE001 - the last attempt's error is the caller's to report
+            if attempt == attempts:
+                raise
+            time.sleep(1.0 + random.random())
+    raise AssertionError("unreachable")
 
 
 class TrialSeededSampler(BaseSampler):
