@@ -58,6 +58,19 @@ def test_a3_launch_keeps_the_guide_and_forces_what_verlflow_needs(a3):
     config.validate_against_verl(o)
 
 
+def test_rollout_traces_go_to_mlflow_a_few_per_step_unless_turned_off(a3, tmp_path):
+    _, plan = a3
+    trace = "actor_rollout_ref.rollout.trace"
+    assert plan.overrides[f"{trace}.backend"] == "mlflow" and plan.overrides[f"{trace}.token2text"] is True
+    assert plan.overrides[f"{trace}.max_samples_per_step_per_worker"] == verl_command.DEFAULT_TRACED_SAMPLES
+    _, off = _plan("a3", tmp_path, "verlflow.rollout_traces=0")
+    assert not any(key.startswith(trace) for key in off.overrides)
+    _, own = _plan("h20", tmp_path, f"{trace}.backend=weave")  # the user's choice of tracer stands
+    assert own.overrides[f"{trace}.backend"] == "weave" and f"{trace}.token2text" not in own.overrides
+    with pytest.raises(VerlflowError, match=r"verlflow.rollout_traces=-1 must be an integer >= 0"):
+        _plan("a3", tmp_path, "verlflow.rollout_traces=-1")
+
+
 def test_a_positive_save_freq_and_an_explicit_checkpoint_folder_are_kept(tmp_path):
     _, plan = _plan("h20", tmp_path, "trainer.save_freq=50 trainer.default_local_dir=ckpts trainer.logger=[console]")
     assert plan.overrides["trainer.save_freq"] == 50

@@ -22,6 +22,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from verlflow.backends import verl_traces
 from verlflow.compare import run_compare
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +137,22 @@ def test_verl_trains_in_the_run_mlflow_run_opened_with_the_local_trainers_metric
 
 
 @pytest.mark.slow
+def test_verls_rollout_traces_are_in_the_runs_experiment_linked_to_the_run(verl_cpu, client):
+    run = client.get_run(verl_cpu.run_id)
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=verl_cpu.run_id, max_results=500)
+    assert len(traces) == int(run.data.tags["verlflow.rollout_traces"]) > 0
+    steps = {trace.info.tags.get("step") for trace in traces}
+    assert {"1", "2"} <= steps  # a few samples of every training step, found by verl's own step tag
+    assert all(trace.info.tags[verl_traces.RUN_TAG] == verl_cpu.run_id for trace in traces)
+    assert all(trace.info.tags["experiment_name"] == run.info.run_name for trace in traces)
+    assert {trace.info.tags["validate"] for trace in traces} == {"False", "True"}  # training and validation
+    # token2text: a step's prompt and response read as text on the trace
+    spans = client.get_trace(traces[0].info.trace_id).data.spans
+    texts = [span.outputs for span in spans if isinstance(span.outputs, dict) and "response_text" in span.outputs]
+    assert texts and texts[0]["prompt_text"].startswith("<|im_start|>user\n")
+
+
+@pytest.mark.slow
 def test_the_launch_script_loads_the_cpu_plugin_and_ray_is_started_then_stopped(verl_cpu, client):
     command = client.download_artifacts(verl_cpu.run_id, "config/command.txt", str(verl_cpu.workdir / "cmd"))
     text = Path(command).read_text()
@@ -180,12 +197,12 @@ def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_key
 
 @pytest.mark.slow
 def test_a_crashing_verl_run_fails_with_verls_error_and_leaves_no_ray_behind(verl_cpu):
-    # A valid key with a value only verl can judge: no such column, so verl filters out every prompt and
-    # its sampler refuses an empty dataset, after Ray has started.
+    # A valid value only verl can judge (the preflight has no tokenizer): every prompt is longer than 8 tokens,
+    # so verl filters them all out and its sampler refuses an empty dataset, after Ray has started.
     crash = _mlflow_train(verl_cpu.env, verl_cpu.workdir, verl_cpu.data_dir,
-                          f"{RECIPE_OVERRIDES} data.prompt_key=no_such_column")
-    assert crash.returncode != 0
-    run = next(r for r in _train_runs(verl_cpu.uri) if "no_such_column" in r.data.params.get("overrides", ""))
+                          f"{RECIPE_OVERRIDES} data.max_prompt_length=8")
+    assert crash.returncode != 0, crash.stdout[-3000:]
+    run = next(r for r in _train_runs(verl_cpu.uri) if "max_prompt_length=8" in r.data.params.get("overrides", ""))
     assert run.info.status == "FAILED"
     assert run.data.tags["verlflow.verl_error"] == \
         "ValueError: num_samples should be a positive integer value, but got num_samples=0"

@@ -45,12 +45,16 @@ LOCATION_PARAMS = (
     "actor_rollout_ref/rollout/trace/experiment_name",
 )
 # Params that differ between the verl backend and the local trainer without the training differing: keys
-# verlflow's verl launcher forces (a save_freq that saves the final checkpoint, the V0 trainer) and keys verl
+# verlflow's verl launcher forces (a save_freq that saves the final checkpoint, the V0 trainer, traces) and keys verl
 # fills in while it runs (total_training_steps copied into the optimizers, the reward pool sized like the
 # trainer's). They are reported with the launch, not as a recipe difference.
 BACKEND_PARAMS = (
     "trainer/save_freq",
     "trainer/use_v1",
+    # verl's rollout traces, which verlflow's verl launcher turns on: what is recorded, not how it trains.
+    "actor_rollout_ref/rollout/trace/backend",
+    "actor_rollout_ref/rollout/trace/token2text",
+    "actor_rollout_ref/rollout/trace/max_samples_per_step_per_worker",
     "actor_rollout_ref/actor/optim/total_training_steps",
     "critic/optim/total_training_steps",
     "reward/reward_model/n_gpus_per_node",

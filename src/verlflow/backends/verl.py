@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import importlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from verlflow import config, device, input_checks, tracking
-from verlflow.backends import verl_command, verl_launch, verl_merge, verl_preflight
+from verlflow.backends import verl_command, verl_launch, verl_merge, verl_preflight, verl_traces
 from verlflow.backends.verl_command import LaunchPlan
 from verlflow.errors import VerlflowError
 from verlflow.problems import Problem, raise_problems
@@ -239,6 +240,7 @@ def train_verl(
     log_path = plan.run_dir / "verl.log"
     watch = _Watch(run_id)
     print(f"verlflow: launching verl for run {run_id}; output in {log_path}", flush=True)
+    launched_ms = int(time.time() * 1000)
     try:
         if spec is not None:
             mlflow.set_tag("verlflow.ray_job_id", spec["submission_id"])
@@ -248,6 +250,9 @@ def train_verl(
     finally:
         if log_path.is_file():
             mlflow.log_artifact(str(log_path), "logs")
+        if plan.overrides.get(f"{verl_command.TRACE}.backend") == "mlflow":
+            linked = verl_traces.link_rollout_traces(client, run_id, since_ms=launched_ms)
+            mlflow.set_tag("verlflow.rollout_traces", str(linked))
     mlflow.set_tag("verlflow.exit_code", str(rc))
     if rc != 0:
         mlflow.set_tag("verlflow.verl_error", watch.reason())

@@ -20,6 +20,12 @@ Nothing here starts a process. :func:`build_plan` takes the recipe + profile + o
 - ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9), whatever is installed, unless the
   overrides ask for V1 (kept only when the ``transfer_queue`` package it imports is installed).
 - Local data and model paths become absolute: verl runs with the run folder as working directory.
+- ``actor_rollout_ref.rollout.trace.*``: verl's own rollout traces go to MLflow (``backend=mlflow``,
+  ``token2text``), a few samples per step and agent-loop worker (the recipe's ``verlflow.rollout_traces``,
+  default :data:`DEFAULT_TRACED_SAMPLES`, 0 = off), where the installed verl can sample them (>= 0.9: a verl
+  without ``max_samples_per_step_per_worker`` would trace every rollout). Its tracer calls
+  ``mlflow.set_experiment(project_name)`` too, so the exact project name puts the traces in the run's
+  experiment; :mod:`verlflow.backends.verl_traces` links them to the run afterwards.
 
 The profile's files are sourced and its libraries preloaded *by the script, where they exist* (the
 guide's ``if [ -f …libjemalloc.so.2 ]``), so one script is right on the machine that runs it — this one
@@ -229,8 +235,22 @@ def _model_path(value: Any) -> Any:
     return value
 
 
+TRACE = "actor_rollout_ref.rollout.trace"
+# Rollouts traced per training step and agent-loop worker unless the recipe says otherwise.
+DEFAULT_TRACED_SAMPLES = 2
+
+
+def traced_samples(own: dict[str, Any]) -> int:
+    """The recipe's ``verlflow.rollout_traces`` (samples traced per step and worker; 0 = off), checked."""
+    raw = own.get("rollout_traces", DEFAULT_TRACED_SAMPLES)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise VerlflowError(f"verlflow.rollout_traces={raw!r} must be an integer >= 0 (samples traced per step "
+                            f"and worker; 0 = off)")
+    return raw
+
+
 def forced_overrides(
-    overrides: dict[str, Any], *, project: str, experiment: str, run_dir: Path
+    overrides: dict[str, Any], *, project: str, experiment: str, run_dir: Path, traces: int = 0
 ) -> tuple[dict[str, Any], list[str]]:
     """The overrides verl is launched with, and one note per key verlflow forced (see the module docstring)."""
     out = dict(overrides)
@@ -268,6 +288,12 @@ def forced_overrides(
         out["trainer.use_v1"] = False
         notes.append("trainer.use_v1=False: verl's V1 trainer needs the transfer_queue package, not installed")
 
+    sampled = f"{TRACE}.max_samples_per_step_per_worker"
+    if traces and sampled in defaults and f"{TRACE}.backend" not in overrides:
+        out.update({f"{TRACE}.backend": "mlflow", f"{TRACE}.token2text": True, sampled: traces})
+        notes.append(f"{TRACE}.backend=mlflow: verl traces {traces} rollout(s) per step and worker into this "
+                     "run's experiment (verlflow.rollout_traces=0 turns it off)")
+
     for key in ("data.train_files", "data.val_files"):
         if key in out:
             out[key] = _absolute_path(out[key])
@@ -302,7 +328,7 @@ def build_plan(
     root = Path(str(cfg.verlflow.get("output_dir") or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
     run_dir = root / run_id
     overrides, notes = forced_overrides(cfg.overrides, project=experiment_name, experiment=run_name or run_id,
-                                        run_dir=run_dir)
+                                        run_dir=run_dir, traces=traced_samples(cfg.verlflow))
     env = dict(cfg.profile.env)
     if "tensorboard" in overrides["trainer.logger"]:
         env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
