@@ -182,19 +182,22 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
 
 def _rdb_storage(url: str, kwargs: dict[str, Any], attempts: int = 3) -> RDBStorage:
     """Open an RDB storage; retried a few times because workers that start together on a fresh database race
-    to create Optuna's tables (one sees "already exists" while the other's CREATE commits)."""
-    for attempt in range(1, attempts + 1):
+    to create Optuna's tables (one sees "already exists" while the other's CREATE commits). The last
+    attempt's error (and a missing driver's at once) is the caller's to report."""
+
+    def attempt() -> RDBStorage:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(url, **kwargs)
+
+    for _ in range(attempts - 1):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(url, **kwargs)
+            return attempt()
         except ImportError:
             raise
-        except Exception:  # noqa: BLE001 - the last attempt's error is the caller's to report
-            if attempt == attempts:
-                raise
+        except Exception:  # noqa: BLE001 - SQLAlchemy's errors of a racing schema creation, among others
             time.sleep(1.0 + random.random())
-    raise AssertionError("unreachable")
+    return attempt()
 
 
 class TrialSeededSampler(BaseSampler):

@@ -8,9 +8,9 @@ seeded one-step GSM8K-style problems (:mod:`verlflow.synthetic`, ``easy``), in e
 trainer and ``evaluate`` prompt with, learning the worked answer and its ``#### <number>`` line.
 
 The teacher is sloppy on purpose, and says so: in :data:`SLOPPY_FRACTION` of its answers the worked
-calculation is right but the final line is one too high. The model learns both habits, so it often
-computes the right number and then writes the wrong one. verl's strict GSM8K scorer rewards only the
-right final number, so GRPO has a clear, honest signal to learn from (copy the computed result), the
+calculation is right but the final line reads ``The answer is N.`` instead of ``#### N``. The model learns
+both habits, so it often computes the right number and then writes it in a form verl's strict GSM8K scorer
+gives 0. GRPO thus has a clear, honest signal to learn from (write the computed number after ``####``), the
 way a real model learns the answer format in its first GRPO steps. Nothing in the reward is shaped.
 
 Deterministic for a seed (CPU, fixed example order); cached like the plain tiny model under the sentinel
@@ -27,7 +27,7 @@ from typing import Any
 
 from verlflow.tinymodel import IM_END, build_tiny_model, make_tokenizer_config_portable
 
-# Share of warm-start answers whose final line is off by one (the habit GRPO unlearns).
+# Share of warm-start answers that end "The answer is N." instead of "#### N" (the habit GRPO unlearns).
 SLOPPY_FRACTION = 0.5
 # Sized so that the warm start takes well under a minute on 2 CPU cores.
 SFT_SIZE: dict[str, Any] = {"hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 2,
