@@ -30,7 +30,7 @@ MODELS = ("tiny", "3.5m")
 
 def build_models(cache: Path) -> dict[str, Path]:
     """{'tiny': verlflow's tiny Qwen3, '3.5m': the 3.5 M Qwen3}, each built once (offline) under ``cache``."""
-    from verlflow.tinymodel import build_tiny_model, resolve_model_path
+    from verlflow.models.tinymodel import build_tiny_model, resolve_model_path
 
     tiny = Path(resolve_model_path("tiny-qwen3", cache))
     medium = cache / "bench-qwen3-3.5m"

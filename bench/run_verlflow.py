@@ -40,7 +40,7 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
     import mlflow
 
     from verlflow import config, tracking
-    from verlflow.backends.local import train_local
+    from verlflow.backends.local.trainer import train_local
 
     log_seconds: list[float] = []
     real_log = tracking.log_metrics

@@ -47,8 +47,8 @@ def main() -> None:
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
     from mlflow.tracking import MlflowClient
 
-    from verlflow import system_metrics
-    from verlflow.npu_monitor import NpuMonitor
+    from verlflow.device import system_metrics
+    from verlflow.device.npu_monitor import NpuMonitor
 
     with mlflow.start_run() as run:
         monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=args.interval)

@@ -117,7 +117,7 @@ def warm_model_cache(tmp_path_factory) -> Path:
     The tests of the recipe that learns (main, search) point ``VERLFLOW_CACHE`` here instead of paying the
     build (about a minute on 2 cores) each; the build itself is tested in tests/test_tiny_model_sft.py.
     """
-    from verlflow.tinymodel import SFT_SENTINEL, resolve_model_path
+    from verlflow.models.tinymodel import SFT_SENTINEL, resolve_model_path
 
     cache = tmp_path_factory.mktemp("verlflow-cache")
     resolve_model_path(SFT_SENTINEL, cache)

@@ -9,7 +9,7 @@ import sys
 from mlflow.tracking import MlflowClient
 
 from verlflow import data
-from verlflow.tinymodel import resolve_model_path
+from verlflow.models.tinymodel import resolve_model_path
 
 # What torch_npu raises when CANN's libraries are not on the loader path (set_env.sh not sourced).
 BROKEN_TORCH_NPU = 'raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")\n'

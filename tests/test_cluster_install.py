@@ -1,7 +1,7 @@
 """verlflow installs into the guide's own A3 and H20 images without moving any of their versions.
 
 ``uv pip compile`` resolves, for each image's platform (linux aarch64 / x86_64) and Python 3.10, the §6.1
-pins (configs/stacks/*.yaml) together with this checkout of verlflow, from the package index (metadata only).
+pins (config/stacks/*.yaml) together with this checkout of verlflow, from the package index (metadata only).
 It needs the index: when it is unreachable the test fails with uv's message, it never skips.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from verlflow.stacks import load_stack, resolve_into
+from verlflow.device.stacks import load_stack, resolve_into
 
 REPO = Path(__file__).resolve().parents[1]
 

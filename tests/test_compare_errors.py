@@ -7,7 +7,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow import cli, tracking
-from verlflow.compare import run_compare
+from verlflow.compare.step import run_compare
 from verlflow.errors import VerlflowError
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from verlflow import config
-from verlflow.compare_diff import profile_param_keys, verl_default_values
+from verlflow.compare.diff import profile_param_keys, verl_default_values
 
 
 def test_shipped_default_yaml_holds_what_hydra_composes():

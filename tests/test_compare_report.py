@@ -16,7 +16,7 @@ from matplotlib.image import imread
 from mlflow.tracking import MlflowClient
 
 from verlflow import config, tracking
-from verlflow.compare import run_compare
+from verlflow.compare.step import run_compare
 
 H20_TAGS = {
     "device.type": "gpu", "device.name": "NVIDIA H20", "device.count": "8", "device.memory_gb": "95.6",

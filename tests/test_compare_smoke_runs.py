@@ -10,7 +10,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow.compare import run_compare
+from verlflow.compare.step import run_compare
 
 GUIDE_KEYS = ["timing_s/e2e", "timing_s_mean/gen", "timing_s_mean/update_actor", "timing_s_mean/step"]
 

@@ -16,7 +16,7 @@ from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow import tracking
-from verlflow.compare import run_compare
+from verlflow.compare.step import run_compare
 
 
 def _free_port() -> int:

@@ -16,9 +16,10 @@ import pytest
 from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
-from verlflow import system_metrics, tracking
-from verlflow.compare import run_compare
-from verlflow.device_parsers import parse_npu_smi_info
+from verlflow import tracking
+from verlflow.compare.step import run_compare
+from verlflow.device import system_metrics
+from verlflow.device.parsers import parse_npu_smi_info
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "device"
 A2_WIDE = FIXTURES / "npu-smi-info-910b3-8npu-v26.1.0-wide.txt"

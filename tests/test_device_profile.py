@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from verlflow.device import (
+from verlflow.device.detect import (
     NPU_SMI_INFO,
     NVIDIA_SMI,
     NVIDIA_SMI_QUERY,
@@ -469,7 +469,7 @@ def test_versions_and_torch_cuda_come_from_metadata_without_importing_heavy_modu
     (fake_torch / "__init__.py").write_text("raise ImportError('must not be imported')\n")
     (fake_torch / "version.py").write_text("from typing import Optional\ncuda: Optional[str] = '12.6'\n")
     script = (
-        "import json, sys, verlflow.device as d; v = d.package_versions(); "
+        "import json, sys, verlflow.device.detect as d; v = d.package_versions(); "
         "sys.path.insert(0, sys.argv[1]); c = d.torch_cuda_version(); "
         "heavy = [m for m in ('torch', 'torch_npu', 'vllm', 'ray', 'transformers', 'verl', 'mlflow') "
         "if m in sys.modules]; print(json.dumps({'versions': v, 'cuda': c, 'heavy': heavy}))"

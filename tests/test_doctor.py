@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from verlflow.device import NPU_SMI_INFO, NVIDIA_SMI_QUERY, Probe
-from verlflow.doctor import diagnose, render
-from verlflow.stacks import load_stack
+from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI_QUERY, Probe
+from verlflow.device.doctor import diagnose, render
+from verlflow.device.stacks import load_stack
 
 FIXTURES = Path(__file__).parent / "fixtures" / "device"
 ROOT = "/usr/local/Ascend"

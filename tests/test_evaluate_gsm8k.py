@@ -12,8 +12,9 @@ import pytest
 from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
-from verlflow import evaluate, metrics
+from verlflow import names as metrics
 from verlflow.errors import VerlflowError
+from verlflow.models import evaluate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-eval"
@@ -35,8 +36,8 @@ def _train_like_run(checkpoint: str, *, status: str = "FINISHED", max_response_l
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A SQLite store (artifacts beside it) holding one registered version of the tiny model."""
-    from verlflow import registry
-    from verlflow.tinymodel import resolve_model_path
+    from verlflow.models import registry
+    from verlflow.models.tinymodel import resolve_model_path
 
     root = tmp_path_factory.mktemp("eval-store")
     with isolated_store(root) as uri:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from verlflow import config, data, tracking
-from verlflow.backends.local import train_local
-from verlflow.tinymodel import build_tiny_model
+from verlflow.backends.local.trainer import train_local
+from verlflow.models.tinymodel import build_tiny_model
 
 REWARD_FILE = '''
 from verl.utils.reward_score import gsm8k

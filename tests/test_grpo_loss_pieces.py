@@ -15,9 +15,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verlflow.backends.local_loss import actor_loss, compute_advantages, response_log_probs, update_actor
-from verlflow.backends.local_settings import _actor_config
-from verlflow.tinymodel import build_tiny_model
+from verlflow.backends.local.loss import actor_loss, compute_advantages, response_log_probs, update_actor
+from verlflow.backends.local.settings import _actor_config
+from verlflow.models.tinymodel import build_tiny_model
 
 
 def actor(**values):

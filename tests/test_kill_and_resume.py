@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import data, lifecycle
+from verlflow import data
+from verlflow.runs import lifecycle
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 6

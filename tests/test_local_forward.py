@@ -14,10 +14,10 @@ import torch
 from test_grpo_loss_pieces import actor  # verl's ActorConfig as the trainer builds it
 from verl.trainer.ppo.core_algos import agg_loss
 
-from verlflow.backends.local_loss import batched_log_probs, response_log_probs, update_actor
-from verlflow.backends.local_rollout import left_pad
-from verlflow.backends.local_sampling import sample_responses
-from verlflow.tinymodel import build_tiny_model
+from verlflow.backends.local.loss import batched_log_probs, response_log_probs, update_actor
+from verlflow.backends.local.rollout import left_pad
+from verlflow.backends.local.sampling import sample_responses
+from verlflow.models.tinymodel import build_tiny_model
 
 N = 4
 
@@ -84,7 +84,7 @@ def test_cached_greedy_sampling_equals_generate_and_stops_at_eos(model):
 
 
 def test_sampling_keeps_top_k_and_top_p_tokens_only(model):
-    from verlflow.backends.local_sampling import next_tokens
+    from verlflow.backends.local.sampling import next_tokens
 
     logits = torch.tensor([[4.0, 3.0, 0.0, -1.0]] * 2000)
     assert set(next_tokens(logits, {"do_sample": True, "temperature": 1.0, "top_k": 2}).tolist()) == {0, 1}

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from verlflow import config, data, tracking
-from verlflow.backends.local import train_local
+from verlflow.backends.local.trainer import train_local
 
 STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=3"]
 

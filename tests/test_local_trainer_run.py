@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verlflow import config, data, tracking
-from verlflow.backends.local import CHECKPOINT_TAG, IGNORED_TAG, train_local
-from verlflow.backends.local_settings import read_settings
+from verlflow.backends.local.settings import read_settings
+from verlflow.backends.local.trainer import CHECKPOINT_TAG, IGNORED_TAG, train_local
 from verlflow.errors import VerlflowError
 
 PER_STEP = [
@@ -56,7 +56,7 @@ def _train(workdir: Path, tmp_path: Path, overrides=(), data_dir=None):
 
 @pytest.mark.slow
 def test_smoke_run_finishes_tracked_with_verl_names_and_a_loadable_checkpoint(workdir, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="verlflow.backends.local"):
+    with caplog.at_level(logging.WARNING, logger="verlflow.backends.local.trainer"):
         result, cfg = _train(workdir, tmp_path)
     ignored = [r.getMessage() for r in caplog.records if "local trainer ignores" in r.getMessage()]
     assert ignored == ["local trainer ignores actor_rollout_ref.rollout.name=vllm "

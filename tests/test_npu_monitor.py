@@ -17,8 +17,8 @@ import pytest
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 
-from verlflow import system_metrics
-from verlflow.npu_monitor import MAX_FAILURES, NpuMonitor
+from verlflow.device import system_metrics
+from verlflow.device.npu_monitor import MAX_FAILURES, NpuMonitor
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "device"
@@ -119,7 +119,7 @@ def test_failing_npu_smi_stops_the_monitor_with_one_warning(fake_npu_smi, monkey
     monitor = NpuMonitor()
     monitor.collect_metrics()
     monkeypatch.setenv("FAKE_NPU_SMI_FAIL", "1")
-    with caplog.at_level(logging.WARNING, logger="verlflow.npu_monitor"):
+    with caplog.at_level(logging.WARNING, logger="verlflow.device.npu_monitor"):
         for _ in range(MAX_FAILURES + 3):
             monitor.collect_metrics()  # never raises into MLflow's sampling thread
     assert monitor.stopped
@@ -131,7 +131,7 @@ def test_failing_npu_smi_stops_the_monitor_with_one_warning(fake_npu_smi, monkey
 def test_npu_smi_failing_at_start_means_no_npu_monitor_and_one_warning(fake_npu_smi, monkeypatch, caplog, expected):
     fake_npu_smi(A2_OLD)
     monkeypatch.setenv("FAKE_NPU_SMI_FAIL", "1")
-    with caplog.at_level(logging.WARNING, logger="verlflow.npu_monitor"):
+    with caplog.at_level(logging.WARNING, logger="verlflow.device.npu_monitor"):
         assert NpuMonitor.start_or_none(expected=expected) is None
     assert [r.getMessage() for r in caplog.records] == [
         "NPU system metrics off for this run: npu-smi info exited with 1: "
@@ -141,7 +141,7 @@ def test_npu_smi_failing_at_start_means_no_npu_monitor_and_one_warning(fake_npu_
 
 def test_missing_npu_smi_is_silent_unless_the_profile_expects_npus(monkeypatch, caplog, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with caplog.at_level(logging.WARNING, logger="verlflow.npu_monitor"):
+    with caplog.at_level(logging.WARNING, logger="verlflow.device.npu_monitor"):
         assert NpuMonitor.start_or_none(expected=False) is None
         assert caplog.records == []
         assert NpuMonitor.start_or_none(expected=True) is None

@@ -18,7 +18,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import metrics, pipeline
+from verlflow import names as metrics
+from verlflow import pipeline
 from verlflow.errors import VerlflowError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import pytest
 from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
-from verlflow import registry
 from verlflow.errors import VerlflowError
+from verlflow.models import registry
 
 NAME = "promo"
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
-from verlflow import registry
 from verlflow.errors import VerlflowError
+from verlflow.models import registry
 
 
 def _train_like_run(checkpoint: str | None, *, status: str = "FINISHED", **extra_tags: str) -> str:
@@ -43,7 +43,7 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checkpoint() -> str:
-    from verlflow.tinymodel import resolve_model_path
+    from verlflow.models.tinymodel import resolve_model_path
 
     return resolve_model_path("tiny-qwen3")
 

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import cli, lifecycle
+from verlflow import cli
+from verlflow.runs import lifecycle
 from verlflow.tracking import tracked_run
 
 SLEEPER = textwrap.dedent(

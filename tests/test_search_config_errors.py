@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from verlflow import cli
-from verlflow.search_space import load_search_config
+from verlflow.search.space import load_search_config
 
-DEFAULT = yaml.safe_load((Path(cli.__file__).parent / "configs" / "search" / "default.yaml").read_text())
+DEFAULT = yaml.safe_load((Path(cli.__file__).parent / "config" / "search" / "default.yaml").read_text())
 
 
 def _config(tmp_path: Path, edit) -> Path:
@@ -36,7 +36,7 @@ def _refused(tmp_path, monkeypatch, config_path: Path, data_dir: Path) -> str:
     from mlflow.tracking import MlflowClient
 
     from verlflow.errors import VerlflowError
-    from verlflow.search import run_search
+    from verlflow.search.step import run_search
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(VerlflowError) as exc_info:

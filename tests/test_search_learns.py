@@ -14,10 +14,10 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from verlflow import data
-from verlflow.search import run_search
+from verlflow.search.step import run_search
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = yaml.safe_load((REPO / "src/verlflow/configs/search/default.yaml").read_text())
+DEFAULT = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
 
 
 @pytest.mark.slow

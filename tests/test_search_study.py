@@ -21,8 +21,8 @@ from optuna.trial import TrialState
 
 from verlflow import config
 from verlflow.errors import VerlflowError
-from verlflow.search_space import distributions, load_search_config
-from verlflow.search_study import (
+from verlflow.search.space import distributions, load_search_config
+from verlflow.search.study import (
     PARENT_RUN_ID_ATTR,
     RUN_ID_ATTR,
     TrialSeededSampler,
@@ -98,7 +98,7 @@ def test_a_running_trial_with_heartbeats_is_left_alone(tmp_path, tracking_uri):
 WORKER = textwrap.dedent("""
     import sys, time
     from optuna.pruners import NopPruner
-    from verlflow.search_study import TrialSeededSampler, open_storage, open_study
+    from verlflow.search.study import TrialSeededSampler, open_storage, open_study
     study = open_study(study_name="s", storage=open_storage(sys.argv[1], "s", 1, 30, 2), direction="maximize",
                        sampler=TrialSeededSampler(7, 10), pruner=NopPruner(), identity={})
     def objective(trial):

@@ -28,11 +28,11 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState, create_trial
 
 from verlflow import config
-from verlflow.search_space import distributions, load_search_config
+from verlflow.search.space import distributions, load_search_config
 
 REPO = Path(__file__).resolve().parents[1]
 METRIC = "val-core/openai/gsm8k/reward/mean_at_1"
-DEFAULT = yaml.safe_load((REPO / "src/verlflow/configs/search/default.yaml").read_text())
+DEFAULT = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
 pytestmark = pytest.mark.slow
 
 
@@ -184,7 +184,7 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
 
 
 def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, tracking_uri, smoke_store):
-    from verlflow.search import run_search
+    from verlflow.search.step import run_search
 
     # 200 steps, validated after each: a trial that is not stopped runs for minutes.
     search_config = _short_search_config(tmp_path, steps=200, n_startup_trials=2, n_warmup_steps=0)

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verlflow.errors import VerlflowError
-from verlflow.tinymodel import IM_END, TINY_SENTINEL, build_tiny_model, resolve_model_path
+from verlflow.models.tinymodel import IM_END, TINY_SENTINEL, build_tiny_model, resolve_model_path
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import metric_buffer, tracking
+from verlflow import tracking
+from verlflow.runs import metric_buffer
 
 STEPS, KEYS = 50, 20
 

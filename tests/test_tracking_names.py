@@ -7,7 +7,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow.config import compose
-from verlflow.metrics import GLOSSARY
+from verlflow.names import GLOSSARY
 from verlflow.tracking import flatten_params, log_metrics, log_run_summaries, log_verl_params, sanitize_metric_key
 
 
@@ -63,4 +63,4 @@ def test_glossary_is_in_the_readme():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     missing = [name for name, _ in GLOSSARY if f"`{name}`" not in readme]
-    assert missing == [], f"README's metric glossary lacks {missing}: paste `python -m verlflow.metrics`"
+    assert missing == [], f"README's metric glossary lacks {missing}: paste `python -m verlflow.names`"

@@ -21,7 +21,7 @@ from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow import data
-from verlflow.metric_buffer import MetricBuffer
+from verlflow.runs.metric_buffer import MetricBuffer
 
 FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
              "VERLFLOW_METRICS_RETRY_S": "1"}
@@ -117,9 +117,9 @@ def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_comma
         buffer.log({"loss": 0.5 / step, "reward": 0.1 * step}, step)
     assert buffer.close(wait_s=2) == 4
     command = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "python -m verlflow.metric_buffer" in command
+    assert "python -m verlflow.runs.metric_buffer" in command
     server.start()
-    upload = subprocess.run([sys.executable, "-m", "verlflow.metric_buffer", str(tmp_path / "spill.jsonl")],
+    upload = subprocess.run([sys.executable, "-m", "verlflow.runs.metric_buffer", str(tmp_path / "spill.jsonl")],
                             capture_output=True, text=True, timeout=120)
     assert upload.returncode == 0, upload.stderr[-2000:]
     assert _steps(client, run_id, "loss") == _steps(client, run_id, "reward") == [1, 2, 3]
@@ -160,7 +160,7 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
 
 def test_verl_is_given_mlflow_http_retry_knobs_for_a_tracking_server():
     from verlflow import config
-    from verlflow.backends.verl_command import build_plan
+    from verlflow.backends.verl.command import build_plan
 
     cfg = config.compose("qwen3-4b-gsm8k-grpo", "h20")
     remote = build_plan(cfg, run_id="r" * 32, experiment_name="E", run_name="r", tracking_uri="http://h:5000")

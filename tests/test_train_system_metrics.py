@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import data, run_names
+from verlflow import data
+from verlflow.runs import naming as run_names
 from verlflow.steps import run_train
 
 TESTS = Path(__file__).resolve().parent
@@ -51,7 +52,7 @@ def train(data_dir: Path, overrides: str = FAST_SAMPLING):
 
 def warnings_about_system_metrics(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.WARNING and r.name.startswith(("verlflow.npu_monitor", "verlflow.system_metrics"))]
+            if r.levelno >= logging.WARNING and r.name.startswith("verlflow.device.")]
 
 
 @pytest.mark.slow

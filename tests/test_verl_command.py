@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from verlflow import config
-from verlflow.backends import verl_command
-from verlflow.backends.verl import preflight
-from verlflow.backends.verl_command import FINAL_ONLY_SAVE_FREQ, absolute_tracking_uri, build_plan
-from verlflow.backends.verl_launch import ray_job_spec, ray_submit_command
-from verlflow.device import NPU_SMI_INFO, NVIDIA_SMI, Probe
+from verlflow.backends.verl import command as verl_command
+from verlflow.backends.verl.backend import preflight
+from verlflow.backends.verl.command import FINAL_ONLY_SAVE_FREQ, absolute_tracking_uri, build_plan
+from verlflow.backends.verl.launch import ray_job_spec, ray_submit_command
+from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI, Probe
 from verlflow.errors import VerlflowError
 
 RUN_ID = "0123456789abcdef0123456789abcdef"

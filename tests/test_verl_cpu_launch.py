@@ -22,8 +22,8 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow.backends import verl_traces
-from verlflow.compare import run_compare
+from verlflow.backends.verl import traces as verl_traces
+from verlflow.compare.step import run_compare
 
 REPO = Path(__file__).resolve().parents[1]
 # Two steps, validating on the last: every per-step curve has two points; same values for both backends.
@@ -156,7 +156,7 @@ def test_verls_rollout_traces_are_in_the_runs_experiment_linked_to_the_run(verl_
 def test_the_launch_script_loads_the_cpu_plugin_and_ray_is_started_then_stopped(verl_cpu, client):
     command = client.download_artifacts(verl_cpu.run_id, "config/command.txt", str(verl_cpu.workdir / "cmd"))
     text = Path(command).read_text()
-    assert "export VERL_USE_EXTERNAL_MODULES=verlflow.backends.verl_cpu_plugin" in text
+    assert "export VERL_USE_EXTERNAL_MODULES=verlflow.backends.verl.cpu_plugin" in text
     assert "export VERL_PLATFORM=cpu" in text and "-m verl.trainer.main_ppo" in text
     assert "actor_rollout_ref.rollout.name=hf" in text and f"export MLFLOW_RUN_ID={verl_cpu.run_id}" in text
     log = Path(client.download_artifacts(verl_cpu.run_id, "logs/verl.log", str(verl_cpu.workdir / "log"))).read_text()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from verlflow import config, data
-from verlflow.backends.verl import preflight
-from verlflow.backends.verl_command import build_plan
+from verlflow.backends.verl.backend import preflight
+from verlflow.backends.verl.command import build_plan
 from verlflow.errors import VerlflowError
 from verlflow.steps import choose_train_setup
 
@@ -35,7 +35,7 @@ def test_backend_verl_on_the_cpu_picks_the_cpu_verl_profile_and_local_keeps_cpu(
 def test_only_the_cpu_verl_launch_loads_the_plugin(tmp_path):
     _, cpu = _plan("smoke", "cpu-verl", tmp_path)
     script = cpu.script()
-    assert "export VERL_USE_EXTERNAL_MODULES=verlflow.backends.verl_cpu_plugin" in script
+    assert "export VERL_USE_EXTERNAL_MODULES=verlflow.backends.verl.cpu_plugin" in script
     assert "export VERL_PLATFORM=cpu" in script
     assert "  ++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in script
     assert cpu.overrides["actor_rollout_ref.rollout.name"] == "hf"

@@ -24,7 +24,7 @@ STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from verlflow.tinymodel import build_tiny_model
+    from verlflow.models.tinymodel import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 

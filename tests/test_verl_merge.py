@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verlflow.backends.verl_merge import last_actor_checkpoint, merge_actor_checkpoint
+from verlflow.backends.verl.merge import last_actor_checkpoint, merge_actor_checkpoint
 from verlflow.errors import VerlflowError
 
 STANDINS = Path(__file__).parent / "standins"
@@ -42,7 +42,7 @@ def test_last_checkpoint_follows_verls_tracker_else_the_highest_step(tmp_path):
 def test_two_rank_fsdp_checkpoint_merges_into_a_model_transformers_runs(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verlflow.tinymodel import build_tiny_model
+    from verlflow.models.tinymodel import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path / "tiny", seed=0)
     ckpt = tmp_path / "checkpoints"

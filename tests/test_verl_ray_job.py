@@ -102,7 +102,7 @@ def ray_head():
 
 @pytest.mark.slow
 def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, tmp_path, ray_head):
-    from verlflow.tinymodel import build_tiny_model
+    from verlflow.models.tinymodel import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.output_dir={tmp_path / 'outputs'} "

@@ -33,7 +33,8 @@ VERL_SIDE = textwrap.dedent(
     import verl
     from omegaconf import OmegaConf
     from verlflow import config
-    from verlflow.backends import verl_command, verl_preflight
+    from verlflow.backends.verl import command as verl_command
+    from verlflow.backends.verl import preflight as verl_preflight
     from verl.utils.tracking import Tracking
 
     jobs = json.loads(sys.argv[1])

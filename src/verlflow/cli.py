@@ -74,24 +74,24 @@ STEPS: dict[str, Step] = {
             Param("ray_address", "", "submit to this Ray cluster as a Ray job ('' = run locally)"),
             Param("resume", "", "continue this train run from its last checkpoint ('' = a new run)"),
         )),
-        Step("evaluate", "verlflow.evaluate:run_evaluate", "GSM8K accuracy of a model", (
+        Step("evaluate", "verlflow.models.evaluate:run_evaluate", "GSM8K accuracy of a model", (
             Param("model_uri", None, "runs:/<id>/<path> | models:/<name>@<alias> | models:/<name>/<version> | folder"),
             Param("data_dir", "data/gsm8k", "folder with the preprocessed split"),
             Param("split", "test", "train | test"),
             Param("limit", "0", "problems to evaluate, 0 = all", "int"),
             Param("backend", "auto", "auto | hf | vllm"),
         )),
-        Step("register", "verlflow.registry:run_register", "register a train run's final checkpoint", (
+        Step("register", "verlflow.models.registry:run_register", "register a train run's final checkpoint", (
             Param("run_id", None, "the train run"),
             Param("model_name", "", "registered model name ('' = the run's recipe model_name)"),
         )),
-        Step("promote", "verlflow.registry:run_promote", "move an alias to the best version", (
+        Step("promote", "verlflow.models.registry:run_promote", "move an alias to the best version", (
             Param("model_name", None, "registered model name"),
             Param("metric", "eval/gsm8k/accuracy", "metric to maximise (version tag or source-run metric)"),
             Param("alias", "champion", "alias to move"),
             Param("force", "false", "move even when not strictly better", "bool"),
         )),
-        Step("search", "verlflow.search:run_search", "Optuna search over lr, KL coefficient and group size", (
+        Step("search", "verlflow.search.step:run_search", "Optuna search over lr, KL coefficient and group size", (
             _RECIPE_AUTO,
             _DEVICE,
             Param("n_trials", "20", "trials this worker runs", "int"),
@@ -101,13 +101,14 @@ STEPS: dict[str, Step] = {
             Param("pruner", "median", "median | hyperband | none"),
             Param("search_config", "default", "search config name or .yaml path"),
         )),
-        Step("compare", "verlflow.compare:run_compare", "A3-vs-H20 report from two runs (the guide's §6)", (
+        Step("compare", "verlflow.compare.step:run_compare", "A3-vs-H20 report from two runs (the guide's §6)", (
             Param("baseline", None, "run id, run name or tag filter (e.g. the H20 run)"),
             Param("candidate", None, "run id, run name or tag filter (e.g. the A3 run)"),
             Param("output_dir", "", "also write the report here ('' = only as run artifacts)"),
             Param("threshold", "0.02", "parity threshold: mean relative difference of curves, 0.02 = 2%", "float"),
         )),
-        Step("doctor", "verlflow.doctor:run_doctor", "can verl launch here? this machine against the guide's stack", (
+        Step("doctor", "verlflow.device.doctor:run_doctor",
+             "can verl launch here? this machine against the guide's stack", (
             _DEVICE,
             Param("profile", "auto", "device profile name or .yaml path (auto: a3 on npu, h20 on gpu)"),
         )),
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             default = "required" if p.default is None else repr(p.default)
             sub.add_argument(f"--{p.name}", required=p.default is None, default=p.default,
                              help=f"{p.help} (default: {default})".replace("%", "%%"))
-    from verlflow.runs_command import add_runs_parser
+    from verlflow.runs.command import add_runs_parser
 
     add_runs_parser(subs)
     return parser
@@ -180,12 +181,12 @@ def resolve_target(step: Step):
 
 def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
-    from verlflow import lifecycle, tracking_probe
+    from verlflow.runs import lifecycle, probe
 
     step = STEPS[name]
     kwargs = {p.name: _parse_value(p, values[p.name]) for p in step.params}
     target = resolve_target(step)
-    tracking_probe.check_tracking_server()
+    probe.check_tracking_server()
     lifecycle.die_with_launcher()
     return target(**kwargs)
 
@@ -197,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     values = {k: v for k, v in vars(args).items() if k != "step"}
     try:
         if args.step == "runs":
-            from verlflow.runs_command import run_runs
+            from verlflow.runs.command import run_runs
 
             run_runs(**values)
         else:

@@ -45,9 +45,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from verlflow import __version__, config, metrics, tracking
+from verlflow import __version__, config, tracking
+from verlflow import names as metrics
 from verlflow.errors import VerlflowError
-from verlflow.registry import CHAMPION, PromotionDecision
+from verlflow.models.registry import CHAMPION, PromotionDecision
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
     name = model_name or str(own.get("model_name") or "")
     if not name:
         raise VerlflowError(f"recipe '{recipe}' names no verlflow.model_name: pass -P model_name=<name>")
-    from verlflow.registry import check_model_name
+    from verlflow.models.registry import check_model_name
 
     check_model_name(name)  # before preprocess and train, not minutes later at register
     slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
@@ -246,7 +247,8 @@ def _checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[R
 
 def run_main(recipe: str, device: str, source: str, model_name: str, overrides: str) -> PipelineResult:
     """Chain preprocess → train → register → evaluate → promote under one parent run (step ``main``)."""
-    from verlflow import evaluate, registry, steps
+    from verlflow import steps
+    from verlflow.models import evaluate, registry
 
     plan = make_plan(recipe, device, source, model_name, overrides)
     client = MlflowClient()
@@ -316,7 +318,7 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
 
     A hub id is not evaluated here (``evaluate`` takes folders and model URIs); the chain says so and goes on.
     """
-    from verlflow import evaluate, tinymodel
+    from verlflow.models import evaluate, tinymodel
 
     folder = tinymodel.resolve_model_path(plan.start_model)
     if not Path(folder).is_dir():

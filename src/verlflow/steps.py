@@ -23,9 +23,12 @@ from pathlib import Path
 
 import mlflow
 
-from verlflow import config, device, run_names, system_metrics, tracking
+from verlflow import config, tracking
+from verlflow.device import detect as device
+from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_config_counts
+from verlflow.runs import naming as run_names
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +125,9 @@ def run_train(
 ):
     """Train with GRPO (step ``train``): verl on npu/gpu, the local trainer on cpu or when asked.
 
-    ``resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.resume`).
+    ``resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
     """
-    from verlflow import resume as resuming
+    from verlflow.runs import resume as resuming
 
     started_at = time.time()
     args = {"recipe": recipe, "device": device, "profile": profile, "data_dir": data_dir, "model": model,
@@ -145,16 +148,16 @@ def run_train(
     if backend == "local":
         if dry_run or ray_address:
             raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
-        from verlflow.backends import local
+        from verlflow.backends.local import trainer as local
 
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
-        from verlflow import metric_buffer
+        from verlflow.runs import metric_buffer
 
         spill_root = Path(str(cfg.verlflow.get("output_dir") or local.DEFAULT_OUTPUT_ROOT))
         with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
             with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
                 return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
-    from verlflow.backends import verl as verl_backend
+    from verlflow.backends.verl import backend as verl_backend
 
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
     # A dry run launches nothing: no system metrics to sample.
@@ -172,7 +175,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval):
 
     Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
     """
-    from verlflow import resume as resuming
+    from verlflow.runs import resume as resuming
 
     with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
             resuming.attempt_clock(run.info.run_id, started_at) as since:

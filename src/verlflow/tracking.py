@@ -26,9 +26,10 @@ from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import __version__, lifecycle, metric_buffer
+from verlflow import __version__
 from verlflow.errors import VerlflowError
-from verlflow.metrics import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
+from verlflow.names import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
+from verlflow.runs import lifecycle, metric_buffer
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -154,7 +155,7 @@ def sanitize_metric_key(key: str) -> str:
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:
     """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would).
 
-    Inside :func:`verlflow.metric_buffer.buffering` (every train run) the step is queued and written by the
+    Inside :func:`verlflow.runs.metric_buffer.buffering` (every train run) the step is queued and written by the
     buffer's background thread, so a training step never waits for the store; :func:`flush_metrics` waits
     for it before the metrics are read back.
     """

@@ -1,0 +1,138 @@
+"""Checkpoints of the local GRPO trainer: a Hugging Face folder plus what resuming needs.
+
+    ls checkpoints/<project>/<experiment>/global_step_4/actor/huggingface
+
+Layout under ``trainer.default_local_dir`` (verl's own names, so one habit serves both backends)::
+
+    latest_checkpointed_iteration.txt     the newest complete step, as verl writes it
+    global_step_<N>/
+      actor/huggingface/                  save_pretrained model + tokenizer: what gets registered
+      trainer_state.pt                    optimizer, lr scheduler, global step, RNG states
+
+A checkpoint is written into a hidden temporary folder and renamed into place, and the tracker file is
+replaced atomically afterwards, so a run killed while saving never leaves a half checkpoint that
+``trainer.resume_mode=auto`` would pick up.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verlflow.errors import VerlflowError
+from verlflow.models.tinymodel import make_tokenizer_config_portable
+
+TRACKER = "latest_checkpointed_iteration.txt"
+STATE_FILE = "trainer_state.pt"
+HF_SUBDIR = Path("actor") / "huggingface"
+_STEP_DIR = re.compile(r"global_step_(\d+)")
+
+
+def step_dir(root: str | os.PathLike[str], step: int) -> Path:
+    """``<root>/global_step_<step>``."""
+    return Path(root) / f"global_step_{step}"
+
+
+def hf_dir(checkpoint: str | os.PathLike[str]) -> Path:
+    """The Hugging Face model folder inside a ``global_step_<N>`` checkpoint."""
+    return Path(checkpoint) / HF_SUBDIR
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the trainer draws from (sampling, shuffles), to continue a run exactly."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                             "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    root: str | os.PathLike[str], step: int, model: Any, tokenizer: Any, state: dict[str, Any],
+    *, keep: int | None = None,
+) -> Path:
+    """Write ``global_step_<step>`` atomically, point the tracker at it, keep the newest ``keep``.
+
+    Returns the checkpoint's Hugging Face folder.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(hf_dir(tmp))
+    tokenizer.save_pretrained(hf_dir(tmp))
+    make_tokenizer_config_portable(hf_dir(tmp))
+    torch.save(state, tmp / STATE_FILE)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    tracker_tmp = root / f".{TRACKER}.tmp"
+    tracker_tmp.write_text(f"{step}\n")
+    os.replace(tracker_tmp, root / TRACKER)
+    if keep and keep > 0:
+        for old in sorted(_checkpoints(root))[:-keep]:
+            shutil.rmtree(step_dir(root, old), ignore_errors=True)
+    return hf_dir(final)
+
+
+def _checkpoints(root: Path) -> list[int]:
+    """Steps with a complete checkpoint under ``root``."""
+    steps = []
+    for child in root.glob("global_step_*"):
+        match = _STEP_DIR.fullmatch(child.name)
+        if match and (child / STATE_FILE).is_file() and (hf_dir(child) / "config.json").is_file():
+            steps.append(int(match.group(1)))
+    return steps
+
+
+def find_resume_checkpoint(root: str | os.PathLike[str], mode: str, resume_from: str | None) -> Path | None:
+    """The checkpoint to resume from (verl's ``trainer.resume_mode``): auto | disable | resume_path."""
+    if mode == "disable":
+        return None
+    if mode == "resume_path":
+        path = Path(str(resume_from)).expanduser()
+        if not (path / STATE_FILE).is_file() or not (hf_dir(path) / "config.json").is_file():
+            raise VerlflowError(
+                f"trainer.resume_from_path={resume_from} is not a local-trainer checkpoint: give a "
+                f"global_step_<N> folder holding {STATE_FILE} and {HF_SUBDIR}"
+            )
+        return path
+    root = Path(root)
+    tracker = root / TRACKER
+    if tracker.is_file():
+        text = tracker.read_text().strip()
+        if text.isdigit() and int(text) in _checkpoints(root):
+            return step_dir(root, int(text))
+    steps = _checkpoints(root) if root.is_dir() else []
+    return step_dir(root, max(steps)) if steps else None
+
+
+def load_state(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
+    """The trainer state saved with a checkpoint (optimizer, scheduler, step, RNG)."""
+    # Our own file, written by save_checkpoint: it holds numpy RNG state, so not weights-only.
+    return torch.load(Path(checkpoint) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def checkpoint_step(checkpoint: str | os.PathLike[str]) -> int:
+    """N of a ``global_step_<N>`` folder."""
+    match = _STEP_DIR.fullmatch(Path(checkpoint).name)
+    if not match:
+        raise VerlflowError(f"checkpoint folder '{checkpoint}' is not named global_step_<N>")
+    return int(match.group(1))

@@ -1,0 +1,145 @@
+"""Device, tokenizer, model and optimizer of the local trainer, each with a one-line error when missing.
+
+    python -c "from verlflow.backends.local.models import torch_device; print(torch_device('cpu'))"
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verlflow.backends.local.settings import LocalSettings
+from verlflow.errors import VerlflowError
+
+
+def torch_device(name: str) -> torch.device:
+    """The torch device for ``trainer.device``; a clear error when it is not there."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise VerlflowError(f"trainer.device=cuda but this torch ({torch.__version__}) sees no CUDA GPU: "
+                            "use -P device=cpu")
+    if name == "npu":
+        from verlflow.device.detect import import_torch_npu
+
+        if not import_torch_npu():
+            raise VerlflowError("trainer.device=npu but torch_npu is not installed: use -P device=cpu")
+        if not torch.npu.is_available():
+            raise VerlflowError("trainer.device=npu but torch_npu sees no NPU: use -P device=cpu")
+    return torch.device(name)
+
+
+def apply_thread_count(env: dict[str, str]) -> None:
+    """The profile's OMP_NUM_THREADS as torch's intra-op thread count (this process is already running)."""
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+@functools.lru_cache(maxsize=8)
+def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
+    """Extra ``from_pretrained`` arguments for a hub id, decided in seconds rather than after retries.
+
+    A local folder needs none. For a hub id, when the hub does not answer: a cached copy is loaded
+    with ``local_files_only``; without one, a one-line error instead of a minute of HTTP retries.
+    """
+    if Path(path).is_dir() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return ()
+    problem = _hub_unreachable(path)
+    if problem is None:
+        return ()
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(path, "config.json"), str):
+        return (("local_files_only", True),)
+    raise VerlflowError(
+        f"model '{path}' is not a local folder nor in the Hugging Face cache, and the hub is unreachable "
+        f"({problem}): give a model folder (-P model=/path/to/model) or 'tiny-qwen3-sft'"
+    )
+
+
+def _hub_unreachable(repo_id: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when the hub answers one request for ``repo_id`` in time (in a thread: DNS can hang)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    url = f"{constants.ENDPOINT}/api/models/{repo_id}"
+    outcome: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            status = get_session().head(url, timeout=timeout).status_code
+            outcome.append(f"HTTP {status}" if status >= 500 else None)
+        except Exception as exc:  # any transport error means the hub is out of reach
+            outcome.append(_first_line(exc))
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    return outcome[0] if outcome else f"no answer from {url} within {timeout:g} s"
+
+
+def load_tokenizer(path: str, s: LocalSettings, resolved: Any) -> Any:
+    """The tokenizer, left-padded, with a chat template and a pad token (verl's hf_tokenizer rules)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code,
+                                                  **dict(hub_load_kwargs(path)))
+    except (OSError, ValueError) as exc:
+        raise VerlflowError(f"cannot load the tokenizer of '{path}': {_first_line(exc)}") from None
+    custom = resolved.actor_rollout_ref.model.get("custom_chat_template")
+    if custom:
+        tokenizer.chat_template = custom
+    if tokenizer.chat_template is None:
+        raise VerlflowError(f"the tokenizer of '{path}' has no chat template: set "
+                            "actor_rollout_ref.model.custom_chat_template")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token  # as verl's hf_tokenizer does
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(path: str, s: LocalSettings, device: torch.device) -> Any:
+    """The causal LM in float32 on ``device`` (gradient checkpointing when the config enables it)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=s.trust_remote_code,
+                                                     **dict(hub_load_kwargs(path)))
+    except (OSError, ValueError) as exc:
+        raise VerlflowError(f"cannot load model '{path}': {_first_line(exc)}") from None
+    if s.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model.to(device)
+
+
+def build_optimizer_and_scheduler(model: Any, s: LocalSettings, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
+    """verl's optimizer factory on the actor's ``optim`` config, and its warmup + constant/cosine schedule."""
+    from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+    from verl.workers.config.optimizer import build_optimizer
+
+    optim = s.actor.optim
+    optimizer = build_optimizer(model.parameters(), optim)
+    warmup = optim.lr_warmup_steps if optim.lr_warmup_steps and optim.lr_warmup_steps > 0 else int(
+        optim.lr_warmup_steps_ratio * total_steps)
+    kind = optim.warmup_style or optim.lr_scheduler_type
+    if kind == "constant":
+        return optimizer, get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+    if kind == "cosine":
+        return optimizer, get_cosine_schedule_with_warmup(
+            optimizer, num_warmup_steps=warmup, num_training_steps=total_steps,
+            min_lr_ratio=optim.min_lr_ratio, num_cycles=optim.num_cycles)
+    raise VerlflowError(f"actor_rollout_ref.actor.optim.lr_scheduler_type={kind} is not supported locally: "
+                        "use constant or cosine")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]

@@ -1,0 +1,404 @@
+"""The local GRPO trainer: verl's GRPO on one device (CPU by default), tracked like a verl run.
+
+    mlflow run . --env-manager local -e train -P device=cpu          # recipe smoke, profile cpu
+
+It reads the same composed config as the verl backend and reads top to bottom like a torchtune recipe:
+:meth:`LocalTrainer.setup` (check the config, load data, model, reference model, optimizer, resume),
+:meth:`LocalTrainer.train` (per step: generate → reward → old log-probs → reference log-probs →
+advantages → PPO update, validation every ``test_freq`` steps, checkpoints every ``save_freq`` and
+at the end), then cleanup. Per step it logs verl's metric names and timers (``timing_s/gen``,
+``actor/pg_loss``, ``critic/score/mean``, ``val-core/openai/gsm8k/reward/mean_at_1``, …) computed by
+verl's own ``metric_utils``, a rollout samples table ``samples/step_<N>.json`` every ``test_freq``
+steps, and a progress bar. Arithmetic per step: train_batch_size prompts x rollout.n samples = B
+responses; ppo_epochs x (B / (ppo_mini_batch_size x n)) optimizer steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import torch
+from mlflow.exceptions import MlflowException
+from omegaconf import OmegaConf
+
+from verlflow.backends.local import checkpoint as ckpt
+from verlflow.backends.local.loss import batched_log_probs, compute_advantages, is_on_policy, update_actor
+from verlflow.backends.local.metrics import last_logged_step, val_metric_names, verl_batch_metrics
+from verlflow.backends.local.models import (
+    apply_thread_count,
+    build_optimizer_and_scheduler,
+    load_model,
+    load_tokenizer,
+    torch_device,
+)
+from verlflow.backends.local.rollout import (
+    PromptSet,
+    encode_prompts,
+    generate,
+    reward_fn_from_config,
+    score,
+)
+from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
+from verlflow.errors import VerlflowError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_TAG = "verlflow.checkpoint_dir"
+IGNORED_TAG = "verlflow.ignored_keys"
+# Run folders (checkpoints under <root>/<run_id>/checkpoints) unless the recipe's verlflow.output_dir says.
+DEFAULT_OUTPUT_ROOT = "outputs/local"
+RESUMED_TAG = "verlflow.resumed_from"
+# Rows of the samples table per logged step (a 2560-response step would make an unreadable table).
+MAX_SAMPLE_ROWS = 64
+StepCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class TrainResult:
+    """What a finished local training run hands to the next step (evaluate, register)."""
+
+    # <default_local_dir>/global_step_<N>/actor/huggingface: the Hugging Face folder to register.
+    final_checkpoint: Path
+    # The global step reached (trainer.total_training_steps, or steps/epoch x total_epochs).
+    steps: int
+    run_id: str
+    # The last step's metrics (verl names, unsanitized) and the end-of-run summaries.
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def train_local(
+    cfg: Any, *, data_dir: str | Path | None = None, run_id: str | None = None, started_at: float | None = None,
+    on_step_end: StepCallback | None = None,
+) -> TrainResult:
+    """Train with GRPO on one device inside the active MLflow run and return the final checkpoint.
+
+    ``cfg`` is a ``verlflow.config.ComposedConfig``; ``data_dir`` holds ``train.parquet`` and
+    ``test.parquet`` (default: ``data.train_files`` / ``data.val_files``). ``on_step_end(step, metrics)``
+    runs after each step is logged and checkpointed (Optuna pruning; raising from it stops the run).
+    """
+    started_at = time.time() if started_at is None else started_at
+    active = mlflow.active_run()
+    if active is None or (run_id is not None and active.info.run_id != run_id):
+        raise VerlflowError("train_local logs into the active MLflow run: call it inside tracking.tracked_run()")
+    cfg = with_run_folder(cfg, active.info.run_id)
+    trainer = LocalTrainer(cfg, read_settings(cfg), data_dir=data_dir, run_id=active.info.run_id)
+    try:
+        trainer.setup()
+        return trainer.train(on_step_end=on_step_end, started_at=started_at)
+    finally:
+        trainer.cleanup()
+
+
+def with_run_folder(cfg: Any, run_id: str) -> Any:
+    """``cfg`` with ``trainer.default_local_dir`` = ``<verlflow.output_dir>/<run_id>/checkpoints`` unless set.
+
+    As the verl backend does: a new run gets a fresh folder and so never resumes another run's checkpoint
+    (verl's ``resume_mode=auto`` would), while the same run restarted (``mlflow run --run-id``) resumes.
+    The params logged afterwards show the folder actually used.
+    """
+    key = "trainer.default_local_dir"
+    if key in cfg.overrides:
+        folder = Path(str(OmegaConf.select(cfg.resolved, key))).expanduser().resolve()
+    else:
+        root = Path(str(cfg.verlflow.get("output_dir") or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
+        folder = root / run_id / "checkpoints"
+    resolved = copy.deepcopy(cfg.resolved)
+    OmegaConf.update(resolved, key, str(folder))
+    return dataclasses.replace(cfg, resolved=resolved, overrides={**cfg.overrides, key: str(folder)})
+
+
+class LocalTrainer:
+    """One GRPO run: setup → train → save → cleanup. Attributes hold the run's live state."""
+
+    def __init__(self, cfg: Any, settings: LocalSettings, *, data_dir: str | Path | None, run_id: str):
+        self.cfg, self.s, self.data_dir, self.run_id = cfg, settings, data_dir, run_id
+        self.global_step = 0
+        self.logged_through = -1  # steps <= this are already in the run (a resumed run): not re-logged
+        self.ref_model: Any = None
+        self.last_saved: Path | None = None
+        self.progress: Any = None
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self) -> None:
+        """Log what is ignored and the run's params/tags, then load data, models, optimizer, state."""
+        from transformers.utils import logging as hf_logging
+
+        from verlflow.models.tinymodel import resolve_model_path
+
+        hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
+        self._log_run_description()
+        self.device = torch_device(self.s.device)
+        apply_thread_count(self.cfg.profile.env)
+        torch.manual_seed(self.s.rollout_seed)
+        model_path = resolve_model_path(self.s.model_path)
+        self.tokenizer = load_tokenizer(self.s.tokenizer_path or model_path, self.s, self.cfg.resolved)
+        self.train_prompts = self._prompts("train")
+        self.val_prompts = self._prompts("test")
+        self.steps_per_epoch = len(self.train_prompts) // self.s.train_batch_size
+        if self.steps_per_epoch == 0:
+            raise VerlflowError(
+                f"the train split has {len(self.train_prompts)} usable prompts, fewer than "
+                f"data.train_batch_size={self.s.train_batch_size}: lower it or preprocess more rows"
+            )
+        self.total_steps = self.s.total_training_steps or self.steps_per_epoch * self.s.total_epochs
+        self.model = load_model(model_path, self.s, self.device)
+        if self.s.use_ref:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.s, self.total_steps)
+        self.reward_fn = reward_fn_from_config(self.cfg.resolved)
+        self._resume()
+
+    def _log_run_description(self) -> None:
+        from verlflow import tracking
+        from verlflow.device import detect as device
+
+        for key, value in self.s.ignored.items():
+            log.warning("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
+        mlflow.set_tag(IGNORED_TAG, ",".join(self.s.ignored) or "none")
+        try:
+            tracking.log_verl_params(self.cfg.to_container())
+        except mlflow.exceptions.MlflowException as exc:
+            raise VerlflowError(
+                f"run {self.run_id} already holds params of a different config ({str(exc).splitlines()[0][:200]}): "
+                "resume in a new run"
+            ) from None
+        mlflow.log_text(_to_yaml(self.cfg.resolved), "config/resolved.yaml")
+        kind = {"cuda": "gpu"}.get(self.s.device, self.s.device)
+        # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
+        environ = {**os.environ, **self.cfg.profile.env}
+        tracking.log_device_profile(device.collect_device_profile(kind, environ=environ))
+
+    def _prompts(self, split: str) -> PromptSet:
+        from verlflow.data import read_split
+
+        if self.data_dir is not None:
+            frame = read_split(self.data_dir, split)
+        else:
+            frame = _read_parquet(self.s.train_files if split == "train" else self.s.val_files, split)
+        limit = self.s.train_max_samples if split == "train" else self.s.val_max_samples
+        if limit and limit > 0:
+            frame = frame.head(limit)
+        return encode_prompts(
+            frame, self.tokenizer, prompt_key=self.s.prompt_key, reward_fn_key=self.s.reward_fn_key,
+            max_prompt_length=self.s.max_prompt_length, filter_overlong=self.s.filter_overlong_prompts,
+            truncation=self.s.truncation, chat_template_kwargs=self.s.chat_template_kwargs, split=split,
+        )
+
+    def _resume(self) -> None:
+        """Continue from the newest checkpoint (resume_mode=auto) with its weights, optimizer and RNG."""
+        found = ckpt.find_resume_checkpoint(self.s.default_local_dir, self.s.resume_mode, self.s.resume_from_path)
+        self.logged_through = last_logged_step(self.run_id)
+        if found is None:
+            return
+        state = ckpt.load_state(found)
+        policy = load_model(str(ckpt.hf_dir(found)), self.s, self.device)
+        self.model.load_state_dict(policy.state_dict())
+        del policy
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["lr_scheduler"])
+        ckpt.set_rng_state(state["rng"])
+        self.global_step = int(state["global_step"])
+        self.last_saved = ckpt.hf_dir(found)
+        mlflow.set_tag(RESUMED_TAG, str(Path(found).resolve()))
+        origin = state.get("run_id")
+        other = f" (written by run {origin})" if origin and origin != self.run_id else ""
+        log.warning("resuming from %s%s at step %d of %d", found, other, self.global_step, self.total_steps)
+
+    # ------------------------------------------------------------------ train
+
+    def train(self, *, on_step_end: StepCallback | None = None, started_at: float) -> TrainResult:
+        """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
+        from tqdm import tqdm
+
+        from verlflow import tracking
+
+        metrics: dict[str, float] = {}
+        if self.s.val_before_train:
+            self._log(self._validate(), self.global_step)
+        self.progress = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO", unit="step",
+                             file=sys.stderr, dynamic_ncols=True)
+        while self.global_step < self.total_steps:
+            self.global_step += 1
+            step = self.global_step
+            last = step >= self.total_steps
+            metrics, samples = self._train_step()
+            if self.s.test_freq > 0 and (last or step % self.s.test_freq == 0):
+                timing: dict[str, float] = {}
+                with _timer("testing", timing):
+                    metrics.update(self._validate())
+                metrics["timing_s/testing"] = timing["testing"]
+            self._log(metrics, step)
+            if last or (self.s.test_freq > 0 and step % self.s.test_freq == 0):
+                self._log_samples(samples, step)
+            if last or (self.s.save_freq > 0 and step % self.s.save_freq == 0):
+                self._save()
+            self.progress.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
+                                      step_s=f"{metrics['timing_s/step']:.1f}")
+            self.progress.update(1)
+            if on_step_end is not None:
+                on_step_end(step, metrics)
+        if self.last_saved is None or ckpt.checkpoint_step(self.last_saved.parent.parent) != self.global_step:
+            self._save()  # resumed at an already finished step: make sure the final checkpoint is there
+        tracking.flush_metrics()  # the summaries read the per-step history back
+        summaries = tracking.log_run_summaries(self.run_id, started_at)
+        final = self.last_saved.resolve()
+        mlflow.set_tag(CHECKPOINT_TAG, str(final))
+        return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
+                           metrics={**metrics, **summaries})
+
+    def _train_step(self) -> tuple[dict[str, float], dict[str, list]]:
+        """One GRPO step on the next ``train_batch_size`` prompts; returns (metrics, samples)."""
+        from verl.trainer.ppo.core_algos import agg_loss
+
+        s, timing, metrics = self.s, {}, {}
+        prompts = self.train_prompts.take(self._batch_rows(self.global_step))
+        temperature = s.sampling.get("temperature", 1.0)
+        with _timer("step", timing):
+            with _timer("gen", timing):
+                rollout = generate(self.model, self.tokenizer, prompts, n=s.n, sampling=s.sampling,
+                                   max_new_tokens=s.max_response_length, device=self.device)
+            with _timer("reward", timing):
+                rollout.scores = score(rollout, prompts, s.n, self.reward_fn)
+            input_ids, attention_mask, mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
+            length = mask.shape[1]
+            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": mask}
+            on_policy = is_on_policy(self.model, ppo_epochs=s.actor.ppo_epochs,
+                                     mini_batch=s.ppo_mini_batch_size * s.n, batch_size=len(input_ids))
+            with _timer("old_log_prob", timing):
+                # On-policy (one epoch, one mini-batch) the update's first forward gives the old log-probs
+                # and the entropy, as in verl and TRL: no separate pass, this phase costs nothing.
+                if not on_policy:
+                    batch["old_log_probs"], entropy = batched_log_probs(
+                        self.model, input_ids, attention_mask, length, temperature, s.log_prob_micro_batch,
+                        with_entropy=True, group=s.n)
+                    metrics["actor/entropy"] = agg_loss(loss_mat=entropy, loss_mask=mask.bool(),
+                                                        loss_agg_mode=s.actor.loss_agg_mode).item()
+            if self.ref_model is not None:
+                with _timer("ref", timing):
+                    batch["ref_log_prob"], _ = batched_log_probs(self.ref_model, input_ids, attention_mask, length,
+                                                                 temperature, s.ref_log_prob_micro_batch, group=s.n)
+            with _timer("adv", timing):
+                scores = rollout.token_level_scores()
+                # No KL in the reward (algorithm.use_kl_in_reward is not supported): rewards = scores.
+                advantages, returns = compute_advantages(
+                    s.adv_estimator, scores, mask, rollout.index,
+                    norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo, algorithm=s.algorithm)
+                batch["advantages"] = advantages
+            with _timer("update_actor", timing):
+                metrics.update(update_actor(
+                    self.model, self.optimizer, batch, actor=s.actor, mini_batch=s.ppo_mini_batch_size * s.n,
+                    micro_batch=s.ppo_micro_batch_size, grad_clip=s.grad_clip, temperature=temperature, group=s.n))
+                metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+                self.scheduler.step()
+        metrics.update(verl_batch_metrics(
+            rollout, scores, advantages, returns, timing, max_prompt_length=s.max_prompt_length,
+            max_response_length=s.max_response_length))
+        samples = {"step": [self.global_step] * len(rollout.response_texts), "prompt": rollout.prompt_texts,
+                   "response": rollout.response_texts, "reward": rollout.scores.tolist()}
+        return metrics, {k: v[:MAX_SAMPLE_ROWS] for k, v in samples.items()}
+
+    def _batch_rows(self, step: int) -> list[int]:
+        """Prompt rows of a (1-based) step: epoch-seeded shuffles, so a resumed run sees the same order."""
+        epoch, position = divmod(step - 1, self.steps_per_epoch)
+        count = len(self.train_prompts)
+        if self.s.shuffle:
+            order = torch.randperm(count, generator=torch.Generator().manual_seed(self.s.data_seed + epoch))
+        else:
+            order = torch.arange(count)
+        size = self.s.train_batch_size
+        return order[position * size:(position + 1) * size].tolist()
+
+    def _validate(self) -> dict[str, float]:
+        """Score ``val_kwargs`` samples on the val prompts; verl's ``val-core/<source>/reward/mean@N``."""
+        from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+        s = self.s
+        # verl hands the whole val set to vLLM at once; transformers generates a training batch's worth at a time.
+        batch = s.val_batch_size or s.train_batch_size * s.n
+        sources, uids, rewards = [], [], []
+        for start in range(0, len(self.val_prompts), batch):
+            rows = list(range(start, min(start + batch, len(self.val_prompts))))
+            prompts = self.val_prompts.take(rows)
+            rollout = generate(self.model, self.tokenizer, prompts, n=s.val_n, sampling=s.val_sampling,
+                               max_new_tokens=s.max_response_length, device=self.device)
+            rewards += score(rollout, prompts, s.val_n, self.reward_fn).tolist()
+            sources += [prompts.data_sources[i // s.val_n] for i in range(len(rollout.response_texts))]
+            uids += [str(rows[i // s.val_n]) for i in range(len(rollout.response_texts))]
+        return val_metric_names(process_validation_metrics(sources, uids, {"reward": rewards}))
+
+    # ------------------------------------------------------------------ save / log
+
+    def _save(self) -> None:
+        state = {"global_step": self.global_step, "run_id": self.run_id, "optimizer": self.optimizer.state_dict(),
+                 "lr_scheduler": self.scheduler.state_dict(), "rng": ckpt.rng_state()}
+        self.last_saved = ckpt.save_checkpoint(self.s.default_local_dir, self.global_step, self.model,
+                                               self.tokenizer, state, keep=self.s.max_ckpt_to_keep)
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        from verlflow import tracking
+
+        if step <= self.logged_through:
+            return  # this run already has this step from before it was interrupted
+        tracking.log_metrics(metrics, step)  # buffered by the train step; flushed before the summaries
+
+    def _log_samples(self, samples: dict[str, list], step: int) -> None:
+        """Log a validation step's sample table; a tracking outage costs the table, never the training."""
+        if step <= self.logged_through:
+            return
+        try:
+            mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
+        except MlflowException as exc:
+            log.warning("samples of step %d not logged (tracking store unavailable: %s); training goes on",
+                        step, str(exc).splitlines()[0][:200])
+
+    def cleanup(self) -> None:
+        """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
+        the models (device memory on an accelerator)."""
+        from verlflow import tracking
+
+        tracking.flush_metrics()
+        if self.progress is not None:
+            self.progress.close()
+        self.model = self.ref_model = None
+        if getattr(self, "device", None) is not None and self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def _timer(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """verl's ``marked_timer``: seconds of the block into ``timing[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+def _read_parquet(path: str | None, split: str):
+    import pandas as pd
+
+    if not path or not Path(path).expanduser().is_file():
+        key = "data.train_files" if split == "train" else "data.val_files"
+        raise VerlflowError(f"no {split} data file '{path}': pass data_dir or set {key} to a parquet file")
+    return pd.read_parquet(Path(path).expanduser())
+
+
+def _to_yaml(resolved: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(resolved, resolve=True)

@@ -1,0 +1,283 @@
+"""The verl backend: the guide's recipe on an A3 (NPU) or H20 (GPU) node, inside our MLflow run.
+
+    mlflow run . --env-manager local -e train -P device=npu -P dry_run=true   # compose, validate, log, print
+    mlflow run . --env-manager local -e train -P device=npu                   # launch verl on this A3 node
+    mlflow run . --env-manager local -e train -P device=gpu -P ray_address=http://head:8265
+
+:func:`train_verl` reads top to bottom: plan the launch (:mod:`.verl_command`), validate it against the
+installed verl, log what we own (tags, ``device_profile.json``, ``config/resolved.yaml``,
+``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.verl_launch`), summarise,
+merge the last checkpoint into a Hugging Face folder (:mod:`.verl_merge`) and tag it
+``verlflow.checkpoint_dir`` for the registry.
+
+We log **no params**: verl's MLflow logger logs the whole resolved config itself and silently stops
+logging to MLflow when a key already exists with another value.
+
+Recipe ``verlflow:`` keys read here (set on the command line as ``-P overrides="verlflow.<key>=…"``):
+
+- ``launch_module``: module run instead of ``verl.trainer.main_ppo``, or a ``.py`` file (the tests' stand-in).
+- ``skip_preflight``: ``true`` launches without checking for NPUs/GPUs, data files and the model folder
+  (a stand-in needs no device; also the way around a detection that is wrong on some machine).
+- ``output_dir``: root of the per-run folders (default ``outputs/verl``; ``<root>/<run id>/``).
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from verlflow import config, input_checks, tracking
+from verlflow.backends.verl import command as verl_command
+from verlflow.backends.verl import launch as verl_launch
+from verlflow.backends.verl import merge as verl_merge
+from verlflow.backends.verl import preflight as verl_preflight
+from verlflow.backends.verl import traces as verl_traces
+from verlflow.backends.verl.command import LaunchPlan
+from verlflow.device import detect as device
+from verlflow.errors import VerlflowError
+from verlflow.problems import Problem, raise_problems
+
+DEVICE_WORD = {"npu": "NPU", "gpu": "CUDA GPU", "cpu": "CPU"}
+NODE_HINT = {"npu": "run on an A3 node", "gpu": "run on an H20 node", "cpu": "use backend=local"}
+
+
+@dataclass
+class VerlTrainResult:
+    """What one verl train step did."""
+
+    run_id: str
+    dry_run: bool
+    # config/command.txt: the exact launch (or what a dry run would launch).
+    command: str
+    # verl's exit status (0 = success); None for a dry run.
+    returncode: int | None
+    # <output root>/<run id>: checkpoints/, hf/, tensorboard/, verl.log.
+    run_dir: str
+    # The merged Hugging Face folder (tag verlflow.checkpoint_dir); None for a dry run.
+    checkpoint_dir: str | None
+    # The Ray job's submission id when launched with ray_address.
+    ray_job_id: str | None = None
+
+
+def _as_bool(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+
+
+def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Probe | None = None,
+              environ: dict[str, str] | None = None) -> None:
+    """Refuse, in one line, a launch that cannot work here: no device, too few devices, missing data/model.
+
+    ``device=npu`` needs torch_npu installed and NPUs listed by npu-smi; ``gpu`` needs GPUs listed by
+    nvidia-smi and a CUDA build of torch. ``probe``/``environ`` let tests describe a machine.
+    """
+    probe = probe or device.Probe()
+    dev = cfg.profile.device
+    word, hint = DEVICE_WORD[dev], f"{NODE_HINT[dev]} or pass -P dry_run=true"
+    if dev == "cpu":
+        # verl's own trainer on the CPU (cpu-verl profile): no device to look for, only verl and the plugin.
+        from verlflow.backends.verl import cpu as verl_cpu
+
+        verl_cpu.check_cpu_launch(plan.env)
+        return
+    if dev == "npu" and not probe.import_ok("torch_npu"):
+        raise VerlflowError(f"no NPU is visible on this machine (torch_npu not installed); {hint}")
+    visible = device.count_visible(dev, probe=probe, environ=environ)
+    if visible == 0:
+        lister = "npu-smi" if dev == "npu" else "nvidia-smi"
+        raise VerlflowError(f"no {word} is visible on this machine ({lister} lists none); {hint}")
+    if dev == "gpu" and probe.torch_cuda() is None:
+        raise VerlflowError(f"torch here is a CPU build (torch.version.cuda is None): install a CUDA torch; {hint}")
+    wanted = int(plan.overrides.get("trainer.n_gpus_per_node", config.verl_defaults()["trainer.n_gpus_per_node"]))
+    nodes = int(plan.overrides.get("trainer.nnodes", 1))
+    if nodes == 1 and visible < wanted:
+        raise VerlflowError(
+            f"trainer.n_gpus_per_node={wanted} but only {visible} {word}(s) are visible here: pass "
+            f"-P overrides=\"trainer.n_gpus_per_node={visible}\" or run on a full node")
+    for key in ("data.train_files", "data.val_files"):
+        for path in _paths(plan.overrides.get(key)):
+            if "://" not in path and not Path(path).is_file():
+                raise VerlflowError(f"{key} {path} not found: run `mlflow run . -e preprocess` or pass -P data_dir=…")
+    model = str(plan.overrides.get("actor_rollout_ref.model.path", ""))
+    if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
+        raise VerlflowError(f"model folder {model} not found: pass -P model=<a Hugging Face folder or hub id>")
+
+
+def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
+                 check_files: bool = True) -> None:
+    """Run :mod:`.verl_preflight` (and :func:`preflight` for the device) and report every problem at once."""
+    if cfg.profile.device == "cpu":
+        # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
+        importlib.import_module("verlflow.backends.verl.cpu_plugin")
+        verl_preflight.verl_names.cache_clear()
+    problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files)
+    named = {problem.key for problem in problems}
+    problems += [p for p in input_checks.config_count_problems(resolved) if p.key not in named]
+    if check_device:
+        try:
+            preflight(cfg, plan)
+        except VerlflowError as exc:
+            problems.append(Problem("device", cfg.profile.device, str(exc)))
+    if cfg.profile.device != "cpu":  # the CPU plugin hides TRL from verl; NPU/GPU launches would crash on it
+        from verlflow.backends.verl.cpu import incompatible_trl
+
+        trl = incompatible_trl()
+        if trl:
+            problems.append(Problem("trl", "installed", trl))
+    for note in notes:
+        print(f"verlflow: {note}")
+    raise_problems(problems, "the verl launch")
+
+
+def _paths(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry_run: bool,
+                  ray_address: str, command: str) -> None:
+    """Log what the run owns before anything launches: tags, device profile, resolved config, command."""
+    # The env knobs verl runs with are the profile's, exported by the launch script, not ours.
+    profile = device.collect_device_profile(cfg.profile.device, environ={**os.environ, **plan.env})
+    tracking.log_device_profile(profile)
+    tags = {
+        "verlflow.dry_run": str(dry_run).lower(),
+        "verlflow.launcher": f"ray:{ray_address}" if ray_address else "local",
+        "verlflow.launch_module": plan.launch_module,
+        "verlflow.output_dir": str(plan.run_dir),
+    }
+    if ray_address:
+        tags["verlflow.device_profile_host"] = "the submitting host, not the Ray cluster"
+    jemalloc = [lib for lib in plan.preload if verl_command.is_jemalloc(lib)]
+    if jemalloc and not ray_address:
+        tags["verlflow.jemalloc"] = "missing" if set(jemalloc) & set(verl_command.missing_preloads(plan)) else "enabled"
+    mlflow.set_tags(tags)
+    mlflow.log_text(OmegaConf.to_yaml(resolved), "config/resolved.yaml")
+    mlflow.log_text(command, "config/command.txt")
+
+
+def _print_plan(plan: LaunchPlan, *, ray_address: str) -> None:
+    for note in plan.notes:
+        print(f"verlflow: {note}")
+    if not ray_address:
+        for lib in verl_command.missing_preloads(plan):
+            print(verl_command.JEMALLOC_MISSING_LINE if verl_command.is_jemalloc(lib)
+                  else f"verlflow: {lib} not found, not preloaded")
+
+
+class _Watch:
+    """Remembers the last lines of verl's output and tags what the launch script reports."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.tail: collections.deque[str] = collections.deque(maxlen=50)
+
+    def __call__(self, line: str) -> None:
+        if line.strip():
+            self.tail.append(line.strip())
+        if line.strip() in (verl_command.JEMALLOC_ENABLED_LINE, verl_command.JEMALLOC_MISSING_LINE):
+            state = "enabled" if line.strip() == verl_command.JEMALLOC_ENABLED_LINE else "missing"
+            MlflowClient().set_tag(self.run_id, "verlflow.jemalloc", state)
+
+    def reason(self) -> str:
+        errors = [ln for ln in self.tail if "Error" in ln or "error:" in ln]
+        return (errors or list(self.tail) or ["no output"])[-1][:300]
+
+
+def train_verl(
+    cfg: config.ComposedConfig,
+    *,
+    run_id: str,
+    data_dir: str,
+    dry_run: bool,
+    ray_address: str,
+    started_at: float,
+) -> VerlTrainResult:
+    """Train ``cfg`` with verl inside the active MLflow run ``run_id`` (see the module docstring).
+
+    ``data_dir`` is already in ``cfg`` (``data.train_files``/``val_files``); it is named in errors only.
+    A failed launch raises :class:`VerlflowError` (run FAILED), a signal :class:`RunInterrupted` (KILLED).
+    """
+    client = MlflowClient()
+    run = client.get_run(run_id)
+    experiment = client.get_experiment(run.info.experiment_id).name
+    plan = verl_command.build_plan(cfg, run_id=run_id, experiment_name=experiment, run_name=run.info.run_name or "",
+                                   tracking_uri=mlflow.get_tracking_uri())
+    # The forced keys are validated too: verl composes exactly what will be launched.
+    resolved = config.validate_against_verl(plan.overrides)
+    spec = verl_launch.ray_job_spec(plan, run_id=run_id) if ray_address else None
+    ray_line = (verl_launch.ray_submit_command(spec, ray_address, mask=verl_command.mask_secret)
+                if spec else None)
+    command = plan.command_text(ray_command=ray_line)
+    record_launch(cfg, plan, resolved, dry_run=dry_run, ray_address=ray_address, command=command)
+    _print_plan(plan, ray_address=ray_address)
+    skip_preflight = _as_bool(cfg.verlflow.get("skip_preflight", False))
+    if ray_address and not skip_preflight:
+        print("verlflow: Ray job: the model and data paths are the cluster's; they are not checked from here")
+    check_launch(cfg, plan, resolved, check_device=not (dry_run or ray_address or skip_preflight),
+                 check_files=not (skip_preflight or ray_address))
+
+    if dry_run:
+        job = verl_launch.validate_with_verl(plan)
+        mlflow.log_dict(job, "config/verl_job.yaml")
+        mlflow.set_tag("verlflow.validated", "verl main_ppo --cfg job")
+        print("verlflow: dry run: verl composes this command line; not launched:\n")
+        print(command)
+        return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
+                               run_dir=str(plan.run_dir), checkpoint_dir=None)
+
+    if ray_address:
+        mlflow.set_tag("verlflow.preflight", "not run (Ray job: the devices are the cluster's)")
+    elif skip_preflight:
+        mlflow.set_tag("verlflow.preflight", "skipped (verlflow.skip_preflight)")
+    else:
+        mlflow.set_tag("verlflow.preflight", "passed")
+
+    log_path = plan.run_dir / "verl.log"
+    watch = _Watch(run_id)
+    print(f"verlflow: launching verl for run {run_id}; output in {log_path}", flush=True)
+    launched_ms = int(time.time() * 1000)
+    try:
+        if spec is not None:
+            mlflow.set_tag("verlflow.ray_job_id", spec["submission_id"])
+            rc = verl_launch.run_ray_job(spec, ray_address, log_path, on_line=watch)
+        else:
+            rc = verl_launch.run_local(plan, log_path, on_line=watch)
+    finally:
+        if log_path.is_file():
+            mlflow.log_artifact(str(log_path), "logs")
+        if plan.overrides.get(f"{verl_command.TRACE}.backend") == "mlflow":
+            linked = verl_traces.link_rollout_traces(client, run_id, since_ms=launched_ms)
+            mlflow.set_tag("verlflow.rollout_traces", str(linked))
+    mlflow.set_tag("verlflow.exit_code", str(rc))
+    if rc != 0:
+        mlflow.set_tag("verlflow.verl_error", watch.reason())
+        raise VerlflowError(f"verl exited with status {rc}: {watch.reason()} (full output: logs/verl.log)")
+
+    tracking.log_run_summaries(run_id, started_at)
+    tensorboard = plan.env.get("TENSORBOARD_DIR")
+    if tensorboard and Path(tensorboard).is_dir():
+        mlflow.log_artifacts(tensorboard, "logs/tensorboard")
+    actor = verl_merge.last_actor_checkpoint(plan.checkpoint_dir)
+    merge_log = plan.run_dir / "merge.log"
+    try:
+        hf_dir = verl_merge.merge_actor_checkpoint(actor, plan.hf_dir, log_path=merge_log)
+    finally:
+        if merge_log.is_file():
+            mlflow.log_artifact(str(merge_log), "logs")
+    mlflow.set_tags({"verlflow.checkpoint_dir": str(hf_dir.resolve()), "verlflow.checkpoint_source": str(actor)})
+    print(f"verlflow: final checkpoint {actor} merged into {hf_dir}")
+    return VerlTrainResult(run_id=run_id, dry_run=False, command=command, returncode=rc, run_dir=str(plan.run_dir),
+                           checkpoint_dir=str(hf_dir.resolve()), ray_job_id=spec["submission_id"] if spec else None)
+
+
+__all__ = ["VerlTrainResult", "train_verl", "preflight", "check_launch", "record_launch"]

@@ -1,0 +1,365 @@
+"""A composed config → the exact verl launch: dotted overrides, environment, and the bash script that runs it.
+
+    python -c "from verlflow.backends.verl.command import demo; print(demo('a3'))"
+
+Nothing here starts a process. :func:`build_plan` takes the recipe + profile + overrides composed by
+:mod:`verlflow.config` and adds what every verlflow launch needs (each forced key says why in
+:attr:`LaunchPlan.notes`):
+
+- ``trainer.logger`` keeps the profile's loggers (console, tensorboard, …) and always gains ``mlflow``;
+  verl's own MLflow logger then writes into *our* run, because ``MLFLOW_RUN_ID`` and an absolute
+  ``MLFLOW_TRACKING_URI`` are put in its environment.
+- ``trainer.project_name`` / ``trainer.experiment_name`` are the MLflow experiment and run names, *exactly*
+  (Hydra-quoted when they hold spaces, ``/`` or non-ASCII letters): verl 0.5's logger calls
+  ``mlflow.set_experiment(project_name)`` before ``start_run`` picks up ``MLFLOW_RUN_ID``, and MLflow refuses
+  a run whose experiment differs from the active one; a cleaned-up name would name another experiment.
+- ``trainer.save_freq``: verl saves only when ``save_freq > 0 and (is_last_step or step % save_freq == 0)``
+  (``ray_trainer.py`` / ``v1/trainer_base.py``), so the guide's ``-1`` saves nothing. A non-positive value
+  becomes :data:`FINAL_ONLY_SAVE_FREQ`, larger than any run's step count: the last step, and only it, saves.
+- ``trainer.default_local_dir`` is ``<run folder>/checkpoints`` unless the overrides name one.
+- ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9), whatever is installed, unless the
+  overrides ask for V1 (kept only when the ``transfer_queue`` package it imports is installed).
+- Local data and model paths become absolute: verl runs with the run folder as working directory.
+- ``actor_rollout_ref.rollout.trace.*``: verl's own rollout traces go to MLflow (``backend=mlflow``,
+  ``token2text``), a few samples per step and agent-loop worker (the recipe's ``verlflow.rollout_traces``,
+  default :data:`DEFAULT_TRACED_SAMPLES`, 0 = off), where the installed verl can sample them (>= 0.9: a verl
+  without ``max_samples_per_step_per_worker`` would trace every rollout). Its tracer calls
+  ``mlflow.set_experiment(project_name)`` too, so the exact project name puts the traces in the run's
+  experiment; :mod:`verlflow.backends.verl.traces` links them to the run afterwards.
+
+The profile's files are sourced and its libraries preloaded *by the script, where they exist* (the
+guide's ``if [ -f …libjemalloc.so.2 ]``), so one script is right on the machine that runs it — this one
+or a Ray cluster's head node. The launch module is ``verl.trainer.main_ppo`` unless the recipe's
+``verlflow.launch_module`` names another module or a ``.py`` file (tests put a stand-in there).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from verlflow import config
+from verlflow.errors import VerlflowError
+
+DEFAULT_LAUNCH_MODULE = "verl.trainer.main_ppo"
+# verl saves at step % save_freq == 0 or on the last step: a period no run reaches leaves only the last step.
+FINAL_ONLY_SAVE_FREQ = 1_000_000_000
+# Where per-run folders go unless the recipe's ``verlflow.output_dir`` says otherwise (relative to the cwd).
+DEFAULT_OUTPUT_ROOT = "outputs/verl"
+REQUIRED_LOGGERS = ("console", "mlflow")
+# The guide's console lines (§5.2) around the jemalloc preload.
+JEMALLOC_ENABLED_LINE = "jemalloc enabled"
+JEMALLOC_MISSING_LINE = "Running without jemalloc - consider installing it for better performance: " \
+    "sudo apt-get install libjemalloc2"
+# Printed just before verl starts; what precedes it is the sourced files' own output.
+LAUNCH_MARKER = "verlflow: launching verl"
+# Printed on stdout right before exec when asked: verl's ``--cfg job`` output follows it.
+STDOUT_MARKER = "--- verlflow: verl output follows ---"
+_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE")
+
+
+@dataclass
+class LaunchPlan:
+    """Everything one verl launch is: command line, environment, folders. Built by :func:`build_plan`."""
+
+    # Module run with ``python -m`` (verl.trainer.main_ppo) or a .py file run as a script.
+    launch_module: str
+    # Dotted verl keys → values, as the command line gives them (recipe < profile < overrides < forced).
+    overrides: dict[str, Any]
+    # Exported by the script after the profile files are sourced (profile env, TENSORBOARD_DIR, …).
+    env: dict[str, str]
+    # Given to the launched process and, for Ray jobs, to every worker: MLFLOW_RUN_ID, MLFLOW_TRACKING_URI.
+    attach_env: dict[str, str]
+    source_files: list[str]
+    preload: list[str]
+    # <output root>/<run id>: the process's working directory; holds checkpoints/, hf/, tensorboard/.
+    run_dir: Path
+    checkpoint_dir: str
+    hf_dir: Path
+    # The python that runs verl: this interpreter for local launches, ``python3`` on a Ray cluster.
+    python: str = field(default_factory=lambda: sys.executable)
+    # One line per forced change, for the console and command.txt.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def loggers(self) -> list[str]:
+        """verl's ``trainer.logger`` list as launched."""
+        return list(self.overrides["trainer.logger"])
+
+    def argv(self, *extra: str) -> list[str]:
+        """The launch command as an argument list (python, module or script, Hydra overrides)."""
+        target = ["-m", self.launch_module] if not self.launch_module.endswith(".py") else [self.launch_module]
+        return [self.python, *target, *config.hydra_overrides(self.overrides), *extra]
+
+    def validation_argv(self) -> list[str]:
+        """verl's own composition of these overrides: ``main_ppo --cfg job`` prints the job config and exits."""
+        return [self.python, "-m", DEFAULT_LAUNCH_MODULE, *config.hydra_overrides(self.overrides), "--cfg", "job"]
+
+    def script(self, argv: list[str] | None = None, *, stdout_marker: bool = False, chdir: bool = False) -> str:
+        """The bash script that sources, exports, preloads and then ``exec``s ``argv`` (default: the launch).
+
+        ``stdout_marker`` also prints :data:`STDOUT_MARKER` on stdout before ``exec``, so what the sourced
+        files print can be told apart from what verl prints. ``chdir`` first makes and enters the run folder
+        (a Ray job's entrypoint starts in Ray's working directory, a local launch is started in it).
+        """
+        lines = []
+        if chdir:
+            folder = shlex.quote(str(self.run_dir))
+            lines.append(f"mkdir -p {folder} && cd {folder} || exit 1")
+        for path in self.source_files:
+            q = shlex.quote(path)
+            lines.append(f"if [ -f {q} ]; then source {q}; else echo 'verlflow: {path} not found, not sourced' >&2; fi")
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in self.env.items()]
+        for lib in self.preload:
+            q = shlex.quote(lib)
+            on, off = ((JEMALLOC_ENABLED_LINE, JEMALLOC_MISSING_LINE) if is_jemalloc(lib)
+                       else (f"verlflow: preloading {lib}", f"verlflow: {lib} not found, not preloaded"))
+            lines += [
+                f"if [ -f {q} ]; then",
+                f'  export LD_PRELOAD={q}"${{LD_PRELOAD:+:$LD_PRELOAD}}"',
+                f"  echo {shlex.quote(on)} >&2",
+                "else",
+                f"  echo {shlex.quote(off)} >&2",
+                "fi",
+            ]
+        lines.append(f"echo {shlex.quote(LAUNCH_MARKER)} >&2")
+        if stdout_marker:
+            lines.append(f"echo {shlex.quote(STDOUT_MARKER)}")
+        words = [shell_quote(a) for a in (argv or self.argv())]
+        head = 3 if len(words) > 2 and words[1] == "-m" else 2
+        lines.append("exec " + " \\\n  ".join([" ".join(words[:head]), *words[head:]]))
+        return "\n".join(lines) + "\n"
+
+    def command_text(self, *, ray_command: str | None = None) -> str:
+        """``config/command.txt``: what runs, exactly, with the environment we set (secrets masked)."""
+        head = [
+            "# verl launch by verlflow. Environment set for the process (and every Ray worker):",
+            *(f"export {k}={shlex.quote(mask_secret(k, v))}" for k, v in self.attach_env.items()),
+            f"cd {shlex.quote(str(self.run_dir))}",
+        ]
+        if self.notes:
+            head += ["# forced by verlflow:", *(f"#   {n}" for n in self.notes)]
+        body = self.script()
+        if ray_command:
+            body = f"# submitted as a Ray job:\n{ray_command}\n# whose entrypoint runs:\n{body}"
+        return "\n".join(head) + "\n" + body
+
+
+def shell_quote(word: str) -> str:
+    """``word`` quoted for bash, readably: ``"k=['a','b']"`` rather than shlex's ``'k=['"'"'a'"'"…``."""
+    if "'" in word and not re.search(r'["$`\\!]', word):
+        return f'"{word}"'
+    return shlex.quote(word)
+
+
+def is_jemalloc(path: str) -> bool:
+    """Whether a preload library is jemalloc (the guide's optional allocator)."""
+    return "jemalloc" in Path(path).name
+
+
+def missing_preloads(plan: LaunchPlan) -> list[str]:
+    """The profile's preload libraries that are absent on *this* machine."""
+    return [lib for lib in plan.preload if not Path(lib).is_file()]
+
+
+def mask_secret(name: str, value: str) -> str:
+    """``value`` fit for a log: hidden when ``name`` looks secret, a URL's ``user:password@`` masked."""
+    if any(word in name.upper() for word in _SECRET_WORDS):
+        return "***"
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", value)
+
+
+def absolute_tracking_uri(uri: str) -> str:
+    """A tracking URI that means the same store from any working directory.
+
+    ``sqlite:///mlflow.db`` (relative to the cwd) → ``sqlite:////abs/mlflow.db``; a bare path or a relative
+    ``file:`` URI → ``file:///abs/…``; server URIs (http, https, databricks, …) unchanged.
+    """
+    if uri.startswith("sqlite:///"):
+        rest = uri.removeprefix("sqlite:///")
+        path, sep, query = rest.partition("?")
+        if path and not path.startswith("/") and path != ":memory:":
+            return f"sqlite:///{Path(path).resolve()}{sep}{query}"
+        return uri
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        path = parts.netloc + parts.path if parts.netloc not in ("", "localhost") else parts.path
+        return urlunsplit(("file", "", str(Path(path).resolve()), "", "")) if not path.startswith("/") else uri
+    if parts.scheme == "" or (len(parts.scheme) == 1 and uri[1:3] in (":\\", ":/")):
+        return Path(uri).resolve().as_uri()
+    return uri
+
+
+def safe_name(text: str) -> str:
+    """A name safe as an unquoted Hydra value and a folder name (letters, digits, ``._-``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
+
+
+def transfer_queue_installed() -> bool:
+    """Whether the package verl's V1 trainer needs (``import transfer_queue``) is installed."""
+    return importlib.util.find_spec("transfer_queue") is not None
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.strip("[]").replace("'", "").replace('"', "").split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def _absolute_path(value: Any) -> Any:
+    """A relative local path made absolute; lists element-wise; URLs (hdfs://, s3://) untouched."""
+    if isinstance(value, (list, tuple)):
+        return [_absolute_path(v) for v in value]
+    if not isinstance(value, str) or not value or "://" in value or value.startswith(("/", "${")):
+        return value
+    return str(Path(value).expanduser().resolve())
+
+
+def _model_path(value: Any) -> Any:
+    """The model path verl gets: a tiny-model sentinel built, an existing relative folder absolute."""
+    from verlflow.models import tinymodel
+
+    if value in tinymodel.SENTINELS:
+        return tinymodel.resolve_model_path(value)
+    if isinstance(value, str) and value and not value.startswith("/") and Path(value).expanduser().is_dir():
+        return str(Path(value).expanduser().resolve())
+    return value
+
+
+TRACE = "actor_rollout_ref.rollout.trace"
+# Rollouts traced per training step and agent-loop worker unless the recipe says otherwise.
+DEFAULT_TRACED_SAMPLES = 2
+
+
+def traced_samples(own: dict[str, Any]) -> int:
+    """The recipe's ``verlflow.rollout_traces`` (samples traced per step and worker; 0 = off), checked."""
+    raw = own.get("rollout_traces", DEFAULT_TRACED_SAMPLES)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise VerlflowError(f"verlflow.rollout_traces={raw!r} must be an integer >= 0 (samples traced per step "
+                            f"and worker; 0 = off)")
+    return raw
+
+
+def forced_overrides(
+    overrides: dict[str, Any], *, project: str, experiment: str, run_dir: Path, traces: int = 0
+) -> tuple[dict[str, Any], list[str]]:
+    """The overrides verl is launched with, and one note per key verlflow forced (see the module docstring)."""
+    out = dict(overrides)
+    notes: list[str] = []
+    defaults = config.verl_defaults()
+
+    loggers = _as_list(out.get("trainer.logger", []))
+    for name in REQUIRED_LOGGERS:
+        if name not in loggers:
+            loggers.append(name)
+    if loggers != _as_list(overrides.get("trainer.logger")):
+        notes.append(f"trainer.logger={loggers}: verl's MLflow logger writes into this run")
+    out["trainer.logger"] = loggers
+
+    out["trainer.project_name"] = project
+    out["trainer.experiment_name"] = experiment
+    notes.append("trainer.project_name / trainer.experiment_name: the MLflow experiment and run names")
+
+    save_freq = out.get("trainer.save_freq", defaults.get("trainer.save_freq", -1))
+    if not isinstance(save_freq, int) or save_freq <= 0:
+        out["trainer.save_freq"] = FINAL_ONLY_SAVE_FREQ
+        notes.append(f"trainer.save_freq={FINAL_ONLY_SAVE_FREQ} (was {save_freq}): verl saves on the last step "
+                     "only when save_freq > 0; this period saves the final checkpoint and nothing else")
+
+    if "trainer.default_local_dir" not in out:
+        out["trainer.default_local_dir"] = str(run_dir / "checkpoints")
+        notes.append("trainer.default_local_dir: this run's own folder (a fresh folder never resumes an old run)")
+    else:
+        out["trainer.default_local_dir"] = _absolute_path(out["trainer.default_local_dir"])
+
+    if "trainer.use_v1" in defaults and "trainer.use_v1" not in overrides:
+        out["trainer.use_v1"] = False
+        notes.append("trainer.use_v1=False: verl's classic trainer, as the guide ran it, so A3 and H20 runs compare")
+    elif "trainer.use_v1" in defaults and not transfer_queue_installed() and out.get("trainer.use_v1") is not False:
+        out["trainer.use_v1"] = False
+        notes.append("trainer.use_v1=False: verl's V1 trainer needs the transfer_queue package, not installed")
+
+    sampled = f"{TRACE}.max_samples_per_step_per_worker"
+    if traces and sampled in defaults and f"{TRACE}.backend" not in overrides:
+        out.update({f"{TRACE}.backend": "mlflow", f"{TRACE}.token2text": True, sampled: traces})
+        notes.append(f"{TRACE}.backend=mlflow: verl traces {traces} rollout(s) per step and worker into this "
+                     "run's experiment (verlflow.rollout_traces=0 turns it off)")
+
+    for key in ("data.train_files", "data.val_files"):
+        if key in out:
+            out[key] = _absolute_path(out[key])
+    if "actor_rollout_ref.model.path" in out:
+        out["actor_rollout_ref.model.path"] = _model_path(out["actor_rollout_ref.model.path"])
+    return out, notes
+
+
+def launch_module_of(own: dict[str, Any]) -> str:
+    """The recipe's ``verlflow.launch_module``: a module name, or a ``.py`` file (made absolute)."""
+    module = str(own.get("launch_module") or DEFAULT_LAUNCH_MODULE)
+    if module.endswith(".py"):
+        path = Path(module).expanduser().resolve()
+        if not path.is_file():
+            raise VerlflowError(f"verlflow.launch_module '{module}' is not a file: give a module name "
+                                f"(default {DEFAULT_LAUNCH_MODULE}) or an existing .py file")
+        return str(path)
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise VerlflowError(f"verlflow.launch_module '{module}' is neither a module name nor a .py file")
+    return module
+
+
+def build_plan(
+    cfg: config.ComposedConfig,
+    *,
+    run_id: str,
+    experiment_name: str,
+    run_name: str,
+    tracking_uri: str,
+) -> LaunchPlan:
+    """The launch of ``cfg`` for the MLflow run ``run_id``: forced overrides, env and folders (nothing runs)."""
+    root = Path(str(cfg.verlflow.get("output_dir") or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
+    run_dir = root / run_id
+    overrides, notes = forced_overrides(cfg.overrides, project=experiment_name, experiment=run_name or run_id,
+                                        run_dir=run_dir, traces=traced_samples(cfg.verlflow))
+    env = dict(cfg.profile.env)
+    if "tensorboard" in overrides["trainer.logger"]:
+        env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
+    # Lines reach the console and logs/verl.log as they are printed, not when a buffer fills.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    attach = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri),
+              # verlflow samples system/* itself (verlflow.device.system_metrics); a second sampler in verl's
+              # process would log the same keys at clashing steps.
+              "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false"}
+    if attach["MLFLOW_TRACKING_URI"].startswith(("http://", "https://")):
+        from verlflow.runs.metric_buffer import VERL_HTTP_KNOBS
+
+        # verl's own MLflow logger rides out a server outage of minutes instead of failing the step.
+        attach.update({k: os.environ.get(k, v) for k, v in VERL_HTTP_KNOBS.items()})
+    return LaunchPlan(
+        launch_module=launch_module_of(cfg.verlflow),
+        overrides=overrides,
+        env=env,
+        attach_env=attach,
+        source_files=list(cfg.profile.source_files),
+        preload=list(cfg.profile.preload),
+        run_dir=run_dir,
+        checkpoint_dir=str(overrides["trainer.default_local_dir"]),
+        hf_dir=run_dir / "hf",
+        notes=notes,
+    )
+
+
+def demo(profile: str = "a3") -> str:
+    """command.txt of the guide's recipe on ``profile`` for a made-up run (for a quick look)."""
+    cfg = config.compose("qwen3-4b-gsm8k-grpo", profile)
+    plan = build_plan(cfg, run_id="0123456789abcdef", experiment_name="Default", run_name="demo",
+                      tracking_uri=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db"))
+    return plan.command_text()

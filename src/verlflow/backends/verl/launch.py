@@ -1,0 +1,303 @@
+"""Run a :class:`~verlflow.backends.verl.command.LaunchPlan`: locally under ``bash``, or as a Ray job.
+
+    pytest tests/test_verl_launch_status.py      # a stand-in for verl's main module, FINISHED/FAILED/KILLED
+
+Local: ``bash -c <script>`` in its own process group, output streamed to the console and appended to
+``logs/verl.log`` line by line. SIGTERM/SIGINT are forwarded to the whole group (verl, its Ray workers);
+a second signal, or :data:`KILL_GRACE_S` without an exit, sends SIGKILL. Then :class:`RunInterrupted`
+is raised, so :func:`verlflow.tracking.tracked_run` ends the run KILLED.
+
+Ray job (``ray_address``): the same script is the entrypoint of a job submitted with Ray's
+``JobSubmissionClient``; the attach variables and the profile's environment go through the job's
+``runtime_env`` (so every worker on every node has them), its logs are followed, and a signal stops the
+job. :func:`ray_job_spec` is the pure part, :func:`ray_submit_command` the equivalent CLI line.
+
+:func:`validate_with_verl` runs the plan's script with ``main_ppo --cfg job``: verl composes the exact
+command line (quoting included) and prints the job config, which must agree with what we composed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import yaml
+
+from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
+from verlflow.errors import VerlflowError
+from verlflow.tracking import RunInterrupted
+
+# Seconds a signalled launch gets to exit (verl flushes its loggers) before SIGKILL.
+KILL_GRACE_S = 30.0
+RAY_POLL_S = 2.0
+_TERMINAL_RAY = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 143}
+
+
+class _Forwarder:
+    """SIGTERM/SIGINT handlers that pass the signal on (``send``) instead of stopping this process."""
+
+    def __init__(self, send: Callable[[int], None]):
+        self.send = send
+        self.received: list[int] = []
+        self.first_at = 0.0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Forwarder:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def _handle(self, signum: int, _frame) -> None:
+        if not self.received:
+            self.first_at = time.monotonic()
+        self.received.append(signum)
+        print(f"verlflow: {signal.Signals(signum).name} received, passing it to verl", file=sys.stderr, flush=True)
+        self.send(signal.SIGKILL if len(self.received) > 1 else signum)
+
+    def overdue(self) -> bool:
+        """Whether the grace period after the first signal is over."""
+        return bool(self.received) and time.monotonic() - self.first_at > KILL_GRACE_S
+
+    def __exit__(self, *_exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+def _pump(stream: BinaryIO, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
+    """Copy a child's output to our stdout and the log file as it arrives."""
+    out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+    for raw in iter(stream.readline, b""):
+        if out is not None:
+            out.write(raw)
+            out.flush()
+        else:
+            sys.stdout.write(raw.decode(errors="replace"))
+        log.write(raw)
+        log.flush()
+        if on_line is not None:
+            on_line(raw.decode(errors="replace").rstrip("\n"))
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_streaming(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | Path,
+    log_path: str | Path,
+    on_line: Callable[[str], None] | None = None,
+) -> int:
+    """Run ``argv`` in its own process group, streaming its output to the console and ``log_path``.
+
+    Returns the exit status. A SIGTERM/SIGINT received meanwhile is forwarded to the group and, once the
+    child is gone, raised as :class:`~verlflow.tracking.RunInterrupted` (the run ends KILLED).
+    """
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, log, on_line), daemon=True)
+        reader.start()
+        with _Forwarder(lambda s: _signal_group(proc, s)) as fwd:
+            try:
+                while True:
+                    try:
+                        rc = proc.wait(timeout=0.5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if fwd.overdue():
+                            _signal_group(proc, signal.SIGKILL)
+            finally:
+                if proc.poll() is None:  # an exception of our own: never leave verl running
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+                if fwd.received:
+                    # Workers of an interrupted launch may outlive its leader.
+                    _signal_group(proc, signal.SIGKILL)
+                # A grandchild can hold the pipe open after the child exits: don't wait for it forever.
+                reader.join(timeout=10)
+    if fwd.received:
+        raise RunInterrupted(fwd.received[0])
+    return rc
+
+
+def launch_env(plan: LaunchPlan) -> dict[str, str]:
+    """The environment the launch script starts with: ours, plus the run to attach to."""
+    return {**os.environ, **plan.attach_env}
+
+
+def run_local(plan: LaunchPlan, log_path: str | Path, on_line: Callable[[str], None] | None = None) -> int:
+    """Launch the plan here under ``bash -c`` (profile files sourced) and return verl's exit status."""
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    return run_streaming(["bash", "-c", plan.script()], env=launch_env(plan), cwd=plan.run_dir,
+                         log_path=log_path, on_line=on_line)
+
+
+def validate_with_verl(plan: LaunchPlan, timeout_s: float = 300) -> dict[str, Any]:
+    """verl's own composition of the plan's exact command line (``main_ppo … --cfg job``), as a dict.
+
+    Runs through the same bash script as the launch, so shell quoting is checked too. An unknown key or
+    bad value is one line; a value verl reads differently from what we composed is an error naming it.
+    """
+    # A scratch working directory: a dry run leaves no run folder behind.
+    try:
+        with tempfile.TemporaryDirectory(prefix="verlflow-check-") as scratch:
+            done = subprocess.run(["bash", "-c", plan.script(plan.validation_argv(), stdout_marker=True)],
+                                  env=launch_env(plan), cwd=scratch, capture_output=True, text=True,
+                                  timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise VerlflowError(f"verl's config check (main_ppo --cfg job) did not finish in {timeout_s:.0f} s") from None
+    printed = done.stdout.rpartition(STDOUT_MARKER + "\n")[2]
+    if done.returncode != 0 or not printed.strip():
+        text = (done.stderr + done.stdout).splitlines()
+        first = next((ln for ln in text if "Error" in ln or "not in struct" in ln or "Could not" in ln),
+                     next((ln for ln in reversed(text) if ln.strip()), "no output"))
+        raise VerlflowError(f"verl rejects the command line (main_ppo --cfg job): {first.strip()}")
+    job = yaml.safe_load(printed)
+    if not isinstance(job, dict):
+        raise VerlflowError("verl's main_ppo --cfg job printed no config: is verl installed in this python?")
+    from verlflow.config import DELETE, split_prefix
+
+    for raw_key, want in plan.overrides.items():
+        prefix, key = split_prefix(raw_key)
+        got = _select(job, key)
+        if prefix == "~":
+            if got is not None and (want is DELETE or _same(got, want)):
+                raise VerlflowError(f"verl still has '{key}' after '{raw_key}' on the command line")
+            continue
+        if not _same(got, want):
+            raise VerlflowError(f"verl reads '{key}' from the command line as {got!r}, not {want!r}: a quoting problem")
+    return job
+
+
+def _select(tree: dict[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, list) or len(got) != len(want):
+            return False
+        return all(_same(g, w) for g, w in zip(got, want, strict=True))
+    if isinstance(want, float) or isinstance(got, float):
+        try:
+            return float(got) == float(want)
+        except (TypeError, ValueError):
+            return False
+    return got == want or str(got) == str(want)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray jobs
+# ----------------------------------------------------------------------------------------------
+
+
+def ray_job_spec(plan: LaunchPlan, *, run_id: str) -> dict[str, Any]:
+    """Keyword arguments of ``JobSubmissionClient.submit_job`` for this plan (nothing is submitted).
+
+    The entrypoint is the launch script run by ``python3`` on the cluster; ``runtime_env.env_vars`` holds
+    the attach variables and the profile's environment, which reach every worker on every node (exports
+    in the script reach only the driver). The submission id names the MLflow run.
+    """
+    ray_plan = _with_python(plan, "python3")
+    env_vars = {**ray_plan.env, **ray_plan.attach_env}
+    return {
+        "entrypoint": f"bash -c {shlex.quote(ray_plan.script(chdir=True))}",
+        "runtime_env": {"env_vars": env_vars},
+        "submission_id": f"verlflow-{run_id}",
+        "metadata": {"mlflow_run_id": run_id},
+    }
+
+
+def _with_python(plan: LaunchPlan, python: str) -> LaunchPlan:
+    from dataclasses import replace
+
+    return replace(plan, python=python)
+
+
+def ray_submit_command(spec: dict[str, Any], address: str, *, mask: Callable[[str, str], str]) -> str:
+    """The ``ray job submit`` line equivalent to ``spec`` (for command.txt; env values passed through ``mask``)."""
+    runtime_env = {"env_vars": {k: mask(k, v) for k, v in spec["runtime_env"]["env_vars"].items()}}
+    return " ".join([
+        "ray job submit", "--address", shlex.quote(address), "--submission-id", shlex.quote(spec["submission_id"]),
+        "--runtime-env-json", shlex.quote(json.dumps(runtime_env, sort_keys=True)), "--", spec["entrypoint"],
+    ])
+
+
+def run_ray_job(
+    spec: dict[str, Any], address: str, log_path: str | Path, on_line: Callable[[str], None] | None = None
+) -> int:
+    """Submit ``spec`` to the Ray cluster at ``address``, follow its logs; 0 when it SUCCEEDED.
+
+    A SIGTERM/SIGINT stops the job (``stop_job``) and raises :class:`RunInterrupted` once it has stopped.
+    """
+    import asyncio
+
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        client = JobSubmissionClient(address)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError for a bad address
+        raise VerlflowError(f"cannot reach the Ray cluster at '{address}': {str(exc).splitlines()[0]}") from None
+    job_id = client.submit_job(**spec)
+    print(f"verlflow: submitted Ray job {job_id} to {address}", flush=True)
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+
+    def follow() -> None:
+        async def tail() -> None:
+            with open(log_path, "a") as log:
+                async for chunk in client.tail_job_logs(job_id):
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+                    log.write(chunk)
+                    log.flush()
+                    if on_line is not None:
+                        for line in chunk.splitlines():
+                            on_line(line)
+
+        try:
+            asyncio.run(tail())
+        except Exception as exc:  # the log stream ends with the job, or the connection drops
+            print(f"verlflow: stopped following the Ray job's logs: {exc}", file=sys.stderr)
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    # Ray's stop_job sends SIGTERM, then SIGKILL after its own grace period; a second signal repeats it.
+    with _Forwarder(lambda _s: client.stop_job(job_id)) as fwd:
+        while True:
+            status = client.get_job_status(job_id)
+            name = str(getattr(status, "value", status))
+            if name in _TERMINAL_RAY:
+                break
+            time.sleep(RAY_POLL_S)
+    reader.join(timeout=10)
+    if name == "STOPPED":
+        raise RunInterrupted(fwd.received[0] if fwd.received else signal.SIGTERM)
+    return _TERMINAL_RAY[name]
+
+
+__all__ = [
+    "KILL_GRACE_S", "run_streaming", "run_local", "launch_env", "validate_with_verl",
+    "ray_job_spec", "ray_submit_command", "run_ray_job",
+]

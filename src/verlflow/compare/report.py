@@ -1,0 +1,415 @@
+"""The arithmetic and the Markdown of the §6 comparison: versions, time ratios, parity (diff: compare_diff).
+
+    python -c "from verlflow.compare.report import mean_relative_difference as m; print(m([1, 2], [1.01, 2]))"
+
+Everything here works on :class:`RunSnapshot` objects (what :mod:`verlflow.compare.step` read from the
+tracking store in one pass per run), so it is plain computation: no MLflow calls, no files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from verlflow import names as metrics
+from verlflow.compare.diff import ConfigDiff, recipe_warning
+
+MISSING = "-"
+# verl's NPU/GPU precision-alignment rule (docs/ascend_tutorial): a loss curve on Ascend is accepted
+# when its mean relative error to the GPU curve is at most 2% (GRPO rewards: 4%).
+DEFAULT_PARITY_THRESHOLD = 0.02
+DEFAULT_EPS = 1e-8
+
+# §6.1 of the guide, row by row: (tag, label). The guide's own words are kept in brackets.
+VERSION_ROWS: list[tuple[str, str]] = [
+    ("device.type", "device type"),
+    ("device.name", "machine / device (机器)"),
+    ("device.count", "cards (卡数)"),
+    ("device.memory_gb", "memory per device (GiB)"),
+    ("device.driver", "driver (HDK)"),
+    ("device.firmware", "firmware"),
+    ("device.cann", "CANN"),
+    ("device.cuda", "CUDA"),
+    ("host.arch", "host arch"),
+    ("host.cpu", "host CPU"),
+    ("sw.python", "python"),
+    ("sw.torch", "torch"),
+    ("sw.torch_npu", "torch-npu"),
+    ("sw.transformers", "transformers"),
+    ("sw.vllm", "vllm"),
+    ("sw.vllm_ascend", "vllm_ascend"),
+    ("sw.ray", "ray"),
+    ("sw.verl", "verl"),
+    ("sw.mlflow", "mlflow"),
+    ("verlflow.version", "verlflow"),
+]
+
+# §6.3 of the guide: the four figures it reports, in its words, then every other timing_s_mean/*.
+GUIDE_TIMINGS: list[tuple[str, str]] = [
+    (metrics.TIMING_E2E, "end-to-end time (端到端时间)"),
+    (f"{metrics.TIMING_MEAN_PREFIX}gen", "mean generation time (平均生成时间)"),
+    (f"{metrics.TIMING_MEAN_PREFIX}update_actor", "mean actor update time (平均演员更新时间)"),
+    (f"{metrics.TIMING_MEAN_PREFIX}step", "mean step time (平均步骤时间)"),
+]
+
+# §6.2 of the guide: the curves, with a title a reader knows them by.
+CURVES: list[tuple[str, str]] = [
+    (metrics.SCORE_MEAN, "reward (mean score)"),
+    (metrics.VAL_ACCURACY, "validation accuracy"),
+    ("response_length/mean", "response length (tokens)"),
+    ("actor/entropy", "entropy"),
+    ("actor/kl_loss", "KL loss"),
+    ("actor/grad_norm", "grad norm"),
+    ("actor/pg_loss", "policy-gradient loss"),
+]
+
+
+@dataclass
+class RunSnapshot:
+    """One run as read from the tracking store: identity, tags, params, latest metrics, histories."""
+
+    role: str  # "baseline" | "candidate"
+    run_id: str
+    name: str
+    status: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    # latest value of every metric (summaries such as timing_s_mean/* are logged once)
+    metrics: dict[str, float]
+    # metric key → [(step, value)] sorted by step, for the keys the report needs
+    histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # dataset name (context) → digest, from the run's logged inputs
+    datasets: dict[str, str] = field(default_factory=dict)
+    experiment_id: str = ""
+
+    @property
+    def label(self) -> str:
+        """``baseline: <name> (<device>)`` — how the run is named in tables and legends."""
+        device = self.tags.get("device.name") or self.tags.get("device.type") or "?"
+        return f"{self.role}: {self.name} ({device})"
+
+
+@dataclass
+class TimingRow:
+    """One §6.3 line: a timing figure of both runs and candidate / baseline."""
+
+    key: str
+    label: str
+    baseline: float | None
+    candidate: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """candidate / baseline (the guide's "1.58倍"), None when either is missing or baseline is 0."""
+        if self.baseline is None or self.candidate is None or self.baseline == 0:
+            return None
+        return self.candidate / self.baseline
+
+
+@dataclass
+class ParityRow:
+    """The parity verdict of one curve over the steps both runs logged."""
+
+    key: str
+    title: str
+    steps: list[int]
+    mean_relative_difference: float | None
+    max_absolute_difference: float | None
+    passed: bool | None  # None: not comparable (missing in a run, or no common step)
+    note: str = ""
+
+
+def _fmt_number(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:,.2f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+def version_rows(baseline: RunSnapshot, candidate: RunSnapshot) -> list[tuple[str, str, str]]:
+    """§6.1: (label, baseline value, candidate value) from the runs' tags, ``-`` when absent.
+
+    Software tags beyond the guide's list (``sw.<other>``) follow, so nothing recorded is hidden.
+    """
+    rows = [
+        (label, baseline.tags.get(tag, MISSING), candidate.tags.get(tag, MISSING))
+        for tag, label in VERSION_ROWS
+    ]
+    known = {tag for tag, _ in VERSION_ROWS}
+    extra = sorted(
+        {k for r in (baseline, candidate) for k in r.tags if k.startswith("sw.") and k not in known}
+    )
+    rows += [
+        (key.removeprefix("sw."), baseline.tags.get(key, MISSING), candidate.tags.get(key, MISSING))
+        for key in extra
+    ]
+    return rows
+
+
+def timing_label(key: str) -> str:
+    """The guide's words for a timing key, or ``mean <name> time`` for the other ``timing_s_mean/*``."""
+    for guide_key, label in GUIDE_TIMINGS:
+        if key == guide_key:
+            return label
+    return f"mean {key.removeprefix(metrics.TIMING_MEAN_PREFIX).replace('_', ' ')} time"
+
+
+def timing_keys(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
+    """The guide's four timing keys, then every other ``timing_s_mean/*`` either run has, sorted."""
+    guide = [key for key, _ in GUIDE_TIMINGS]
+    others = sorted(
+        {
+            k
+            for r in (baseline, candidate)
+            for k in r.metrics
+            if k.startswith(metrics.TIMING_MEAN_PREFIX) and k not in guide
+        }
+    )
+    return guide + others
+
+
+def timing_rows(baseline: RunSnapshot, candidate: RunSnapshot) -> list[TimingRow]:
+    """§6.3: every timing figure of both runs with the ratio candidate / baseline."""
+    return [
+        TimingRow(key, timing_label(key), baseline.metrics.get(key), candidate.metrics.get(key))
+        for key in timing_keys(baseline, candidate)
+    ]
+
+
+def mean_relative_difference(base: Sequence[float], cand: Sequence[float], eps: float = DEFAULT_EPS) -> float:
+    """mean over steps of |c - b| / max(|b|, eps): verl's precision-alignment measure for two curves."""
+    if len(base) != len(cand) or not base:
+        raise ValueError("need two curves of the same, non-zero length")
+    return sum(abs(c - b) / max(abs(b), eps) for b, c in zip(base, cand, strict=True)) / len(base)
+
+
+def describe_steps(steps: Sequence[int]) -> str:
+    """``1–4 (4 steps)`` for a contiguous range, else the steps themselves (shortened past ten)."""
+    if not steps:
+        return "none"
+    n = len(steps)
+    if steps[-1] - steps[0] + 1 == n and n > 2:
+        return f"{steps[0]}–{steps[-1]} ({n} steps)"
+    shown = ", ".join(str(s) for s in steps[:10]) + (", …" if n > 10 else "")
+    return f"{shown} ({n} step{'s' if n != 1 else ''})"
+
+
+def parity_row(
+    key: str,
+    title: str,
+    baseline: RunSnapshot,
+    candidate: RunSnapshot,
+    threshold: float = DEFAULT_PARITY_THRESHOLD,
+    eps: float = DEFAULT_EPS,
+) -> ParityRow:
+    """The parity verdict of one curve: mean relative difference over common finite steps vs ``threshold``."""
+    b_hist, c_hist = baseline.histories.get(key), candidate.histories.get(key)
+    missing = [r.role for r, h in ((baseline, b_hist), (candidate, c_hist)) if not h]
+    if missing:
+        return ParityRow(key, title, [], None, None, None, f"not logged by the {' and '.join(missing)}")
+    b_map, c_map = dict(b_hist), dict(c_hist)
+    steps = sorted(s for s in set(b_map) & set(c_map) if math.isfinite(b_map[s]) and math.isfinite(c_map[s]))
+    if not steps:
+        return ParityRow(key, title, [], None, None, None, "no common step with finite values")
+    base, cand = [b_map[s] for s in steps], [c_map[s] for s in steps]
+    mrd = mean_relative_difference(base, cand, eps)
+    max_abs = max(abs(c - b) for b, c in zip(base, cand, strict=True))
+    note = ""
+    if len(steps) < max(len(b_map), len(c_map)):
+        note = (
+            f"baseline logged {len(b_map)} steps, candidate {len(c_map)}; compared the {len(steps)} in common"
+        )
+    return ParityRow(key, title, steps, mrd, max_abs, mrd <= threshold, note)
+
+
+def parity_rows(
+    baseline: RunSnapshot,
+    candidate: RunSnapshot,
+    threshold: float = DEFAULT_PARITY_THRESHOLD,
+    eps: float = DEFAULT_EPS,
+) -> list[ParityRow]:
+    """The parity verdict of every §6.2 curve."""
+    return [parity_row(key, title, baseline, candidate, threshold, eps) for key, title in CURVES]
+
+
+# ----------------------------------------------------------------------------------------------
+# Markdown
+# ----------------------------------------------------------------------------------------------
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table (pipes in cells escaped)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ratio(row: TimingRow) -> str:
+    return MISSING if row.ratio is None else f"{row.ratio:.2f}×"
+
+
+def _percent(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return "<0.01%" if 0 < value < 1e-4 else f"{value:.2%}"
+
+
+def _verdict(row: ParityRow) -> str:
+    if row.passed is None:
+        return "n/a"
+    return "PASS" if row.passed else "FAIL"
+
+
+def parity_summary(rows: Sequence[ParityRow], threshold: float) -> str:
+    """One line: how many comparable curves are within the threshold."""
+    compared = [r for r in rows if r.passed is not None]
+    passed = [r for r in compared if r.passed]
+    if not compared:
+        return "parity: no curve could be compared"
+    word = "PASS" if len(passed) == len(compared) else "FAIL"
+    return (
+        f"parity {word}: {len(passed)}/{len(compared)} curves within {threshold:.0%} mean relative difference"
+    )
+
+
+def render_markdown(
+    *,
+    baseline: RunSnapshot,
+    candidate: RunSnapshot,
+    timings: Sequence[TimingRow],
+    diff: ConfigDiff,
+    parity: Sequence[ParityRow],
+    threshold: float,
+    tracking_uri: str,
+    grid_image: str | None = None,
+    curve_images: Mapping[str, str] | None = None,
+    utilisation: str = "",
+    compare_link: str = "",
+) -> str:
+    """The whole report as Markdown: warning, runs, §6.1, §6.3, §6.2 with parity, §6.4 (``utilisation``,
+    rendered by :mod:`verlflow.compare.utilisation`), config diff; ``compare_link``: MLflow's compare-runs page."""
+    out: list[str] = [f"# Comparison: {candidate.name} vs {baseline.name}", ""]
+    warning = recipe_warning(diff)
+    if warning:
+        out += [f"**{warning}**", ""]
+    out += [
+        f"- {parity_summary(parity, threshold)}",
+        f"- tracking store: `{tracking_uri}`",
+        *([f"- side by side in MLflow: {compare_link}"] if compare_link else []),
+        "- ratios are candidate / baseline (the guide's §6.3 reads A3 relative to H20: >1 means slower)",
+        "",
+    ]
+
+    out += [
+        "## Runs",
+        "",
+        table(
+            ["", "baseline", "candidate"],
+            [
+                ("run name", baseline.name, candidate.name),
+                ("run id", f"`{baseline.run_id}`", f"`{candidate.run_id}`"),
+                ("status", baseline.status, candidate.status),
+                (
+                    "recipe",
+                    baseline.tags.get("verlflow.recipe", MISSING),
+                    candidate.tags.get("verlflow.recipe", MISSING),
+                ),
+                (
+                    "profile",
+                    baseline.tags.get("verlflow.profile", MISSING),
+                    candidate.tags.get("verlflow.profile", MISSING),
+                ),
+                (
+                    "backend",
+                    baseline.tags.get("verlflow.backend", MISSING),
+                    candidate.tags.get("verlflow.backend", MISSING),
+                ),
+            ],
+        ),
+        "",
+    ]
+    unfinished = [r for r in (baseline, candidate) if r.status != "FINISHED"]
+    if unfinished:
+        out += [
+            f"Note: {', '.join(f'{r.role} is {r.status}' for r in unfinished)}; its figures may be partial.",
+            "",
+        ]
+
+    out += [
+        "## 6.1 Versions",
+        "",
+        table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)),
+        "",
+    ]
+
+    out += [
+        "## 6.3 Performance (seconds)",
+        "",
+        table(
+            ["figure", "metric", "baseline", "candidate", "candidate / baseline"],
+            [
+                (r.label, f"`{r.key}`", _fmt_seconds(r.baseline), _fmt_seconds(r.candidate), _ratio(r))
+                for r in timings
+            ],
+        ),
+        "",
+    ]
+
+    out += ["## 6.2 Curves and precision parity", ""]
+    if grid_image:
+        out += [f"![curves]({grid_image})", ""]
+    out += [
+        f"Verdict per curve: mean over the common steps of |candidate − baseline| / max(|baseline|, ε), "
+        f"PASS at or under {threshold:.0%} (verl's NPU/GPU precision-alignment rule: loss ≤ 2%, "
+        f"GRPO reward ≤ 4%).",
+        "",
+    ]
+    images = curve_images or {}
+    out += [
+        table(
+            ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "verdict", "note"],
+            [
+                (
+                    r.title,
+                    f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`",
+                    describe_steps(r.steps),
+                    _percent(r.mean_relative_difference),
+                    _fmt_number(r.max_absolute_difference),
+                    _verdict(r),
+                    r.note,
+                )
+                for r in parity
+            ],
+        ),
+        "",
+    ]
+
+    if utilisation:
+        out += [utilisation.rstrip(), ""]
+
+    out += ["## Config diff", ""]
+    groups = [
+        ("Recipe (outside the device profile — should be empty)", diff.recipe),
+        ("Device profile (expected to differ)", diff.profile),
+        ("Paths and names (machine-specific)", diff.locations),
+        ("Launch parameters", diff.launch),
+    ]
+    for title, rows in groups:
+        out += [f"### {title}", ""]
+        out += [
+            table(["key", "baseline", "candidate"], [(f"`{r.key}`", r.baseline, r.candidate) for r in rows])
+            if rows
+            else "no difference",
+            "",
+        ]
+    return "\n".join(out).rstrip() + "\n"

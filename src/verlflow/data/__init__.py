@@ -1,0 +1,362 @@
+"""GSM8K → verl's parquet schema, from the hub, a local folder, or a seeded synthetic generator.
+
+    mlflow run . --env-manager local -e preprocess -P source=../shared/data/gsm8k
+    python -c "from verlflow.data import preprocess; print(preprocess('synthetic', 'data/gsm8k'))"
+
+One row per problem, exactly as verl's ``examples/data_preprocess/gsm8k.py`` writes it:
+``data_source``, ``prompt`` (one user message: question + " " + PROMPT_SUFFIX), ``ability``,
+``reward_model`` ({"style": "rule", "ground_truth": "<number>"}) and ``extra_info``
+({"split", "index", "answer", "question"}); splits ``train`` and ``test``. Inside an active MLflow
+run both splits are logged as dataset inputs, with their row counts and a content digest
+(tag ``data.digest``) that the registry copies onto model versions for lineage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from verlflow.errors import VerlflowError
+from verlflow.data.synthetic import synthetic_examples
+
+PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"####\"."
+# Every row carries this data_source, synthetic ones too: verl picks its GSM8K scorer by it and
+# names the validation metric after it (val-core/openai/gsm8k/reward/mean@1).
+DATA_SOURCE = "openai/gsm8k"
+SPLITS = ("train", "test")
+SYNTHETIC = "synthetic"
+SYNTHETIC_EASY = "synthetic-easy"  # one-step, single-digit problems (the smoke recipe's: a tiny model learns them)
+SYNTHETIC_SIZES = {"train": 512, "test": 128}  # rows per split when source="synthetic" and limit=0
+# synthetic-easy: 512 test rows, so that a base-vs-trained accuracy gain of 5 points stands out of the noise.
+SYNTHETIC_EASY_SIZES = {"train": 1024, "test": 512}
+MLFLOW_CONTEXTS = {"train": "training", "test": "evaluation"}
+HUB_PROBE_TIMEOUT_S = 3.0
+_NUMBER = re.compile(r"-?[0-9.]+")  # what verl's strict scorer can extract after "#### " (commas removed)
+_ALTERNATIVES = "use a local folder (e.g. -P source=../shared/data/gsm8k), -P source=synthetic or synthetic-easy"
+
+
+@dataclass
+class PreprocessResult:
+    """Where :func:`preprocess` wrote the splits, how many rows each has, and their content digest."""
+
+    output_dir: Path
+    train_path: Path
+    test_path: Path
+    num_train: int
+    num_test: int
+    digest: str
+    source: str
+
+
+def extract_ground_truth(answer: str) -> str:
+    """The reference number of a GSM8K answer: the text after the last "####", commas removed.
+
+    It must be a number verl's strict scorer can match, or every rollout would score 0 silently.
+    """
+    if "####" not in answer:
+        raise VerlflowError(f"answer has no '####' final-answer marker: {_tail(answer)!r}")
+    truth = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    if not _NUMBER.fullmatch(truth):
+        raise VerlflowError(f"text after '####' is not a number: {truth!r} in {_tail(answer)!r}")
+    return truth
+
+
+def to_verl_rows(examples: list[dict], split: str) -> list[dict]:
+    """Turn ``{'question', 'answer'}`` examples into verl's GSM8K rows (index = position in the split)."""
+    _check_split(split)
+    rows = []
+    for index, example in enumerate(examples):
+        question, answer = example["question"], example["answer"]
+        try:
+            truth = extract_ground_truth(answer)
+        except VerlflowError as exc:
+            raise VerlflowError(f"{split} row {index}: {exc}") from None
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": question + " " + PROMPT_SUFFIX}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
+            }
+        )
+    return rows
+
+
+def load_examples(source: str, split: str, limit: int = 0) -> list[dict]:
+    """Read one split as ``{'question', 'answer'}`` dicts, validated, the first ``limit`` only if > 0.
+
+    ``source`` is ``openai/gsm8k`` (the hub, config ``main``), a folder holding ``<split>.jsonl`` or
+    ``<split>.parquet`` (raw GSM8K, verl-format output, or the hub's ``main/<split>-*.parquet``), or
+    ``synthetic`` / ``synthetic:<seed>`` (seed 0 by default; limit=0 means 512 train / 128 test), or
+    ``synthetic-easy`` / ``synthetic-easy:<seed>`` (one-step single-digit problems; 1024 train / 512 test).
+    """
+    _check_split(split)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise VerlflowError(f"limit must be an integer >= 0 (0 = every row), got {limit!r}")
+    if source == DATA_SOURCE:
+        return _load_hub(split, limit)
+    if _is_synthetic(source):
+        easy = _synthetic_kind(source) == SYNTHETIC_EASY
+        sizes = SYNTHETIC_EASY_SIZES if easy else SYNTHETIC_SIZES
+        return synthetic_examples(limit or sizes[split], _synthetic_seed(source), split, easy=easy)
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        return _load_folder(folder, split, limit)
+    if folder.exists():
+        raise VerlflowError(f"source '{source}' is a file, not a folder: give the folder that holds it")
+    if "/" in source or os.sep in source or source.startswith((".", "~")):
+        raise VerlflowError(f"source folder '{source}' does not exist (from {Path.cwd()}): {_ALTERNATIVES}")
+    raise VerlflowError(f"unknown source '{source}': use '{DATA_SOURCE}', a local folder, '{SYNTHETIC}' "
+                        f"or '{SYNTHETIC_EASY}'")
+
+
+def preprocess(
+    source: str, output_dir: str | Path, limit: int = 0, *, log_to_mlflow: bool = True
+) -> PreprocessResult:
+    """Write ``output_dir/train.parquet`` and ``test.parquet`` in verl's schema; log them to MLflow.
+
+    ``limit`` > 0 keeps the first rows of each split (synthetic: generates that many per split;
+    synthetic with limit=0 gives 512 train / 128 test). Logging happens only when ``log_to_mlflow``
+    and an MLflow run is active: both splits as dataset inputs (contexts training / evaluation),
+    metrics ``data/<split>/num_rows``, tags ``data.source`` and ``data.digest``.
+    """
+    # Read both splits before writing anything, so output_dir may be the source folder itself.
+    rows = {split: to_verl_rows(load_examples(source, split, limit), split) for split in SPLITS}
+    out = Path(output_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    paths, digests = {}, {}
+    for split in SPLITS:
+        paths[split] = out / f"{split}.parquet"
+        tmp = paths[split].with_suffix(".parquet.tmp")
+        pq.write_table(pa.Table.from_pylist(rows[split]), tmp)
+        os.replace(tmp, paths[split])  # never leave a half-written split behind
+        digests[split] = _rows_digest(rows[split])
+    result = PreprocessResult(
+        output_dir=out,
+        train_path=paths["train"],
+        test_path=paths["test"],
+        num_train=len(rows["train"]),
+        num_test=len(rows["test"]),
+        digest=_combined_digest(digests),
+        source=_canonical_source(source),
+    )
+    if log_to_mlflow:
+        _log_to_mlflow(result, rows, digests)
+    return result
+
+
+def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
+    """Read a split written by :func:`preprocess` back, nested columns as plain lists and dicts."""
+    _check_split(split)
+    path = Path(data_dir) / f"{split}.parquet"
+    if not path.is_file():
+        raise VerlflowError(f"no {split}.parquet in {data_dir}: run `mlflow run . -e preprocess` first")
+    from verlflow.input_checks import check_parquet_split
+
+    check_parquet_split(path)
+    return pd.DataFrame(pq.read_table(path).to_pylist())
+
+
+# --- local folder -------------------------------------------------------------------------------
+
+
+def _load_folder(folder: Path, split: str, limit: int) -> list[dict]:
+    for directory in (folder, folder / "main"):  # main/: a snapshot of the hub repository
+        for pattern in (f"{split}.jsonl", f"{split}.parquet", f"{split}-*.parquet"):
+            files = sorted(directory.glob(pattern))
+            if files:
+                examples: list[dict] = []
+                for path in files:
+                    reader = _read_jsonl if path.suffix == ".jsonl" else _read_parquet
+                    examples += reader(path, limit - len(examples) if limit else 0)
+                    if limit and len(examples) >= limit:
+                        break
+                return examples
+    raise VerlflowError(
+        f"no {split} data in folder '{folder}': expected {split}.jsonl or {split}.parquet there "
+        f"(or the hub's main/{split}-*.parquet)"
+    )
+
+
+def _read_jsonl(path: Path, limit: int) -> list[dict]:
+    examples = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise VerlflowError(f"{path} line {number}: not valid JSON ({exc.msg})") from None
+            examples.append(_checked(raw, f"{path} line {number}"))
+            if limit and len(examples) == limit:
+                break
+    return examples
+
+
+def _read_parquet(path: Path, limit: int) -> list[dict]:
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise VerlflowError(f"cannot read {path} as parquet: {exc}") from None
+    if limit:
+        table = table.slice(0, limit)
+    columns = table.column_names
+    if "question" in columns and "answer" in columns:
+        raws = table.select(["question", "answer"]).to_pylist()
+    elif "extra_info" in columns:  # already in verl's schema: the raw text is kept in extra_info
+        raws = [dict(info or {}) for info in table.column("extra_info").to_pylist()]
+    else:
+        raise VerlflowError(f"{path} has no 'question' and 'answer' columns (it has {columns})")
+    return [_checked(raw, f"{path} row {index}") for index, raw in enumerate(raws)]
+
+
+def _checked(raw: object, where: str) -> dict:
+    if not isinstance(raw, dict):
+        raise VerlflowError(f"{where}: expected an object with 'question' and 'answer', got {type(raw).__name__}")
+    for key in ("question", "answer"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise VerlflowError(f"{where}: no '{key}' text (keys: {sorted(raw)})")
+    try:
+        extract_ground_truth(raw["answer"])
+    except VerlflowError as exc:
+        raise VerlflowError(f"{where}: {exc}") from None
+    return {"question": raw["question"], "answer": raw["answer"]}
+
+
+# --- the hub ------------------------------------------------------------------------------------
+
+
+def _load_hub(split: str, limit: int) -> list[dict]:
+    import datasets
+
+    # datasets retries an unreachable hub for ~25 s (more where DNS or connects hang): probe first.
+    # With HF_HUB_OFFLINE=1 it reads its cache without the network and fails within a second.
+    if not datasets.config.HF_HUB_OFFLINE and (problem := _hub_unreachable()):
+        raise VerlflowError(
+            f"cannot reach the Hugging Face hub ({problem}) to download '{DATA_SOURCE}': {_ALTERNATIVES}, "
+            "or set HF_HUB_OFFLINE=1 to use a cached copy"
+        )
+    try:
+        dataset = datasets.load_dataset(DATA_SOURCE, "main", split=split)
+    except Exception as exc:  # any failure here means "the hub copy is not available"
+        reason = (str(exc).splitlines() or [""])[0]
+        raise VerlflowError(
+            f"could not load '{DATA_SOURCE}' from the hub ({type(exc).__name__}: {reason}): {_ALTERNATIVES}"
+        ) from exc
+    if limit:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+    return [_checked(raw, f"{DATA_SOURCE} {split} row {index}") for index, raw in enumerate(dataset)]
+
+
+def _hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when the hub answers one HTTP request in time (through huggingface_hub's own client)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    url = f"{constants.ENDPOINT}/api/datasets/{DATA_SOURCE}"
+    outcome: list[str | None] = []
+
+    def probe() -> None:  # in a thread: client timeouts do not bound a hanging DNS lookup
+        try:
+            status = get_session().head(url, timeout=timeout).status_code
+            outcome.append(f"{url}: HTTP {status}" if status >= 500 else None)
+        except Exception as exc:  # httpx transport errors, proxy errors: the hub is out of reach
+            outcome.append(f"{url}: {str(exc) or type(exc).__name__}")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    return outcome[0] if outcome else f"{url}: no answer within {timeout:g} s"
+
+
+def _synthetic_kind(source: str) -> str:
+    """``synthetic`` or ``synthetic-easy`` for a synthetic source (with or without ``:<seed>``), else ''."""
+    kind = source.partition(":")[0]
+    return kind if kind in (SYNTHETIC, SYNTHETIC_EASY) else ""
+
+
+def _is_synthetic(source: str) -> bool:
+    return bool(_synthetic_kind(source))
+
+
+def _synthetic_seed(source: str) -> int:
+    kind, _, seed = source.partition(":")
+    try:
+        return int(seed) if seed else 0
+    except ValueError:
+        raise VerlflowError(f"bad synthetic seed in '{source}': use '{kind}' or '{kind}:<int>'") from None
+
+
+# --- shared helpers -----------------------------------------------------------------------------
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise VerlflowError(f"unknown split '{split}': use one of {', '.join(SPLITS)}")
+
+
+def _tail(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else "…" + text[-width:]
+
+
+def _canonical_source(source: str) -> str:
+    if source == DATA_SOURCE:
+        return source
+    if _is_synthetic(source):
+        return f"{_synthetic_kind(source)}:{_synthetic_seed(source)}"
+    return str(Path(source).expanduser().resolve())
+
+
+def data_dir_digest(data_dir: str | Path) -> str | None:
+    """The ``data.digest`` of a folder :func:`preprocess` wrote (None when it holds no such files).
+
+    Train runs carry it as a tag, so a registered model names the exact data it was trained on even
+    when its preprocess run is in another store.
+    """
+    paths = {split: Path(data_dir) / f"{split}.parquet" for split in SPLITS}
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    digests = {split: _rows_digest(pq.read_table(path).to_pylist()) for split, path in paths.items()}
+    return _combined_digest(digests)
+
+
+def _combined_digest(digests: dict[str, str]) -> str:
+    return hashlib.sha256(f"{digests['train']}:{digests['test']}".encode()).hexdigest()[:16]
+
+
+def _rows_digest(rows: list[dict]) -> str:
+    """Digest of the rows' content: independent of parquet metadata, pyarrow version and origin."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:16]  # MLflow keeps dataset digests of up to 36 characters
+
+
+def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digests: dict[str, str]) -> None:
+    import mlflow
+
+    if mlflow.active_run() is None:
+        return
+    paths = {"train": result.train_path, "test": result.test_path}
+    for split in SPLITS:
+        with warnings.catch_warnings():  # mlflow registers two local-file sources and warns it picked one
+            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+            dataset = mlflow.data.from_pandas(
+                pd.DataFrame(rows[split]), source=str(paths[split]), name=f"gsm8k-{split}", digest=digests[split]
+            )
+        mlflow.log_input(dataset, context=MLFLOW_CONTEXTS[split])
+    mlflow.log_metrics({"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
+    mlflow.set_tags({"data.source": result.source, "data.digest": result.digest})

@@ -1,0 +1,168 @@
+"""`verlflow doctor`: can the guide's recipe launch on this machine? What it has against what the guide used.
+
+    verlflow doctor --device npu          # same as: mlflow run . --env-manager local -e doctor -P device=npu
+
+Prints one table row per item — device count against ``trainer.n_gpus_per_node``, driver / firmware / CANN
+files and whether CANN's ``set_env.sh`` was sourced, ``import torch_npu`` (or CUDA) with the first line of
+the real error, the versions of torch, torch_npu, vllm, vllm_ascend, ray, verl, transformers against the
+guide's §6.1 stack (``config/stacks``), jemalloc, and the HCCL/NCCL environment — then exits 0 when the
+launch can proceed and 2 (naming what blocks it) otherwise. Versions that differ from the guide's are shown,
+not blocking: the guide's numbers are a reference, not a requirement.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from verlflow import config
+from verlflow.device import detect as hw
+from verlflow.device import stacks
+from verlflow.errors import VerlflowError
+
+STACK_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
+PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
+# Packages compared with the guide's stack, per device (pip distribution names).
+VERSIONED = {"npu": ("torch", "torch_npu", "vllm", "vllm_ascend", "ray", "verl", "transformers"),
+             "gpu": ("torch", "vllm", "ray", "verl", "transformers")}
+# Packages without which verl cannot launch the guide's recipe at all.
+REQUIRED = {"npu": ("torch", "torch_npu", "verl", "vllm"), "gpu": ("torch", "verl", "vllm")}
+STATUS = {True: "ok", False: "BLOCKS", None: "differs"}
+
+
+@dataclass
+class Row:
+    """One line of the doctor's table."""
+
+    item: str
+    found: str
+    guide: str
+    # True: fine; False: blocks the launch; None: differs from the guide but does not block.
+    ok: bool | None
+    fix: str = ""
+
+
+def import_error(module_check: str, source_files: list[str]) -> str | None:
+    """First line of the error of ``python -c <module_check>`` after sourcing the files that exist; None if fine.
+
+    A subprocess, as the launch runs verl: torch_npu imports only after CANN's ``set_env.sh``.
+    """
+    lines = [f"[ -f {shlex.quote(f)} ] && source {shlex.quote(f)} >/dev/null 2>&1" for f in source_files]
+    lines.append(f"exec {shlex.quote(sys.executable)} -c {shlex.quote(module_check)}")
+    try:
+        done = subprocess.run(["bash", "-c", "\n".join(lines)], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "timed out after 300 s"
+    if done.returncode == 0:
+        return None
+    text = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in text if "Error" in ln or "error" in ln]
+    return (errors or text or [f"exit status {done.returncode}"])[-1][:200]
+
+
+DEVICE_CHECK = {
+    "npu": "import torch, torch_npu; n = torch.npu.device_count(); assert n > 0, 'torch.npu.device_count() is 0'",
+    "gpu": "import torch; assert torch.cuda.is_available(), f'torch.cuda.is_available() is False (torch.version."
+           "cuda={torch.version.cuda})'",
+}
+
+
+def _same_version(found: str | None, guide: str | None) -> bool:
+    if not found or not guide:
+        return False
+    return found == guide or found.split("+")[0] == guide.split("+")[0]
+
+
+def diagnose(dev: str, profile_name: str, *, probe: hw.Probe | None = None,
+             environ: Mapping[str, str] | None = None, versions: Mapping[str, str] | None = None,
+             check_import: Callable[[str, list[str]], str | None] = import_error) -> list[Row]:
+    """The doctor's rows for ``dev`` on ``profile_name``; every input injectable (tests: recorded machines)."""
+    import os
+
+    probe = probe or hw.Probe()
+    environ = dict(os.environ if environ is None else environ)
+    versions = dict(hw.package_versions() if versions is None else versions)
+    profile = config.load_profile(profile_name)
+    stack = stacks.load_stack(STACK_FOR_DEVICE[dev])
+    word = "NPU" if dev == "npu" else "GPU"
+    rows: list[Row] = []
+
+    wanted = int(profile.verl.get("trainer", {}).get("n_gpus_per_node", 1))
+    visible = hw.count_visible(dev, probe=probe, environ=environ)
+    lister = "npu-smi" if dev == "npu" else "nvidia-smi"
+    rows.append(Row(f"{word}s visible", str(visible), f"n_gpus_per_node={wanted}", visible >= wanted and visible > 0,
+                    f"no {word} on this machine ({lister} lists none): run on an {stack.name.upper()} node"
+                    if visible == 0 else f"pass -P overrides=\"trainer.n_gpus_per_node={visible}\""))
+    fields = hw.collect_device_profile(dev, probe=probe, environ=environ)
+    if dev == "npu":
+        rows.append(Row("driver (HDK)", fields.driver or "not found", stack.extra.get("hdk", ""),
+                        None if fields.driver and not fields.driver.startswith(str(stack.extra.get("hdk"))) else
+                        bool(fields.driver), "install the Ascend driver (HDK)"))
+        rows.append(Row("firmware", fields.firmware or "not found", stack.extra.get("hdk", ""),
+                        True if fields.firmware else None))
+        cann_ok = bool(fields.cann) and str(fields.cann).startswith(str(stack.extra.get("cann")))
+        rows.append(Row("CANN toolkit", fields.cann or "not found", stack.extra.get("cann", ""),
+                        (True if cann_ok else None) if fields.cann else False,
+                        f"install CANN under {probe.ascend_root}"))
+        for path in profile.source_files:
+            present = probe.read(path) is not None
+            rows.append(Row(Path(path).parent.name + "/" + Path(path).name, "present" if present else "missing",
+                            "sourced by the launch", present, f"install the package that provides {path}"))
+        sourced = any(environ.get(v) for v in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"))
+        rows.append(Row("set_env.sh sourced here", "yes" if sourced else "no", "yes (the launch sources it)",
+                        True if sourced else None, "the launch sources it itself; source it to use torch_npu here"))
+    else:
+        rows.append(Row("driver", fields.driver or "not found", "", bool(fields.driver), "install the NVIDIA driver"))
+        cuda = probe.torch_cuda()
+        rows.append(Row("torch CUDA build", cuda or "none (CPU build)", stack.extra.get("cuda", ""),
+                        bool(cuda), "install a CUDA build of torch"))
+    error = check_import(DEVICE_CHECK[dev], profile.source_files) if visible or versions.get("torch") else \
+        f"skipped: no {word} visible"
+    import_fix = ("fix the error above (CANN sourced? matching torch_npu?)" if dev == "npu"
+                  else "install a CUDA build of torch and the NVIDIA driver")
+    rows.append(Row("import torch_npu" if dev == "npu" else "torch.cuda", "ok" if error is None else error, "ok",
+                    error is None, import_fix))
+    for package in VERSIONED[dev]:
+        found, guide = versions.get(package), stack.version(package)
+        blocking = package in REQUIRED[dev] and not found
+        ok = False if blocking else (True if _same_version(found, guide) else None)
+        rows.append(Row(package, found or "not installed", guide or "", ok, f"pip install {package}"))
+    for lib in profile.preload:
+        present = probe.read(lib) is not None
+        rows.append(Row("jemalloc" if "jemalloc" in lib else lib, "present" if present else "missing",
+                        "preloaded when present", True if present else None, "apt-get install libjemalloc2"))
+    prefix = "HCCL_" if dev == "npu" else "NCCL_"
+    comm = {k: v for k, v in hw.capture_env(environ).items() if k.startswith(prefix)}
+    rows.append(Row(f"{prefix}* environment", " ".join(f"{k}={v}" for k, v in sorted(comm.items())) or "none set",
+                    "defaults", True))
+    return rows
+
+
+def render(rows: list[Row]) -> str:
+    """The rows as an aligned text table."""
+    head = ("item", "this machine", "guide", "status")
+    body = [(r.item, r.found, r.guide, STATUS[r.ok]) for r in rows]
+    widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(4)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run_doctor(device: str, profile: str) -> list[Row]:
+    """Step ``doctor``: print the table; raise (exit 2) naming what blocks the launch."""
+    dev = hw.detect_device(device)
+    if dev == "cpu":
+        raise VerlflowError("no NPU or GPU found on this machine (npu-smi and nvidia-smi list none): verl needs "
+                            "one; pass --device npu or --device gpu to see what is missing, or use backend=local")
+    rows = diagnose(dev, PROFILE_FOR_DEVICE[dev] if profile == "auto" else profile)
+    print(render(rows))
+    blocking = [r for r in rows if r.ok is False]
+    if blocking:
+        raise VerlflowError("the launch cannot proceed: " + "; ".join(f"{r.item}: {r.found} ({r.fix})"
+                                                                       for r in blocking))
+    print("verlflow doctor: the launch can proceed")
+    return rows

@@ -1,0 +1,107 @@
+"""System metrics for a whole train run: MLflow's own monitors plus the Ascend NPU monitor.
+
+    verlflow train --device cpu --overrides "verlflow.system_metrics_interval=1"
+
+MLflow's :class:`~mlflow.system_metrics.system_metrics_monitor.SystemMetricsMonitor` samples CPU,
+memory, disk, network and (with ``nvidia-ml-py``) NVIDIA GPUs in a thread of this process and logs
+``system/*`` metrics into the run. :func:`recording` runs one for the duration of a train step and adds
+:class:`verlflow.device.npu_monitor.NpuMonitor` to its list of monitors when ``npu-smi`` answers. For verl
+launches verlflow's process stays alive while verl trains, so the sampling covers the machine verlflow
+runs on: the training node for a local launch, the submitting machine for a Ray job (run the train step
+on the head node to sample it; other nodes are not sampled).
+
+The interval is the recipe key ``verlflow.system_metrics_interval`` (seconds, default 10; 0 turns system
+metrics off); MLflow's ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` wins over it, as MLflow documents.
+Nothing here can stop training: a monitor that cannot start is logged as a warning and skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
+from verlflow.errors import VerlflowError
+
+log = logging.getLogger(__name__)
+
+INTERVAL_KEY = "system_metrics_interval"
+DEFAULT_INTERVAL_S = 10.0
+INTERVAL_TAG = "verlflow.system_metrics_interval_s"
+MONITORS_TAG = "verlflow.system_metrics"
+
+
+def sampling_interval(own: Mapping[str, Any]) -> float | None:
+    """Seconds between samples from a recipe's ``verlflow:`` block; None when set to 0 (off).
+
+    A value that is not a number >= 0 is one clear error before anything is launched.
+    """
+    raw = own.get(INTERVAL_KEY, DEFAULT_INTERVAL_S)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if isinstance(raw, bool) or not value >= 0:
+        raise VerlflowError(f"verlflow.{INTERVAL_KEY} must be seconds >= 0 (0 = no system metrics), got '{raw}'")
+    return value or None
+
+
+def monitor_names(monitor) -> list[str]:
+    """Short names of the monitors a SystemMetricsMonitor runs (``cpu``, ``disk``, ``network``, ``gpu``, ``npu``)."""
+    return [type(m).__name__.removesuffix("Monitor").lower() for m in monitor.monitors]
+
+
+def add_monitor(system_monitor, monitor) -> None:
+    """Plug a monitor written against MLflow's ``BaseMetricsMonitor`` into a ``SystemMetricsMonitor``.
+
+    ``monitors`` is a public attribute of MLflow's class (its constructor fills it with the CPU, disk,
+    network and GPU monitors); every sample walks it, so an appended monitor is sampled and published
+    like MLflow's own.
+    """
+    system_monitor.monitors.append(monitor)
+
+
+@contextlib.contextmanager
+def recording(
+    run_id: str,
+    *,
+    interval: float | None,
+    device: str,
+    environ: Mapping[str, str] | None = None,
+) -> Iterator[Any]:
+    """Sample system metrics into ``run_id`` every ``interval`` seconds while the block runs.
+
+    ``device`` is the profile's device: on ``npu`` a missing or failing ``npu-smi`` is warned about; on
+    other devices the NPU monitor is added only where ``npu-smi`` exists. ``environ`` (default: this
+    process's) gives ``ASCEND_RT_VISIBLE_DEVICES``. Yields the running monitor, or None when off.
+    """
+    if interval is None:
+        yield None
+        return
+    environ = os.environ if environ is None else environ
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # resume_logging: a resumed run continues its system/* steps instead of overwriting them.
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval, resume_logging=True)
+    except Exception as exc:  # psutil missing or broken: train without system metrics
+        log.warning("system metrics off for this run: %s", exc)
+        yield None
+        return
+    npu = NpuMonitor.start_or_none(environ.get(VISIBLE_VAR), expected=device == "npu")
+    if npu is not None:
+        add_monitor(monitor, npu)
+    client = MlflowClient()
+    client.set_tag(run_id, INTERVAL_TAG, f"{float(monitor.sampling_interval):g}")
+    client.set_tag(run_id, MONITORS_TAG, ",".join(monitor_names(monitor)))
+    monitor.start()
+    try:
+        yield monitor
+    finally:
+        monitor.finish()
+

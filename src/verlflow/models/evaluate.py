@@ -1,0 +1,298 @@
+"""GSM8K accuracy of a trained model, scored with verl's GSM8K scorer and logged as an MLflow run.
+
+    mlflow run . --env-manager local -e evaluate -P model_uri=models:/tiny-qwen3-gsm8k-smoke@champion
+    verlflow evaluate --model_uri ./checkpoints/hf --data_dir ../shared/data/gsm8k --limit 32
+
+The model is a registered version (``models:/<name>@<alias>``, ``models:/<name>/<version>``), a run's
+artifact (``runs:/<run_id>/<path>``; ``runs:/<run_id>`` alone means the run's final checkpoint, tag
+``verlflow.checkpoint_dir``) or a local Hugging Face folder. Each problem is prompted exactly as in
+training (the parquet's prompt messages through the tokenizer's chat template) and answered greedily,
+batched with a KV cache through transformers (left padding), or through vLLM when it is installed.
+
+Logged: ``eval/gsm8k/accuracy`` (strict ``#### <n>`` extraction), ``eval/gsm8k/accuracy_flexible``
+(last number), ``eval/gsm8k/num_samples``, ``eval/gsm8k/response_length_mean`` and the table
+``eval/gsm8k_predictions.json`` of every prediction. A registered version also gets the tag
+``eval.gsm8k.accuracy``, which ``promote`` ranks versions by; the run links to the model's training run
+through the tag ``verlflow.source_run_id``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from verlflow import names as metrics
+from verlflow import tracking
+from verlflow.errors import VerlflowError
+from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
+
+__all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "run_evaluate",
+           "score", "load_problems", "choose_backend", "max_new_tokens_for"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "hf", "vllm")
+# Used when the model's training run does not say (a bare folder): the guide's max_response_length.
+DEFAULT_MAX_NEW_TOKENS = 1024
+DEFAULT_BATCH_SIZE = 32
+PREDICTIONS_TABLE = "eval/gsm8k_predictions.json"
+# Version tags written after an evaluation; promote reads VERSION_ACCURACY_TAG.
+VERSION_ACCURACY_TAG = "eval.gsm8k.accuracy"
+
+
+@dataclass
+class EvalResult:
+    """What an evaluation measured, and where it was logged."""
+
+    run_id: str
+    model_uri: str
+    accuracy: float
+    accuracy_flexible: float
+    num_samples: int
+    response_length_mean: float
+    backend: str
+    max_new_tokens: int
+    source_run_id: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
+
+
+def max_new_tokens_for(source_run_id: str | None) -> int:
+    """The response budget of the model's recipe (param ``data/max_response_length``), else the default."""
+    if source_run_id:
+        try:
+            value = MlflowClient().get_run(source_run_id).data.params.get("data/max_response_length")
+        except MlflowException:
+            value = None
+        if value and value.isdigit() and int(value) > 0:
+            return int(value)
+    return DEFAULT_MAX_NEW_TOKENS
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+def load_problems(data_dir: str, split: str, limit: int) -> list[dict[str, Any]]:
+    """Rows in verl's GSM8K schema: the preprocessed parquet, or a raw GSM8K folder (jsonl/parquet)."""
+    from verlflow import data
+
+    if limit < 0:
+        raise VerlflowError(f"limit must be 0 (all problems) or a positive count, got {limit}")
+    if (Path(data_dir) / f"{split}.parquet").is_file() or not Path(data_dir).is_dir():
+        if (Path(data_dir) / f"{split}.parquet").is_file():
+            from verlflow.input_checks import check_parquet_split
+
+            check_parquet_split(Path(data_dir) / f"{split}.parquet", required=("prompt", "reward_model"))
+        rows = data.read_split(data_dir, split).to_dict("records")
+        return rows[:limit] if limit else rows
+    # A raw folder (e.g. ../shared/data/gsm8k): convert with the same code preprocess uses.
+    return data.to_verl_rows(data.load_examples(data_dir, split, limit), split)
+
+
+# --- generation ---------------------------------------------------------------------------------
+
+
+def choose_backend(backend: str) -> str:
+    """``auto`` → vllm when it is installed and an accelerator is present, else transformers (hf)."""
+    if backend not in BACKENDS:
+        raise VerlflowError(f"unknown evaluate backend '{backend}': use one of {', '.join(BACKENDS)}")
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if backend == "vllm" and not has_vllm:
+        raise VerlflowError("backend 'vllm' needs the vllm package, which is not installed: use backend=hf")
+    if backend == "auto":
+        return "vllm" if has_vllm and _accelerator() != "cpu" else "hf"
+    return backend
+
+
+def _accelerator() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    from verlflow.device.detect import import_torch_npu
+
+    if import_torch_npu() and torch.npu.is_available():
+        return "npu"
+    return "cpu"
+
+
+def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int,
+                batch_size: int = DEFAULT_BATCH_SIZE) -> list[tuple[str, int]]:
+    """Greedy answers (text, response tokens) with transformers: left-padded batches, KV cache."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    device = _accelerator()
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
+    tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    lm = AutoModelForCausalLM.from_pretrained(model.model_dir, dtype=dtype).to(device).eval()
+    eos = _eos_ids(lm, tokenizer)
+    gen_config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=False, use_cache=True,
+        eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id,
+    )
+    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
+    # Similar lengths in one batch waste less compute on padding; answers go back in input order.
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    answers: list[tuple[str, int]] = [("", 0)] * len(texts)
+    with torch.inference_mode(), tqdm(total=len(texts), desc="evaluate", unit="problem", file=sys.stderr) as bar:
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(device)
+            out = lm.generate(**enc, generation_config=gen_config)  # (batch, prompt_len + new)
+            new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
+            for i, tokens in zip(batch, new_tokens, strict=True):
+                length = _response_length(tokens, eos)
+                answers[i] = (tokenizer.decode(tokens[:length], skip_special_tokens=True), length)
+            bar.update(len(batch))
+    return answers
+
+
+def _eos_ids(lm: Any, tokenizer: Any) -> set[int]:
+    ids = lm.generation_config.eos_token_id
+    eos = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        eos.add(tokenizer.eos_token_id)
+    return eos
+
+
+def _response_length(tokens: list[int], eos: set[int]) -> int:
+    """Tokens up to and including the first end-of-sequence token (what was actually generated)."""
+    for position, token in enumerate(tokens):
+        if token in eos:
+            return position + 1
+    return len(tokens)
+
+
+def generate_vllm(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int) -> list[tuple[str, int]]:
+    """Greedy answers (text, response tokens) with vLLM, same prompts as :func:`generate_hf`."""
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
+    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
+    llm = LLM(model=str(model.model_dir), tokenizer=str(model.tokenizer_dir), seed=0)
+    outputs = llm.generate(texts, SamplingParams(temperature=0.0, max_tokens=max_new_tokens), use_tqdm=True)
+    return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outputs]
+
+
+# --- scoring ------------------------------------------------------------------------------------
+
+
+def score(responses: list[str], ground_truths: list[str]) -> list[dict[str, Any]]:
+    """Per-problem strict and flexible scores with verl's GSM8K scorer (what training rewards)."""
+    from verl.utils.reward_score import gsm8k
+
+    scored = []
+    for response, truth in zip(responses, ground_truths, strict=True):
+        scored.append({
+            "extracted_answer": gsm8k.extract_solution(response, method="strict"),
+            "extracted_flexible": gsm8k.extract_solution(response, method="flexible"),
+            "correct": bool(gsm8k.compute_score(response, truth)),
+            "correct_flexible": bool(gsm8k.compute_score(response, truth, method="flexible")),
+        })
+    return scored
+
+
+# --- the step -----------------------------------------------------------------------------------
+
+
+def run_evaluate(
+    model_uri: str,
+    data_dir: str,
+    split: str,
+    limit: int,
+    backend: str,
+    *,
+    max_new_tokens: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> EvalResult:
+    """Measure GSM8K accuracy of a model (step ``evaluate``) and log it as an MLflow run.
+
+    Everything the user gave is checked before a run is opened, so bad input leaves no run behind.
+    ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``.
+    """
+    engine = choose_backend(backend)
+    problems = load_problems(data_dir, split, limit)
+    if not problems:
+        raise VerlflowError(f"split '{split}' in {data_dir} has no problems to evaluate")
+    model = resolve_model(model_uri)
+    budget = max_new_tokens or max_new_tokens_for(model.source_run_id)
+    tags = {"verlflow.step": "evaluate", "verlflow.model_uri": model_uri, "eval.backend": engine,
+            "eval.max_new_tokens": str(budget), "eval.split": split}
+    if model.source_run_id:
+        tags[SOURCE_RUN_TAG] = model.source_run_id
+    if model.registered_name:
+        tags.update({"verlflow.model_name": model.registered_name, "verlflow.model_version": model.version})
+
+    with tracking.tracked_run(run_name="evaluate", tags=tags) as run:
+        prompts = [list(p["prompt"]) for p in problems]
+        log.info("evaluating %s on %d %s problems (%s, max %d new tokens)", model_uri, len(problems), split,
+                 engine, budget)
+        if engine == "vllm":
+            answers = generate_vllm(model, prompts, budget)
+        else:
+            answers = generate_hf(model, prompts, budget, batch_size)
+        responses = [text for text, _ in answers]
+        truths = [str(p["reward_model"]["ground_truth"]) for p in problems]
+        scored = score(responses, truths)
+        n = len(problems)
+        result = EvalResult(
+            run_id=run.info.run_id, model_uri=model_uri,
+            accuracy=sum(s["correct"] for s in scored) / n,
+            accuracy_flexible=sum(s["correct_flexible"] for s in scored) / n,
+            num_samples=n, response_length_mean=sum(length for _, length in answers) / n,
+            backend=engine, max_new_tokens=budget, source_run_id=model.source_run_id,
+            model_name=model.registered_name, model_version=model.version,
+        )
+        mlflow.log_metrics({
+            metrics.EVAL_ACCURACY: result.accuracy,
+            metrics.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
+            metrics.EVAL_NUM_SAMPLES: n,
+            metrics.EVAL_RESPONSE_LENGTH: result.response_length_mean,
+        })
+        mlflow.log_table({
+            "question": [_question(p) for p in problems],
+            "response": responses,
+            "extracted_answer": [s["extracted_answer"] or "" for s in scored],
+            "ground_truth": truths,
+            "correct": [s["correct"] for s in scored],
+            "correct_flexible": [s["correct_flexible"] for s in scored],
+            "response_length": [length for _, length in answers],
+        }, artifact_file=PREDICTIONS_TABLE)
+        if model.registered_name:
+            _tag_version(model, result)
+    where = f"{model.registered_name} v{model.version}" if model.registered_name else model_uri
+    print(f"evaluate: {where}: accuracy {result.accuracy:.4f} (flexible {result.accuracy_flexible:.4f}) on "
+          f"{n} {split} problems, mean response {result.response_length_mean:.1f} tokens (run {result.run_id})")
+    return result
+
+
+def _question(problem: dict[str, Any]) -> str:
+    info = problem.get("extra_info") or {}
+    return str(info.get("question") or problem["prompt"][-1]["content"])
+
+
+def _tag_version(model: ResolvedModel, result: EvalResult) -> None:
+    """Put the score on the registered version, where promote and the registry UI see it."""
+    client = MlflowClient()
+    for key, value in {
+        VERSION_ACCURACY_TAG: f"{result.accuracy:.6g}",
+        "eval.gsm8k.accuracy_flexible": f"{result.accuracy_flexible:.6g}",
+        "eval.gsm8k.num_samples": str(result.num_samples),
+        "eval.run_id": result.run_id,
+    }.items():
+        client.set_model_version_tag(model.registered_name, model.version, key, value)

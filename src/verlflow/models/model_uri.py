@@ -1,0 +1,161 @@
+"""Where a model URI points: local folders to load it from, and the training run behind it.
+
+    python -c "from verlflow.models.model_uri import resolve_model as resolve; print(resolve('models:/tiny-qwen3-gsm8k-smoke@champion'))"
+
+Accepted: ``models:/<name>@<alias>``, ``models:/<name>/<version>``, ``models:/m-<id>`` (an MLflow 3
+logged model), ``runs:/<run_id>/<path>``, ``runs:/<run_id>`` (the run's final checkpoint, tag
+``verlflow.checkpoint_dir``) and a local Hugging Face or MLflow transformers model folder. Anything that
+points at nothing is one line naming what exists instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from verlflow.errors import VerlflowError
+
+SOURCE_RUN_TAG = "verlflow.source_run_id"
+_URI_FORMS = "runs:/<run_id>[/<path>], models:/<name>@<alias>, models:/<name>/<version> or a local model folder"
+
+
+@dataclass
+class ResolvedModel:
+    """Where a model URI points: local folders to load from, and the lineage we could find."""
+
+    uri: str
+    model_dir: Path
+    tokenizer_dir: Path
+    # The training run the weights came from (None for a bare folder).
+    source_run_id: str | None = None
+    registered_name: str | None = None
+    version: str | None = None
+
+
+def resolve_model(model_uri: str) -> ResolvedModel:
+    """Turn a model URI into local folders plus lineage; one clear line when it points at nothing."""
+    uri = model_uri.strip()
+    if not uri:
+        raise VerlflowError(f"model_uri is empty: give {_URI_FORMS}")
+    if uri.startswith("models:/"):
+        return _resolve_registered(uri)
+    if uri.startswith("runs:/"):
+        return _resolve_run(uri)
+    folder = Path(uri).expanduser()
+    if folder.is_dir():
+        return _from_folder(uri, folder)
+    raise VerlflowError(f"model '{model_uri}' is neither an existing folder nor a model URI: give {_URI_FORMS}")
+
+
+def _resolve_registered(uri: str) -> ResolvedModel:
+    client = MlflowClient()
+    ref = uri.removeprefix("models:/").strip("/")
+    name, alias, version = ref, None, None
+    if "@" in ref:
+        name, _, alias = ref.partition("@")
+    elif "/" in ref:
+        name, _, version = ref.rpartition("/")
+    elif ref.startswith("m-"):  # an MLflow 3 logged model id: no registry lineage
+        return _from_download(uri, source_run_id=_logged_model_run(client, ref))
+    else:
+        raise VerlflowError(f"model URI '{uri}' names no version: use models:/{ref}@<alias> or models:/{ref}/<n>")
+    require_registered_model(client, name)
+    try:
+        mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+    except MlflowException:
+        if alias:
+            aliases = sorted(client.get_registered_model(name).aliases)
+            have = f"its aliases are {', '.join(aliases)}" if aliases else "it has no aliases yet (run promote)"
+            raise VerlflowError(f"registered model '{name}' has no alias '{alias}': {have}") from None
+        raise VerlflowError(f"registered model '{name}' has no version '{version}'") from None
+    source_run = mv.tags.get("source_run_id") or _source_of_run(client, mv.run_id)
+    resolved = _from_download(f"models:/{name}/{mv.version}", source_run_id=source_run)
+    resolved.uri, resolved.registered_name, resolved.version = uri, name, str(mv.version)
+    return resolved
+
+
+def require_registered_model(client: MlflowClient, name: str) -> None:
+    """One clear line, listing what exists, when no registered model has this name."""
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        known = sorted(m.name for m in client.search_registered_models(max_results=20))
+        have = f"registered models: {', '.join(known)}" if known else "the registry is empty (run register first)"
+        raise VerlflowError(
+            f"no registered model '{name}' in the tracking store {mlflow.get_tracking_uri()}: {have}"
+        ) from None
+
+
+def _resolve_run(uri: str) -> ResolvedModel:
+    client = MlflowClient()
+    run_id, _, path = uri.removeprefix("runs:/").partition("/")
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise VerlflowError(f"no run '{run_id}' in the tracking store {mlflow.get_tracking_uri()}") from None
+    source = run.data.tags.get(SOURCE_RUN_TAG, run_id)
+    if not path.strip("/"):
+        checkpoint = run.data.tags.get("verlflow.checkpoint_dir")
+        if not checkpoint:
+            raise VerlflowError(f"run {run_id} has no final checkpoint (tag verlflow.checkpoint_dir): "
+                                f"give runs:/{run_id}/<artifact path> instead")
+        resolved = _from_folder(uri, Path(checkpoint))
+        resolved.source_run_id = source
+        return resolved
+    return _from_download(uri, source_run_id=source)
+
+
+def _from_download(uri: str, *, source_run_id: str | None) -> ResolvedModel:
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    except MlflowException as exc:
+        raise VerlflowError(f"cannot download model '{uri}': {_first_line(exc)}") from None
+    resolved = _from_folder(uri, local)
+    resolved.source_run_id = source_run_id
+    return resolved
+
+
+def _from_folder(uri: str, folder: Path) -> ResolvedModel:
+    """A Hugging Face folder, or an MLflow transformers model folder (``MLmodel`` + ``model/``)."""
+    if (folder / "MLmodel").is_file():
+        from mlflow.models import Model
+
+        flavor = Model.load(str(folder / "MLmodel")).flavors.get("transformers")
+        if not flavor or not flavor.get("model_binary"):
+            raise VerlflowError(f"model '{uri}' is not a transformers model saved with its weights")
+        model_dir = folder / flavor["model_binary"]
+        tokenizer_dir = folder / "components" / "tokenizer"
+        return ResolvedModel(uri, model_dir, tokenizer_dir if tokenizer_dir.is_dir() else model_dir)
+    if not (folder / "config.json").is_file():
+        raise VerlflowError(f"model folder '{folder}' has no config.json: give a Hugging Face model folder")
+    from verlflow.input_checks import check_model_folder
+
+    check_model_folder(folder)
+    return ResolvedModel(uri, folder, folder)
+
+
+def _source_of_run(client: MlflowClient, run_id: str | None) -> str | None:
+    """The training run behind a run that logged a model (a register run points at it by tag)."""
+    if not run_id:
+        return None
+    try:
+        return client.get_run(run_id).data.tags.get(SOURCE_RUN_TAG, run_id)
+    except MlflowException:
+        return run_id
+
+
+def _logged_model_run(client: MlflowClient, model_id: str) -> str | None:
+    try:
+        return _source_of_run(client, client.get_logged_model(model_id).source_run_id)
+    except MlflowException:
+        raise VerlflowError(f"no logged model '{model_id}' in the tracking store {mlflow.get_tracking_uri()}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = re.sub(r"\s+", " ", str(exc)).strip()
+    return text[:300] or type(exc).__name__

@@ -1,0 +1,332 @@
+"""Register a train run's final checkpoint, and promote the best version with an alias.
+
+    verlflow register --run_id <train run>                  # new version, alias challenger → it
+    verlflow promote --model_name tiny-qwen3-gsm8k-smoke    # champion → best eval/gsm8k/accuracy
+
+``register`` logs the Hugging Face folder a train run ended with (tag ``verlflow.checkpoint_dir``, set
+by both backends) as an MLflow transformers model and registers *that logged model* (MLflow 3 cannot
+register a plain artifact folder), with the lineage tags of DESIGN.md §Registry on the version.
+
+``promote`` ranks versions by a metric, read from a version tag (``eval/gsm8k/accuracy`` →
+``eval.gsm8k.accuracy``, written by evaluate) or else from the version's source run, and moves an alias
+(``champion``) only to a strictly better version unless forced. MLflow has no compare-and-set for
+aliases, so after every move it re-reads the registry and repairs the alias until a read confirms it:
+whichever of two racing promotions writes last also checks last, so the alias never stays on the worse
+version. Aliases only; stages are deprecated in MLflow and never used here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import mlflow
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from verlflow import tracking
+from verlflow.errors import VerlflowError
+from verlflow.models.evaluate import VERSION_ACCURACY_TAG
+from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
+
+CHALLENGER = "challenger"
+CHAMPION = "champion"
+MODEL_ARTIFACT = "model"
+# What loading the model needs; pinned to what saved it. Listed so MLflow does not infer requirements
+# (slow, and it drags in the CUDA world from the environment).
+REQUIRED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "accelerate")
+# Run tags copied onto the version (besides source_run_id): where and how the checkpoint was made.
+LINEAGE_TAGS = ("device.type", "device.name", "verlflow.recipe", "verlflow.profile", "verlflow.backend")
+MAX_PROMOTION_ROUNDS = 20
+_PLAIN_METRIC_KEY = re.compile(r"[\w\-./ ]+")  # what MLflow accepts as is, so verl leaves it unchanged
+
+
+# --- register -----------------------------------------------------------------------------------
+
+
+def pip_requirements() -> list[str]:
+    """Pinned requirements of the logged model, from the installed versions (local tags like +cpu dropped)."""
+    reqs = []
+    for package in REQUIRED_PACKAGES:
+        with contextlib.suppress(PackageNotFoundError):
+            reqs.append(f"{package}=={version(package).split('+')[0]}")
+    return reqs
+
+
+def model_name_for(run, model_name: str) -> str:
+    """The registered model name: as given, else the run's ``verlflow.model_name``, else its recipe's."""
+    if model_name:
+        return model_name
+    tags = run.data.tags
+    if tags.get("verlflow.model_name"):
+        return tags["verlflow.model_name"]
+    recipe = tags.get("verlflow.recipe")
+    if recipe:
+        from verlflow import config
+
+        with contextlib.suppress(VerlflowError):
+            name = config.load_recipe(recipe)[1].get("model_name")
+            if name:
+                return str(name)
+    raise VerlflowError(f"run {run.info.run_id} names no model (no tag verlflow.model_name, no recipe "
+                        "model_name): pass -P model_name=<name>")
+
+
+def data_digest_of(run) -> str | None:
+    """The digest of the data a run trained on, for the version's ``data.digest`` lineage tag.
+
+    Train runs carry it as a tag when their data folder was readable at launch; otherwise (data only on
+    the cluster, runs from before the tag) it is the tag of the newest finished preprocess run that wrote
+    the folder of its ``data/train_files`` before it started.
+    """
+    if run.data.tags.get("data.digest"):
+        return run.data.tags["data.digest"]
+    train_files = run.data.params.get("data/train_files")
+    if not train_files:
+        return None
+    folder = str(Path(train_files).expanduser().resolve().parent).replace("'", "\\'")
+    query = (f"tags.`verlflow.step` = 'preprocess' and tags.`verlflow.data_dir` = '{folder}' "
+             f"and attributes.status = 'FINISHED' and attributes.start_time <= {run.info.start_time}")
+    producers = MlflowClient().search_runs([run.info.experiment_id], query, order_by=["attributes.start_time DESC"],
+                                           max_results=1)
+    return producers[0].data.tags.get("data.digest") if producers else None
+
+
+def checkpoint_of(run) -> Path:
+    """The final checkpoint of a FINISHED train run; refuses anything else in one line."""
+    run_id = run.info.run_id
+    if not tracking.is_finished(run):
+        raise VerlflowError(f"run {run_id} is {run.info.status}, not FINISHED: only a finished train run "
+                            "can be registered")
+    checkpoint = run.data.tags.get("verlflow.checkpoint_dir")
+    if not checkpoint:
+        raise VerlflowError(f"run {run_id} has no final checkpoint (tag verlflow.checkpoint_dir): register a "
+                            "train run that saved one")
+    path = Path(checkpoint)
+    if not (path / "config.json").is_file():
+        raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
+    from verlflow.input_checks import check_trained_checkpoint
+
+    check_trained_checkpoint(checkpoint, run.data.tags.get("verlflow.checkpoint_source", ""))
+    return path
+
+
+def run_register(run_id: str, model_name: str) -> ModelVersion:
+    """Register a train run's final checkpoint as a new model version with lineage; alias challenger → it."""
+    train_run = tracking.get_run(run_id)
+    run_id = train_run.info.run_id
+    checkpoint = checkpoint_of(train_run)
+    name = model_name_for(train_run, model_name)
+    check_model_name(name)
+    lineage = {"source_run_id": run_id}
+    lineage.update({k: train_run.data.tags[k] for k in LINEAGE_TAGS if train_run.data.tags.get(k)})
+    if digest := data_digest_of(train_run):
+        lineage["data.digest"] = digest
+
+    tags = {"verlflow.step": "register", SOURCE_RUN_TAG: run_id, "verlflow.model_name": name}
+    with tracking.tracked_run(run_name="register", tags=tags):
+        info = mlflow.transformers.log_model(
+            str(checkpoint), name=MODEL_ARTIFACT, task="text-generation", pip_requirements=pip_requirements(),
+        )
+        mv = mlflow.register_model(info.model_uri, name, tags=lineage)
+        MlflowClient().set_registered_model_alias(name, CHALLENGER, mv.version)
+        mlflow.set_tags({"verlflow.model_version": str(mv.version), "verlflow.model_uri": info.model_uri})
+    print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {CHALLENGER} → "
+          f"{mv.version}")
+    return mv
+
+
+def check_model_name(name: str) -> None:
+    """A name MLflow's registry accepts (no '/', ':' or blanks), checked before any work."""
+    if not name.strip() or "/" in name or ":" in name:
+        raise VerlflowError(f"model name '{name}' is not a valid registered model name: no '/', ':' or blanks")
+
+
+# --- promote ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PromotionDecision:
+    """What promote did with an alias, and why."""
+
+    model_name: str
+    alias: str
+    metric: str
+    moved: bool
+    version: str | None  # the alias holder afterwards
+    value: float | None
+    previous_version: str | None
+    previous_value: float | None
+    reason: str
+    run_id: str | None = None
+
+
+def check_alias(alias: str) -> None:
+    """Reject, in one line, an alias name MLflow would reject (checked before anything is written)."""
+    from mlflow.utils import validation
+
+    try:
+        validation._validate_model_alias_name(alias)
+        validation._validate_model_alias_name_reserved(alias)
+    except AttributeError:  # the validators moved: MLflow checks the name when the alias is set
+        return
+    except MlflowException as exc:
+        raise VerlflowError(f"alias '{alias}' is rejected by MLflow: {exc.message}") from None
+
+
+def metric_tag_key(metric: str) -> str:
+    """The version tag a metric is read from first (``eval/gsm8k/accuracy`` → ``eval.gsm8k.accuracy``)."""
+    return VERSION_ACCURACY_TAG if metric == "eval/gsm8k/accuracy" else metric.replace("/", ".")
+
+
+class _Scorer:
+    """Reads a version's value of the metric: version tag first, then its source run's metric."""
+
+    def __init__(self, client: MlflowClient, metric: str):
+        self.client, self.metric = client, metric
+        self.keys = [metric_tag_key(metric), metric]
+        self._runs: dict[str, dict[str, float]] = {}
+
+    def __call__(self, mv: ModelVersion) -> float | None:
+        for key in self.keys:
+            raw = mv.tags.get(key)
+            if raw not in (None, ""):
+                try:
+                    return float(raw)
+                except ValueError:
+                    continue
+        run_id = mv.tags.get("source_run_id") or mv.run_id
+        if not run_id:
+            return None
+        if run_id not in self._runs:
+            try:
+                self._runs[run_id] = self.client.get_run(run_id).data.metrics
+            except MlflowException:
+                self._runs[run_id] = {}
+        run_metrics = self._runs[run_id]
+        value = run_metrics.get(self.metric)
+        if value is None and not _PLAIN_METRIC_KEY.fullmatch(self.metric):
+            # verl logs 'mean@1' as 'mean_at_1': look the metric up the way it was logged.
+            value = run_metrics.get(tracking.sanitize_metric_key(self.metric))
+        return value
+
+
+@dataclass
+class _State:
+    holder: ModelVersion | None
+    holder_value: float | None
+    best: ModelVersion | None
+    best_value: float | None
+
+
+def _read_state(client: MlflowClient, name: str, alias: str, scorer: _Scorer) -> _State:
+    """The alias holder and the best version, both read fresh from the registry."""
+    versions = list(client.search_model_versions(f"name='{_quote(name)}'"))
+    scored = [(value, int(mv.version), mv) for mv in versions if (value := scorer(mv)) is not None]
+    holder = None
+    with contextlib.suppress(MlflowException):
+        holder = client.get_model_version_by_alias(name, alias)
+    holder_value = scorer(holder) if holder is not None else None
+    if not scored:
+        return _State(holder, holder_value, None, None)
+    best_value, _, best = max(scored, key=lambda item: (item[0], item[1]))  # ties: the newest version
+    return _State(holder, holder_value, best, best_value)
+
+
+def _should_move(state: _State, force: bool) -> tuple[bool, str]:
+    if state.best is None:
+        return False, "no version has the metric"
+    if state.holder is not None and str(state.holder.version) == str(state.best.version):
+        return False, f"version {state.best.version} already holds it and is the best ({state.best_value:g})"
+    if force:
+        return True, "forced"
+    if state.holder is None:
+        return True, "no version held it"
+    if state.holder_value is None:
+        return True, f"the holder, version {state.holder.version}, has no value of the metric"
+    if state.best_value > state.holder_value:
+        return True, f"{state.best_value:g} is better than {state.holder_value:g} of version {state.holder.version}"
+    return False, (f"the best, {state.best_value:g} of version {state.best.version}, is not strictly better than "
+                   f"{state.holder_value:g} of version {state.holder.version}")
+
+
+def promote_alias(
+    client: MlflowClient, name: str, metric: str, alias: str, force: bool,
+    *, before_write: Callable[[], None] | None = None,
+) -> PromotionDecision:
+    """Move ``alias`` to the best version by ``metric`` (see the module docstring); no run, no printing.
+
+    ``before_write`` runs between a decision and its write, where a racing promotion can interleave
+    (tests use it to make that race happen on purpose).
+    """
+    scorer = _Scorer(client, metric)
+    first = _read_state(client, name, alias, scorer)
+    if first.best is None:
+        raise VerlflowError(f"no version of '{name}' has a value for '{metric}' (version tag "
+                            f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
+    previous, previous_value = first.holder, first.holder_value
+    state, moved, reason = first, False, ""
+    for _ in range(MAX_PROMOTION_ROUNDS):
+        move, why = _should_move(state, force and not moved)
+        reason = why if not moved else reason  # the first decision is the one to explain
+        if not move:
+            break
+        if before_write is not None:
+            before_write()
+        try:
+            client.set_registered_model_alias(name, alias, state.best.version)
+        except MlflowException as exc:
+            raise VerlflowError(f"MLflow refused alias '{alias}' on '{name}': {exc.message}") from None
+        moved = True
+        # Re-read: a racing promotion may have written in between with an older view of the registry.
+        state = _read_state(client, name, alias, scorer)
+    else:
+        if _should_move(state, False)[0]:
+            raise VerlflowError(f"alias '{alias}' of '{name}' kept changing under {MAX_PROMOTION_ROUNDS} promotions")
+    final = state.holder
+    moved = final is not None and (previous is None or str(final.version) != str(previous.version))
+    return PromotionDecision(
+        model_name=name, alias=alias, metric=metric, moved=moved,
+        version=str(final.version) if final else None, value=state.holder_value,
+        previous_version=str(previous.version) if previous else None, previous_value=previous_value, reason=reason,
+    )
+
+
+def run_promote(model_name: str, metric: str, alias: str, force: bool) -> PromotionDecision:
+    """Move ``alias`` (champion) to the best version by ``metric`` if strictly better (step ``promote``)."""
+    check_alias(alias)
+    client = MlflowClient()
+    require_registered_model(client, model_name)
+    scorer = _Scorer(client, metric)
+    if _read_state(client, model_name, alias, scorer).best is None:  # fail before opening a run
+        raise VerlflowError(f"no version of '{model_name}' has a value for '{metric}' (version tag "
+                            f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
+    tags = {"verlflow.step": "promote", "verlflow.model_name": model_name}
+    with tracking.tracked_run(run_name="promote", tags=tags) as run:
+        decision = promote_alias(client, model_name, metric, alias, force)
+        decision.run_id = run.info.run_id
+        mlflow.set_tags({
+            "promote.alias": alias, "promote.metric": metric, "promote.moved": str(decision.moved).lower(),
+            "promote.version": decision.version or "", "promote.previous_version": decision.previous_version or "",
+            "promote.reason": decision.reason[:5000],
+        })
+    print(describe(decision))
+    return decision
+
+
+def describe(decision: PromotionDecision) -> str:
+    """One line saying what promote did and why."""
+    where = f"'{decision.model_name}' alias {decision.alias}"
+    if decision.moved:
+        before = f"version {decision.previous_version}" if decision.previous_version else "unset"
+        return f"promote: {where}: {before} → version {decision.version} ({decision.metric}: {decision.reason})"
+    return f"promote: {where} stays on version {decision.version} ({decision.metric}: {decision.reason})"
+
+
+def _quote(value: str) -> str:
+    return re.sub(r"'", r"\\'", value)

@@ -1,0 +1,94 @@
+"""Metric names in one place, and the glossary the README shows.
+
+    python -m verlflow.names        # prints the glossary as a Markdown table
+
+Names are verl's (``group/metric/stat``), sanitized as verl's MLflow logger sanitizes them (``@`` →
+``_at_``), so local runs and verl runs on A3 or H20 sit side by side in the MLflow UI.
+"""
+
+from __future__ import annotations
+
+TIMING_PREFIX = "timing_s/"
+TIMING_MEAN_PREFIX = "timing_s_mean/"
+TIMING_E2E = "timing_s/e2e"
+
+TIMING_STEP = "timing_s/step"
+TIMING_GEN = "timing_s/gen"
+TIMING_UPDATE_ACTOR = "timing_s/update_actor"
+SCORE_MEAN = "critic/score/mean"
+VAL_ACCURACY = "val-core/openai/gsm8k/reward/mean_at_1"
+VAL_ACCURACY_RAW = "val-core/openai/gsm8k/reward/mean@1"
+
+EVAL_ACCURACY = "eval/gsm8k/accuracy"
+EVAL_ACCURACY_FLEXIBLE = "eval/gsm8k/accuracy_flexible"
+EVAL_NUM_SAMPLES = "eval/gsm8k/num_samples"
+EVAL_RESPONSE_LENGTH = "eval/gsm8k/response_length_mean"
+# On the parent run of ``main``: the starting model's accuracy on the same problems, and trained minus base.
+EVAL_ACCURACY_BASE = "eval/gsm8k/accuracy_base"
+EVAL_ACCURACY_GAIN = "eval/gsm8k/accuracy_gain"
+
+# (name, meaning). Per-step unless the meaning says otherwise.
+GLOSSARY: list[tuple[str, str]] = [
+    ("timing_s/gen", "seconds generating the step's rollouts (n responses per prompt)"),
+    ("timing_s/reward", "seconds scoring responses with the GSM8K rule reward"),
+    ("timing_s/old_log_prob", "seconds recomputing the behaviour policy's log-probs"),
+    ("timing_s/ref", "seconds computing the reference policy's log-probs (for the KL loss)"),
+    ("timing_s/adv", "seconds computing GRPO group-relative advantages"),
+    ("timing_s/update_actor", "seconds of PPO epochs over mini-batches (forward, backward, optimizer)"),
+    ("timing_s/step", "seconds of the whole training step"),
+    ("timing_s/testing", "seconds of validation, on the steps that validate"),
+    ("timing_s/e2e", "once per run: seconds from launch to the end of training"),
+    ("timing_s_mean/<name>", "once per run: mean over steps of timing_s/<name> (the guide's §6.3 figures)"),
+    ("perf/throughput", "tokens (prompt + response) per second per device"),
+    ("perf/time_per_step", "seconds per step"),
+    ("perf/total_num_tokens", "tokens (prompt + response) processed in the step"),
+    ("actor/pg_loss", "clipped policy-gradient loss"),
+    ("actor/kl_loss", "KL loss to the reference policy (kl_loss_type, e.g. low_var_kl)"),
+    ("actor/entropy", "mean token entropy of the policy on its responses"),
+    ("actor/grad_norm", "gradient norm before clipping"),
+    ("actor/lr", "learning rate"),
+    ("actor/pg_clipfrac", "fraction of tokens whose probability ratio was clipped"),
+    ("actor/ppo_kl", "approximate KL between the behaviour and the updated policy"),
+    ("actor/entropy_loss", "entropy term of the actor loss (entropy_coeff x entropy)"),
+    ("actor/pg_clipfrac_lower", "fraction of tokens clipped by the lower dual-clip bound"),
+    ("critic/score/mean", "mean GSM8K reward of the step's responses (also /max, /min)"),
+    ("critic/rewards/mean", "mean token-level reward summed per response (also /max, /min)"),
+    ("critic/advantages/mean", "mean GRPO advantage over response tokens (also /max, /min)"),
+    ("critic/returns/mean", "mean return per response token (also /max, /min)"),
+    ("timing_per_token_ms/<name>", "milliseconds per token of timing_s/<name> (gen, update_actor, ...)"),
+    ("response_length/mean", "mean response length in tokens (also /max, /min)"),
+    ("response_length/clip_ratio", "fraction of responses cut at max_response_length"),
+    ("prompt_length/mean", "mean prompt length in tokens (also /max, /min)"),
+    ("data/train/num_rows", "preprocess step: rows written to train.parquet"),
+    ("data/test/num_rows", "preprocess step: rows written to test.parquet"),
+    (VAL_ACCURACY, "validation accuracy, one greedy-or-sampled answer per test problem"),
+    (EVAL_ACCURACY, "evaluate step: strict accuracy (answer after '####'), verl's GSM8K scorer"),
+    (EVAL_ACCURACY_FLEXIBLE, "evaluate step: accuracy taking the last number in the response"),
+    (EVAL_NUM_SAMPLES, "evaluate step: problems evaluated"),
+    (EVAL_RESPONSE_LENGTH, "evaluate step: mean response length in tokens"),
+    # System metrics: sampled every verlflow.system_metrics_interval seconds (10) by MLflow's monitors and
+    # verlflow's NPU monitor, on the machine verlflow runs on; step = sample number.
+    ("system/cpu_utilization_percentage", "host CPU utilisation, % (MLflow's CPU monitor)"),
+    ("system/system_memory_usage_megabytes", "host memory used, MB (also system/system_memory_usage_percentage)"),
+    ("system/disk_usage_megabytes", "disk used on / (also _percentage, system/disk_available_megabytes)"),
+    ("system/network_receive_megabytes", "MB received since the run began (also system/network_transmit_megabytes)"),
+    ("system/gpu_<i>_utilization_percentage", "NVIDIA GPU i busy, % (MLflow's GPU monitor, needs nvidia-ml-py)"),
+    ("system/gpu_<i>_memory_usage_megabytes", "GPU i memory used, MB (also system/gpu_<i>_memory_usage_percentage)"),
+    ("system/gpu_<i>_power_usage_watts", "GPU i power, W (also system/gpu_<i>_power_usage_percentage)"),
+    ("system/npu_<i>_utilization_percentage", "Ascend chip i AICore utilisation, % (npu-smi info)"),
+    ("system/npu_<i>_hbm_usage_megabytes", "chip i HBM used, MB"),
+    ("system/npu_<i>_hbm_usage_percentage", "chip i HBM used / HBM capacity, %"),
+    ("system/npu_<i>_power_watts", "chip i power, W (A3: the card's power, on its first chip only)"),
+    ("system/npu_<i>_temperature_celsius", "chip i temperature, °C"),
+]
+
+
+def glossary_markdown() -> str:
+    """The glossary as a Markdown table, as it appears in the README."""
+    lines = ["| metric | meaning |", "| --- | --- |"]
+    lines += [f"| `{name}` | {meaning} |" for name, meaning in GLOSSARY]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(glossary_markdown())

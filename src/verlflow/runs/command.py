@@ -1,0 +1,52 @@
+"""``verlflow runs``: list RUNNING runs with whether their process lives; ``--reap`` ends the dead ones.
+
+    verlflow runs                    # RUNNING runs of every experiment, alive or dead
+    verlflow runs --reap             # mark the dead ones FAILED (tag verlflow.reaped says why)
+
+A plain command, not an MLflow entry point: it looks after runs and must not open one itself (under
+``mlflow run`` it would be a RUNNING run of its own in the list it is cleaning).
+"""
+
+from __future__ import annotations
+
+from mlflow.tracking import MlflowClient
+
+from verlflow.errors import VerlflowError
+from verlflow.runs import lifecycle, probe
+
+
+def add_runs_parser(subs) -> None:
+    """Add the ``runs`` sub-command to the ``verlflow`` parser."""
+    sub = subs.add_parser("runs", help="list RUNNING runs; --reap marks those without a live process FAILED",
+                          description=__doc__.splitlines()[0])
+    sub.add_argument("--reap", action="store_true", help="mark RUNNING runs whose process is gone as FAILED")
+    sub.add_argument("--experiment", default="", help="experiment name ('' = every experiment)")
+    sub.add_argument("--stale_after_s", type=float, default=lifecycle.STALE_AFTER_S,
+                     help="a run of another host is dead after this long without a heartbeat")
+
+
+def run_runs(reap: bool, experiment: str, stale_after_s: float) -> list[lifecycle.Reaped]:
+    """List RUNNING runs with their liveness, or reap the dead ones; prints one line per run."""
+    probe.check_tracking_server()
+    client = MlflowClient()
+    if experiment:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise VerlflowError(f"no experiment named '{experiment}' in the tracking store")
+        ids = [found.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    if reap:
+        reaped = lifecycle.reap(ids, client=client, stale_after_s=stale_after_s)
+        for item in reaped:
+            print(f"reaped {item.run_id}: {item.reason}")
+        print(f"runs: {len(reaped)} dead RUNNING run(s) marked FAILED")
+        return reaped
+    running = client.search_runs(ids, "attributes.status = 'RUNNING'", max_results=5000) if ids else []
+    for run in running:
+        tags = run.data.tags
+        verdict = lifecycle.why_dead(tags, stale_after_s=stale_after_s) or "alive (or not a verlflow process)"
+        where = f"{tags.get(lifecycle.HOST_TAG, '?')}:{tags.get(lifecycle.PID_TAG, '?')}"
+        print(f"{run.info.run_id} {tags.get('verlflow.step', '-'):10} {where:24} {verdict}")
+    print(f"runs: {len(running)} RUNNING")
+    return []

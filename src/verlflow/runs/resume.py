@@ -1,0 +1,91 @@
+"""Resume a train run: the same MLflow run, its own arguments, its last checkpoint, its attempts timed.
+
+    verlflow train --resume <run_id>                 # same as: mlflow run . -e train -P resume=<run_id>
+
+A train run records the arguments it was started with (tag ``verlflow.train_args``); resuming reuses
+them for every argument the user leaves at its default, attaches to that run (``MLFLOW_RUN_ID``), and
+the trainer continues from the run's newest checkpoint (its checkpoint folder is keyed by run id).
+Each attempt's wall time is logged as ``attempt/e2e_s`` (step = attempt number) and ``timing_s/e2e``
+sums every attempt. Launched through ``mlflow run``, the launcher's fresh run only points at the
+resumed one (tag ``verlflow.resumed_run``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from verlflow.errors import VerlflowError
+from verlflow.runs import lifecycle
+
+ARGS_TAG = "verlflow.train_args"
+RESUMED_RUN_TAG = "verlflow.resumed_run"
+ATTEMPT_METRIC = "attempt/e2e_s"
+CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trainer.default_local_dir
+
+
+def args_tag(args: Mapping[str, Any]) -> dict[str, str]:
+    """The tag that lets ``--resume`` restart a run with the arguments it was started with."""
+    return {ARGS_TAG: json.dumps({k: v for k, v in args.items() if k != "resume"}, sort_keys=True)}
+
+
+def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Check that ``run_id`` is a resumable train run, attach to it, and return the arguments to use.
+
+    An argument the user gave (not equal to its default) wins over the recorded one; a different config
+    is then refused by the trainer, which keeps the run's params.
+    """
+    client = MlflowClient()
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise VerlflowError(f"resume: no run with id '{run_id}' in this tracking store") from None
+    tags = run.data.tags
+    if tags.get("verlflow.step") != "train":
+        raise VerlflowError(f"resume: run {run_id} is a '{tags.get('verlflow.step', 'non-verlflow')}' run, "
+                            "not a train run")
+    if run.info.status == "RUNNING":
+        reason = lifecycle.why_dead(tags)
+        if reason is None:
+            raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(lifecycle.PID_TAG, '?')} "
+                                f"on {tags.get(lifecycle.HOST_TAG, '?')}): stop it first, or reap it if it is dead")
+        lifecycle.reap([run.info.experiment_id], client=client)
+    recorded = json.loads(tags.get(ARGS_TAG, "{}"))
+    args = {k: (recorded[k] if k in recorded and given[k] == defaults[k] else v) for k, v in given.items()}
+    folder = run.data.params.get(CHECKPOINT_PARAM)
+    if folder and "trainer.default_local_dir=" not in str(args.get("overrides", "")):
+        # The run's own checkpoint folder, wherever it was started from (mlflow run works in the project dir).
+        args["overrides"] = f"{args.get('overrides') or ''} trainer.default_local_dir={shlex.quote(folder)}".strip()
+    launcher_run = os.environ.get("MLFLOW_RUN_ID")
+    if launcher_run and launcher_run != run_id:
+        with contextlib.suppress(MlflowException):
+            client.set_tag(launcher_run, RESUMED_RUN_TAG, run_id)
+    os.environ["MLFLOW_RUN_ID"] = run_id
+    os.environ["MLFLOW_EXPERIMENT_ID"] = run.info.experiment_id
+    return {**args, "resume": run_id}
+
+
+@contextlib.contextmanager
+def attempt_clock(run_id: str, started_at: float) -> Iterator[float]:
+    """Yield the start time that makes ``timing_s/e2e`` cover earlier attempts too; log this attempt's time."""
+    client = MlflowClient()
+    try:
+        earlier = client.get_metric_history(run_id, ATTEMPT_METRIC)
+    except MlflowException:
+        earlier = []
+    try:
+        yield started_at - sum(m.value for m in earlier)
+    finally:
+        now = time.time()
+        metric = Metric(ATTEMPT_METRIC, now - started_at, int(now * 1000), len(earlier) + 1)
+        with contextlib.suppress(Exception):  # a tracking outage must not mask how the attempt ended
+            client.log_batch(run_id, metrics=[metric])

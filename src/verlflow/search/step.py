@@ -1,0 +1,285 @@
+"""The search step: an Optuna study over lr, KL coefficient and group size, one nested MLflow run per trial.
+
+    mlflow run . --env-manager local -e preprocess -P source=synthetic
+    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke
+    # a second worker on the same study, from another shell or machine (same storage):
+    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke \
+        -P storage=optuna/smoke-default.journal
+
+Setup → trials → summary:
+1. Load and check the search config (:mod:`verlflow.search.space`), compose the recipe, check every
+   choice against verl's batch rules: any problem is one line before a trial runs.
+2. Open (or resume: same ``study_name``) the study in its storage (:mod:`verlflow.search.study`), then
+   run ``n_trials`` trials in this worker (:mod:`verlflow.search.trial`), each a child of this run.
+3. Log on this run: ``best/<objective metric>``, tags ``best_run_id``, ``best_trial_number``,
+   ``best.param.<key>``, trial counts ``search/trials_<state>``, Optuna's plots under
+   ``search/plots/*.png``, the trials table ``search/trials.csv``; register the best trial's checkpoint
+   (alias ``challenger``) through :func:`verlflow.models.registry.run_register`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import optuna
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from verlflow import config, steps, tracking
+from verlflow.errors import VerlflowError
+from verlflow.search.space import (
+    PRUNERS,
+    SearchConfig,
+    check_space_keys,
+    check_trial_configs,
+    distributions,
+    load_search_config,
+    space_fingerprint,
+    suggest,
+)
+from verlflow.search.study import (
+    RUN_ID_ATTR,
+    TrialSeededSampler,
+    describe_storage,
+    make_pruner,
+    open_storage,
+    open_study,
+)
+from verlflow.search.trial import TrialFailed, TrialRunner
+
+log = logging.getLogger(__name__)
+
+PLOTS = ("optimization_history", "parallel_coordinate", "param_importances", "intermediate_values")
+
+
+@dataclass
+class SearchResult:
+    """What a search worker leaves behind (the study may hold more trials from other workers)."""
+
+    study_name: str
+    storage: str
+    parent_run_id: str
+    # Trials of the whole study by state name (COMPLETE, PRUNED, FAIL, …).
+    trial_counts: dict[str, int]
+    best_value: float | None = None
+    best_params: dict[str, Any] = field(default_factory=dict)
+    best_run_id: str | None = None
+    best_trial_number: int | None = None
+    plots: list[str] = field(default_factory=list)
+    registered: Any = None
+
+
+def run_search(
+    recipe: str,
+    device: str,
+    n_trials: int,
+    study_name: str,
+    storage: str,
+    pruner: str,
+    search_config: str,
+    data_dir: str = "data/gsm8k",
+) -> SearchResult:
+    """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``)."""
+    from verlflow.input_checks import check_storage_url
+
+    if n_trials < 1:
+        raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")
+    if pruner and pruner not in PRUNERS:
+        raise VerlflowError(f"unknown pruner '{pruner}': use one of {', '.join(PRUNERS)} ('' = the search config's)")
+    check_storage_url(storage)
+    search = load_search_config(search_config)
+    check_space_keys(search)
+    recipe, dev, profile, backend = steps.choose_train_setup(recipe, device, "auto", "auto")
+    for split in ("train", "test"):
+        if not (Path(data_dir) / f"{split}.parquet").is_file():
+            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `mlflow run . "
+                                f"--env-manager local -e preprocess -P source=synthetic "
+                                f"-P output_dir={data_dir}` first")
+
+    def compose_trial(values: dict[str, Any]) -> config.ComposedConfig:
+        merged = {**search.trial_overrides, **values}
+        overrides = shlex.join(config.hydra_overrides(merged))
+        return steps.compose_train_config(recipe, profile, data_dir, "", overrides)
+
+    base = compose_trial({})
+    dists = distributions(search, base)
+    check_trial_configs(search, dists, compose_trial, local_backend=backend == "local")
+    study_name = study_name or f"{base.recipe_name}-{search.name}"
+    pruner_name = pruner or search.pruner_default
+    study = open_study(
+        study_name=study_name,
+        storage=open_storage(storage, study_name, search.heartbeat_interval, search.grace_period,
+                             search.max_retry),
+        direction=search.direction,
+        sampler=TrialSeededSampler(search.seed, search.n_startup_trials),
+        pruner=make_pruner(pruner_name, search.pruner_settings),
+        identity={"verlflow.recipe": base.recipe_name, "verlflow.objective": search.metric,
+                  "verlflow.space": space_fingerprint(dists)},
+    )
+    shown_storage = describe_storage(storage, study_name)
+    tags = {
+        **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
+        "verlflow.step": "search",
+        "optuna.study_name": study_name,
+        "optuna.storage": shown_storage,
+        "search.config": search.name,
+        "search.objective": search.metric,
+        "search.direction": search.direction,
+        "search.pruner": pruner_name,
+        "optuna.trials_at_start": str(len(study.trials)),
+    }
+    with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags) as run:
+        parent_id = run.info.run_id
+        mlflow.log_text(search.path.read_text(), "search/config.yaml")
+        mlflow.log_dict({k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
+                        "search/space.json")
+        runner = TrialRunner(
+            recipe=recipe, device=dev, data_dir=data_dir, parent_run_id=parent_id,
+            experiment_id=run.info.experiment_id, study_name=study_name, metric=search.metric,
+            tracking_uri=mlflow.get_tracking_uri(), fixed_overrides=search.trial_overrides,
+            checkpoint_root=str(OmegaConf.select(base.resolved, "trainer.default_local_dir")
+                                or "checkpoints"),
+            poll_interval=search.poll_interval, stop_timeout=search.stop_timeout,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.optimize(lambda trial: runner(trial, suggest(trial, dists)), n_trials=n_trials,
+                           catch=(TrialFailed,), gc_after_trial=False)
+        result = summarize(study, parent_id, search, shown_storage)
+    _print_result(result, search)
+    return result
+
+
+def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: str) -> SearchResult:
+    """Log the study's best trial, trial counts, trials table and plots on the search run; register it."""
+    client = MlflowClient()
+    trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.state.name] = counts.get(t.state.name, 0) + 1
+    metrics = {f"search/trials_{state.name.lower()}": float(counts.get(state.name, 0))
+               for state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+                             optuna.trial.TrialState.FAIL)}
+    metrics["search/trials_total"] = float(len(trials))
+    result = SearchResult(study_name=study.study_name, storage=storage, parent_run_id=run_id,
+                          trial_counts=counts)
+    if counts.get("COMPLETE"):
+        best = study.best_trial
+        result.best_value, result.best_params = best.value, dict(best.params)
+        result.best_trial_number, result.best_run_id = best.number, best.user_attrs.get(RUN_ID_ATTR)
+        metrics[f"best/{tracking.sanitize_metric_key(search.metric)}"] = float(best.value)
+        client.set_tag(run_id, "best_trial_number", str(best.number))
+        if result.best_run_id:
+            client.set_tag(run_id, "best_run_id", result.best_run_id)
+        for key, value in best.params.items():
+            client.set_tag(run_id, f"best.param.{key}", str(value))
+    mlflow.log_metrics(metrics)
+    with tempfile.TemporaryDirectory(prefix="verlflow-search-") as tmp:
+        table = Path(tmp) / "trials.csv"
+        study.trials_dataframe().to_csv(table, index=False)
+        client.log_artifact(run_id, str(table), "search")
+    result.plots = log_plots(study, run_id)
+    if result.best_run_id:
+        result.registered = register_best(result.best_run_id, run_id)
+    return result
+
+
+def log_plots(study: optuna.Study, run_id: str) -> list[str]:
+    """Log Optuna's matplotlib plots as PNGs; a plot Optuna cannot draw yet (importances need two finished
+    trials that differ) is skipped with its reason in the tag ``search.plots_skipped``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    client, logged, skipped = MlflowClient(), [], []
+    for name in PLOTS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                axes = getattr(ovm, f"plot_{name}")(study)
+            figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
+            figure.set_size_inches(10, 6)
+            figure.tight_layout()
+            path = f"search/plots/{name}.png"
+            client.log_figure(run_id, figure, path)
+            logged.append(path)
+        except Exception as exc:  # noqa: BLE001 - Optuna raises several kinds for a study it cannot plot
+            reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            skipped.append(f"{name}: {reason}"[:200])
+            log.warning("search: plot %s skipped: %s", name, reason)
+        finally:
+            plt.close("all")
+    if skipped:
+        client.set_tag(run_id, "search.plots_skipped", "; ".join(skipped)[:5000])
+    return logged
+
+
+def register_best(best_run_id: str, run_id: str) -> Any:
+    """Register the best trial's checkpoint as the challenger (the pipeline's registry); tag the outcome."""
+    client = MlflowClient()
+    try:
+        from verlflow.models.registry import run_register
+    except ImportError:
+        log.warning("search: verlflow.models.registry is not available; best run %s not registered", best_run_id)
+        client.set_tag(run_id, "search.registered", "false: verlflow.models.registry not available")
+        return None
+    # Workers of one study each summarise at their end: register the best run once, not once per worker.
+    try:
+        existing = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")
+    except MlflowException:
+        existing = []
+    if existing:
+        version = existing[0]
+        client.set_tag(run_id, "search.registered", f"version {version.version} (already registered)")
+        return version
+    registered = run_register(best_run_id, "")
+    version = getattr(registered, "version", None)
+    if version is not None:
+        kept = keep_first_registration(client, registered, best_run_id)
+        if kept.version != version:
+            client.set_tag(run_id, "search.registered", f"version {kept.version} (registered concurrently)")
+            return kept
+    client.set_tag(run_id, "search.registered", f"version {version}" if version is not None else "true")
+    return registered
+
+
+def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -> Any:
+    """Two workers that summarise together may both register the best run: the lowest version stays.
+
+    Each worker deletes its own version when a lower one of the same run exists, so however the
+    registrations interleave exactly one version is left, and the challenger alias points at it.
+    """
+    from verlflow.models.registry import CHALLENGER
+
+    versions = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")
+    first = min((v for v in versions if v.name == mine.name), key=lambda v: int(v.version), default=mine)
+    if int(first.version) < int(mine.version):
+        log.warning("search: run %s was registered concurrently as version %s; removing duplicate version %s",
+                    best_run_id, first.version, mine.version)
+        with contextlib.suppress(MlflowException):
+            client.delete_model_version(mine.name, mine.version)
+        aliases = client.get_registered_model(mine.name).aliases
+        if CHALLENGER not in aliases:
+            client.set_registered_model_alias(mine.name, CHALLENGER, first.version)
+    return first
+
+
+def _print_result(result: SearchResult, search: SearchConfig) -> None:
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(result.trial_counts.items()))
+    print(f"search {result.study_name}: {counts} (storage {result.storage})")
+    if result.best_value is not None:
+        params = " ".join(f"{k}={v}" for k, v in result.best_params.items())
+        print(f"best {search.metric}={result.best_value:g}: trial {result.best_trial_number}, "
+              f"run {result.best_run_id}, {params}")
+    print(f"search run: {result.parent_run_id}")

@@ -1,0 +1,216 @@
+"""One search trial: a child MLflow run under the search's run, the real train step, pruning from its metrics.
+
+    mlflow run . --env-manager local -e search -P n_trials=1 -P recipe=smoke   # runs one trial
+
+A trial creates its MLflow run itself, linked to the search's run by the explicit ``mlflow.parentRunId``
+tag (not Optuna's deprecated MLflowCallback, which loses the link with parallel workers), with tags
+``optuna.study_name``, ``optuna.trial_number`` and ``optuna.param.<key>`` (params are the train step's:
+verl logs them itself, and refuses to when a key already exists). It then runs the train step as a
+subprocess (``python -m verlflow.cli train … --overrides "<trial values>"``) with ``MLFLOW_RUN_ID`` set
+to that run, so the local trainer and verl alike log into it. While it runs, the objective metric's
+history is read from MLflow and reported to Optuna; a trial the pruner stops gets SIGTERM (the train
+step ends its run KILLED) and the tag ``optuna.pruned=true``. The subprocess dies with its worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from mlflow.entities import RunStatus
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+from verlflow import config
+from verlflow.cli import EXIT_BAD_INPUT
+from verlflow.errors import VerlflowError
+from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
+
+# Linux: the train subprocess gets SIGTERM when its worker dies (even by SIGKILL), so a killed worker
+# leaves no orphan training and its run ends KILLED. prctl runs in the child itself, before exec.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG
+    "os.getppid() == int(sys.argv[1]) or sys.exit(143)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+class TrialFailed(Exception):
+    """A trial's training failed (not the user's input): the trial is FAIL and the search goes on."""
+
+
+@dataclass
+class TrialRunner:
+    """Runs Optuna trials as train steps; one instance per search worker."""
+
+    recipe: str
+    device: str
+    data_dir: str
+    parent_run_id: str
+    experiment_id: str
+    study_name: str
+    metric: str
+    tracking_uri: str
+    # The search config's fixed overrides, applied before the trial's values.
+    fixed_overrides: dict[str, Any] = field(default_factory=dict)
+    # The composed recipe's trainer.default_local_dir; each trial saves under <it>/<study>/trial_<n>.
+    checkpoint_root: str = "checkpoints"
+    poll_interval: float = 5.0
+    stop_timeout: float = 60.0
+
+    def overrides(self, trial_number: int, params: dict[str, Any]) -> dict[str, Any]:
+        """The trial's verl overrides: fixed ones, the trial's values, its own checkpoint folder."""
+        ckpt = Path(self.checkpoint_root) / self.study_name / f"trial_{trial_number:04d}"
+        return {**self.fixed_overrides, **params, "trainer.default_local_dir": str(ckpt)}
+
+    def command(self, trial_number: int, params: dict[str, Any]) -> list[str]:
+        """The train step's command line for a trial."""
+        overrides = shlex.join(config.hydra_overrides(self.overrides(trial_number, params)))
+        cmd = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", self.recipe,
+               "--device", self.device, "--data_dir", self.data_dir, "--overrides", overrides]
+        if sys.platform.startswith("linux"):
+            return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd[1:]]
+        return cmd
+
+    def __call__(self, trial: optuna.Trial, params: dict[str, Any]) -> float:
+        """Run one trial to its objective value; TrialPruned when pruned, TrialFailed when training fails."""
+        client = MlflowClient(self.tracking_uri)
+        run_id = self._create_run(client, trial, params)
+        env = {**os.environ, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": self.tracking_uri,
+               "MLFLOW_EXPERIMENT_ID": self.experiment_id}
+        with tempfile.TemporaryDirectory(prefix="verlflow-trial-") as tmp:
+            log_path = Path(tmp) / "trial_output.log"
+            proc = subprocess.Popen(self.command(trial.number, params), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
+            tail: collections.deque[str] = collections.deque(maxlen=20)
+            reader = threading.Thread(target=_tee, args=(proc, trial.number, log_path, tail), daemon=True)
+            reader.start()
+            outcome = "FAIL"
+            try:
+                reported: set[int] = set()
+                while True:
+                    finished = proc.poll() is not None
+                    self._report(client, run_id, trial, reported, proc)
+                    if finished:
+                        break
+                    time.sleep(self.poll_interval)
+                reader.join(timeout=30)
+                value = self._result(client, run_id, trial, proc.returncode, tail)
+                outcome = "COMPLETE"
+                return value
+            except optuna.TrialPruned:
+                outcome = "PRUNED"
+                raise
+            finally:
+                if proc.poll() is None:
+                    _stop(proc, self.stop_timeout)
+                reader.join(timeout=30)
+                self._close_run(client, run_id, outcome, log_path)
+
+    def _create_run(self, client: MlflowClient, trial: optuna.Trial, params: dict[str, Any]) -> str:
+        frozen = trial.study.get_trials(deepcopy=False)[trial.number]
+        retry_of = frozen.system_attrs.get("failed_trial")
+        name = f"{self.study_name}-trial-{trial.number}"
+        tags = {
+            MLFLOW_PARENT_RUN_ID: self.parent_run_id,
+            MLFLOW_RUN_NAME: name,
+            # Set again by the train step; here so that a trial killed while starting still reads as one.
+            "verlflow.step": "train",
+            "optuna.study_name": self.study_name,
+            "optuna.trial_number": str(trial.number),
+            **{f"optuna.param.{key}": str(value) for key, value in params.items()},
+        }
+        if retry_of is not None:
+            tags["optuna.retry_of"] = str(retry_of)
+        run = client.create_run(self.experiment_id, tags=tags, run_name=name)
+        trial.set_user_attr(RUN_ID_ATTR, run.info.run_id)
+        trial.set_user_attr(PARENT_RUN_ID_ATTR, self.parent_run_id)
+        return run.info.run_id
+
+    def _report(self, client: MlflowClient, run_id: str, trial: optuna.Trial, reported: set[int],
+                proc: subprocess.Popen) -> None:
+        """Report each new validation value to Optuna; stop the training and prune when the pruner says so."""
+        try:
+            history = client.get_metric_history(run_id, self.metric)
+        except MlflowException:
+            return
+        for step, value in sorted(_last_per_step(history).items()):
+            if step in reported:
+                continue
+            reported.add(step)
+            trial.report(value, step)
+            if trial.should_prune():
+                _stop(proc, self.stop_timeout)
+                client.set_tag(run_id, "optuna.pruned", "true")
+                raise optuna.TrialPruned(f"trial {trial.number} pruned at step {step} "
+                                         f"({self.metric}={value:g})")
+
+    def _result(self, client: MlflowClient, run_id: str, trial: optuna.Trial, returncode: int,
+                tail: collections.deque[str]) -> float:
+        last = next((line for line in reversed(tail) if line.strip()), "no output")
+        if returncode == EXIT_BAD_INPUT:
+            raise VerlflowError(f"trial {trial.number}: the train step refused its input: {last}")
+        if returncode != 0:
+            raise TrialFailed(f"trial {trial.number}: train exited with status {returncode}: {last}")
+        history = _last_per_step(client.get_metric_history(run_id, self.metric))
+        if not history:
+            raise VerlflowError(f"trial {trial.number}: its train run logged no '{self.metric}' "
+                                "(the objective): check objective.metric in the search config and that "
+                                "the recipe validates (trainer.test_freq > 0)")
+        return history[max(history)]
+
+    def _close_run(self, client: MlflowClient, run_id: str, outcome: str, log_path: Path) -> None:
+        """Tag the trial's state, keep its output, and end its run if the train step could not."""
+        try:
+            client.set_tag(run_id, "optuna.state", outcome)
+            if log_path.is_file() and log_path.stat().st_size:
+                client.log_artifact(run_id, str(log_path), "logs")
+            if client.get_run(run_id).info.status == RunStatus.to_string(RunStatus.RUNNING):
+                client.set_terminated(run_id, "KILLED" if outcome == "PRUNED" else "FAILED")
+        except MlflowException:
+            pass
+
+
+def _last_per_step(history) -> dict[int, float]:
+    """Metric history as step → value (the latest value when a step was logged twice)."""
+    values: dict[int, tuple[int, float]] = {}
+    for m in history:
+        if m.step not in values or m.timestamp >= values[m.step][0]:
+            values[m.step] = (m.timestamp, m.value)
+    return {step: value for step, (_, value) in values.items()}
+
+
+def _tee(proc: subprocess.Popen, number: int, log_path: Path, tail: collections.deque[str]) -> None:
+    """Copy the trial's output to this worker's stdout (prefixed) and to its log file; keep the last lines."""
+    assert proc.stdout is not None
+    with log_path.open("w") as log_file:
+        for line in proc.stdout:
+            log_file.write(line)
+            tail.append(line.rstrip())
+            sys.stdout.write(f"[trial {number}] {line}")
+            sys.stdout.flush()
+
+
+def _stop(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM (the train step ends its run KILLED), then SIGKILL after ``timeout`` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
