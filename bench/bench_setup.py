@@ -30,7 +30,8 @@ MODELS = ("tiny", "3.5m")
 
 def build_models(cache: Path) -> dict[str, Path]:
     """{'tiny': verlflow's tiny Qwen3, '3.5m': the 3.5 M Qwen3}, each built once (offline) under ``cache``."""
-    from verlflow.models.tinymodel import build_tiny_model, resolve_model_path
+    from verlflow.models.model_path import resolve_model_path
+    from verlflow.models.tinymodel import build_tiny_model
 
     tiny = Path(resolve_model_path("tiny-qwen3", cache))
     medium = cache / "bench-qwen3-3.5m"
@@ -41,10 +42,10 @@ def build_models(cache: Path) -> dict[str, Path]:
 
 def prepare_data(source: Path, out: Path) -> Path:
     """verl-format parquet of the first GSM8K rows of ``source`` (a folder of train/test jsonl) in ``out``."""
-    from verlflow import data
+    from verlflow.data import gsm8k
 
     if not (out / "train.parquet").is_file():
-        data.preprocess(str(source), out, TRAIN_ROWS, log_to_mlflow=False)
+        gsm8k.preprocess(str(source), out, TRAIN_ROWS, log_to_mlflow=False)
     return out
 
 

@@ -25,7 +25,7 @@ def main(model_dir: str, data_dir: str, steps: int) -> dict:
     from trl import GRPOConfig, GRPOTrainer
     from verl.utils.reward_score import default_compute_score
 
-    from verlflow.data import read_split
+    from verlflow.data.gsm8k import read_split
 
     torch.set_num_threads(setup.THREADS)
     torch.manual_seed(0)

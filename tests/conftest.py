@@ -1,4 +1,4 @@
-"""Shared fixtures: the ../shared folder beside the checkout, and a fresh SQLite tracking store per test."""
+"""Shared fixtures: the files kept with the tests (tests/fixtures), and a fresh SQLite tracking store per test."""
 
 from __future__ import annotations
 
@@ -16,15 +16,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = REPO_ROOT.parent / "shared"
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture
-def shared_dir() -> Path:
-    """The ../shared folder (real GSM8K, device fixtures, the guide); skips where a clone has none."""
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent (a user's clone): this test needs the shared reference material")
-    return SHARED
+def fixtures_dir() -> Path:
+    """tests/fixtures: real device samples, a real GSM8K slice and the reference guide (READMEs give sources)."""
+    return FIXTURES
 
 
 @contextlib.contextmanager
@@ -117,7 +115,7 @@ def warm_model_cache(tmp_path_factory) -> Path:
     The tests of the recipe that learns (main, search) point ``VERLFLOW_CACHE`` here instead of paying the
     build (about a minute on 2 cores) each; the build itself is tested in tests/test_tiny_model_sft.py.
     """
-    from verlflow.models.tinymodel import SFT_SENTINEL, resolve_model_path
+    from verlflow.models.model_path import SFT_SENTINEL, resolve_model_path
 
     cache = tmp_path_factory.mktemp("verlflow-cache")
     resolve_model_path(SFT_SENTINEL, cache)

@@ -17,7 +17,8 @@ import pytest
 from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
-from verlflow import cli, data
+from verlflow import cli
+from verlflow.data import gsm8k
 
 DEAD_SERVER = "http://127.0.0.1:9"
 
@@ -27,7 +28,7 @@ def bad(tmp_path_factory):
     """A store plus one of every bad thing: paths keyed by name."""
     root = tmp_path_factory.mktemp("bad_inputs")
     with isolated_store(root) as uri:
-        good = data.preprocess("synthetic", root / "data", 8, log_to_mlflow=False)
+        good = gsm8k.preprocess("synthetic", root / "data", 8, log_to_mlflow=False)
         a_file = root / "a_file"
         a_file.write_text("not a folder")
         empty = root / "empty"

@@ -8,8 +8,8 @@ import sys
 
 from mlflow.tracking import MlflowClient
 
-from verlflow import data
-from verlflow.models.tinymodel import resolve_model_path
+from verlflow.data import gsm8k
+from verlflow.models.model_path import resolve_model_path
 
 # What torch_npu raises when CANN's libraries are not on the loader path (set_env.sh not sourced).
 BROKEN_TORCH_NPU = 'raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")\n'
@@ -19,7 +19,7 @@ def test_evaluate_with_a_torch_npu_that_fails_to_import_prints_one_line(tmp_path
     fake_site = tmp_path / "site"
     (fake_site / "torch_npu").mkdir(parents=True)
     (fake_site / "torch_npu" / "__init__.py").write_text(BROKEN_TORCH_NPU)
-    data.preprocess("synthetic", tmp_path / "data", 4, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic", tmp_path / "data", 4, log_to_mlflow=False)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake_site), os.environ.get("PYTHONPATH", "")])}
 
     result = subprocess.run(

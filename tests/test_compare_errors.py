@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import cli, tracking
 from verlflow.compare.step import run_compare
-from verlflow.errors import VerlflowError
+from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_run_without_timing_metrics_names_what_is_missing(two_runs):
 def test_cli_prints_one_line_and_exits_2(two_runs, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["compare", "--baseline", "no-such-run", "--candidate", "train-b"])
-    assert info.value.code == cli.EXIT_BAD_INPUT
+    assert info.value.code == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert err[0].startswith("verlflow compare: error: no run with id or name 'no-such-run'")

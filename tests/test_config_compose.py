@@ -29,7 +29,7 @@ def test_extra_keys_sit_between_profile_and_user():
 
 def test_own_blocks_are_overridable():
     cfg = compose("smoke", "cpu", ["verlflow.model_name=mine", "profile.env.OMP_NUM_THREADS=1"])
-    assert cfg.verlflow["model_name"] == "mine"
+    assert cfg.verlflow.model_name == "mine"
     assert cfg.profile.env["OMP_NUM_THREADS"] == "1"
 
 
@@ -44,7 +44,7 @@ def test_values_read_as_verls_command_line_reads_them():
         ("smoke", "cpu", "trainer.totl_epochs=2", "unknown config key 'trainer.totl_epochs'.*trainer.total_epochs"),
         ("smoke", "cpu", "trainer.total_epochs=many", "'trainer.total_epochs' expects a number, got 'many'"),
         ("smoke", "cpu", "noequals", "override 'noequals' is not key=value"),
-        ("smoke", "cpu", "profile.colour=red", "unknown profile key 'colour'"),
+        ("smoke", "cpu", "profile.colour=red", "unknown profile key 'profile.colour'"),
         ("nope", "cpu", "", "unknown recipe 'nope': choose one of .*smoke"),
         ("smoke", "tpu", "", "unknown profile 'tpu': choose one of a3, cpu, cpu-verl, h20"),
     ],

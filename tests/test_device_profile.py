@@ -1,8 +1,8 @@
 """The device profile: parsers on every recorded real output, and whole profiles of recorded machines.
 
 Hardware is the only fake: a :class:`Probe` that answers with recorded ``npu-smi`` / ``nvidia-smi``
-texts and CANN files. Shared samples live in ``../shared/fixtures/device`` (skipped when absent);
-``tests/fixtures/device`` keeps small copies so the profile tests always run.
+texts and CANN files. The samples live in ``tests/fixtures/device`` (its README.md gives each one's
+source): real outputs copied unchanged, and a few cut-downs for whole-machine profiles.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from verlflow.device.detect import (
 )
 from verlflow.errors import VerlflowError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "device"
 LOCAL = Path(__file__).resolve().parent / "fixtures" / "device"
 ASCEND = "/usr/local/Ascend"
 CANN_INFO = f"{ASCEND}/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info"
@@ -241,10 +240,6 @@ LOCAL_EXPECTED: dict[str, tuple] = {
     "nvidia-smi-table-h20x2-535.txt": (gpu_table, {
         "driver": "535.161.03", "cuda": "12.2", "indices": [0, 1], "names": ["NVIDIA H20"],
         "memory_total_mb": [97871.0]}),
-    # unchanged copies of shared samples (the NPU monitor's and doctor's tests replay them)
-    **{name: EXPECTED[name] for name in (
-        "npu-smi-info-910b2-8npu.txt", "npu-smi-info-910b3-8npu-v26.1.0-wide.txt", "npu-smi-info-a3-16chip.txt",
-        "npu-smi-info-a3-v26.0.rc2-wide-FRAGMENTS.txt", "npu-smi-info-t-usages-i0-doc.txt")},
     # NPU 0 and 1 of npu-smi-info-910b2-8npu.txt, NPU 1's AICore blanked
     "npu-smi-info-910b2-2npu-aicore-dash.txt": (npu_info, {
         "chips": 2, "npus": 2, "names": ["910B2"], "hbm_total_mb": [65536], "max_hbm_used_mb": 29954,
@@ -255,17 +250,23 @@ LOCAL_EXPECTED: dict[str, tuple] = {
 }
 
 
-def _samples(folder: Path, expected: dict) -> list:
-    if not folder.is_dir():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{folder} is absent (no ../shared checkout)"))]
+# the copies whose first line was reworded keep the reference sample's expectation
+assert all(LOCAL_EXPECTED[k] is EXPECTED[k] for k in set(EXPECTED) & set(LOCAL_EXPECTED))
+ALL_EXPECTED = {**EXPECTED, **LOCAL_EXPECTED}
+
+
+def _samples(folder: Path) -> list[str]:
     # *.md are notes about the samples, not device output
-    return [pytest.param((folder, p.name, expected), id=p.name)
-            for p in sorted(folder.iterdir()) if p.suffix != ".md"]
+    return sorted(p.name for p in folder.iterdir() if p.suffix != ".md")
 
 
-@pytest.mark.parametrize("sample", _samples(SHARED, EXPECTED) + _samples(LOCAL, LOCAL_EXPECTED))
-def test_every_recorded_sample_parses_to_its_key_fields(sample):
-    folder, name, expected = sample
+def test_every_expected_sample_is_kept_with_the_tests():
+    assert sorted(ALL_EXPECTED) == _samples(LOCAL)
+
+
+@pytest.mark.parametrize("name", _samples(LOCAL))
+def test_every_recorded_sample_parses_to_its_key_fields(name):
+    folder, expected = LOCAL, ALL_EXPECTED
     assert name in expected, f"new sample {folder / name}: add its expected key fields to this test"
     summarize, want, *kwargs = expected[name]
     got = summarize(body(folder / name), **(kwargs[0] if kwargs else {}))
@@ -321,9 +322,7 @@ def test_a3_node_profile_names_the_soc_counts_chips_and_reads_the_cann_stack():
 
 
 def test_a3_full_node_counts_16_chips_and_visible_devices_narrow_it():
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent (no ../shared checkout)")
-    probe = a3_machine(body(SHARED / "npu-smi-info-a3-16chip.txt"))
+    probe = a3_machine(local("npu-smi-info-a3-16chip.txt"))
     assert count_visible("npu", probe=probe, environ={}) == 16
     assert collect_device_profile("npu", probe=probe, environ={}).count == 16
     narrowed = collect_device_profile("npu", probe=probe, environ={"ASCEND_RT_VISIBLE_DEVICES": "0,1"})
@@ -360,10 +359,8 @@ def test_cann_is_found_where_set_env_points_and_in_version_cfg():
                               local("ascend_toolkit_install.info-8.2.RC1-a3.txt")})
     profile = collect_device_profile("npu", probe=probe, environ={"ASCEND_TOOLKIT_HOME": home})
     assert profile.cann == "8.2.RC1" and profile.extra["cann_source"].startswith(home)
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent (no ../shared checkout)")
     cfg = a3_machine(files={CANN_INFO: "", f"{ASCEND}/ascend-toolkit/latest/version.cfg":
-                            body(SHARED / "ascend-toolkit-version.cfg-8.2.RC2.txt")})
+                            local("ascend-toolkit-version.cfg-8.2.RC2.txt")})
     assert collect_device_profile("npu", probe=cfg, environ={}).cann == "8.2.RC2"
 
 

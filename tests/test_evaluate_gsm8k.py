@@ -37,7 +37,7 @@ def _train_like_run(checkpoint: str, *, status: str = "FINISHED", max_response_l
 def store(tmp_path_factory):
     """A SQLite store (artifacts beside it) holding one registered version of the tiny model."""
     from verlflow.models import registry
-    from verlflow.models.tinymodel import resolve_model_path
+    from verlflow.models.model_path import resolve_model_path
 
     root = tmp_path_factory.mktemp("eval-store")
     with isolated_store(root) as uri:
@@ -50,19 +50,17 @@ def store(tmp_path_factory):
 
 @pytest.fixture
 def synthetic_data(store):
-    from verlflow import data
+    from verlflow.data import gsm8k
 
     out = store["root"] / "data"
     if not (out / "test.parquet").is_file():
-        data.preprocess("synthetic", out, 8, log_to_mlflow=False)
+        gsm8k.preprocess("synthetic", out, 8, log_to_mlflow=False)
     return out
 
 
 @pytest.mark.slow
-def test_registered_version_on_real_gsm8k_is_scored_logged_and_tagged(store, shared_dir):
-    gsm8k = shared_dir / "data" / "gsm8k"
-    if not (gsm8k / "test.jsonl").is_file():
-        pytest.skip(f"{gsm8k}/test.jsonl is absent")
+def test_registered_version_on_real_gsm8k_is_scored_logged_and_tagged(store, fixtures_dir):
+    gsm8k = fixtures_dir / "gsm8k"  # the first rows of the real splits (tests/fixtures/gsm8k/README.md)
     result = evaluate.run_evaluate(f"models:/{MODEL_NAME}@challenger", str(gsm8k), "test", 32, "auto")
 
     client = MlflowClient()

@@ -13,8 +13,10 @@ import mlflow
 import pytest
 import torch
 
-from verlflow import config, data, tracking
+from verlflow import config, tracking
 from verlflow.backends.local.trainer import train_local
+from verlflow.data import gsm8k
+from verlflow.data.synthetic import synthetic_examples
 from verlflow.models.tinymodel import build_tiny_model
 
 REWARD_FILE = '''
@@ -33,8 +35,8 @@ def warm_start(model_dir, out_dir, steps: int = 80, seed: int = 0):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     pairs = []
-    for example in data.synthetic_examples(256, seed=seed, split="train"):
-        messages = [{"role": "user", "content": f"{example['question']} {data.PROMPT_SUFFIX}"}]
+    for example in synthetic_examples(256, seed=seed, split="train"):
+        messages = [{"role": "user", "content": f"{example['question']} {gsm8k.PROMPT_SUFFIX}"}]
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         pairs.append((tokenizer(prompt, add_special_tokens=False)["input_ids"],
                       tokenizer(example["answer"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]))
@@ -60,7 +62,7 @@ def warm_start(model_dir, out_dir, steps: int = 80, seed: int = 0):
 def test_mean_reward_rises_over_grpo_steps(tmp_path, tracking_uri):
     torch.manual_seed(0)
     model = warm_start(build_tiny_model(tmp_path / "tiny", seed=0), tmp_path / "warm")
-    data.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
     (tmp_path / "reward.py").write_text(REWARD_FILE)
     steps = 24
     cfg = config.compose("tiny", "cpu", [

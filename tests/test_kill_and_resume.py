@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import data
+from verlflow import names
+from verlflow.data import gsm8k
 from verlflow.runs import lifecycle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def _train_run(client: MlflowClient):
 @pytest.mark.slow
 def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_uri, tmp_path, monkeypatch):
     monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
-    data.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
     client = MlflowClient()
     client.search_experiments()  # create the store's tables before two processes race to
     log = (tmp_path / "launcher.log").open("w")
@@ -58,7 +59,7 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
         run_id = run.info.run_id
         _wait_for(lambda: True if len(client.get_metric_history(run_id, "timing_s/step")) >= 2 else None, 600,
                   "two logged steps")
-        step_pid = int(client.get_run(run_id).data.tags[lifecycle.PID_TAG])
+        step_pid = int(client.get_run(run_id).data.tags[names.PID_TAG])
         launcher.send_signal(signal.SIGTERM)  # the launcher only, not its process group
         signalled = time.monotonic()
         _wait_for(lambda: True if client.get_run(run_id).info.status != "RUNNING" else None, 60, "the run to end")

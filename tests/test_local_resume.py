@@ -17,8 +17,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from verlflow import config, data, tracking
+from verlflow import config, tracking
 from verlflow.backends.local.trainer import train_local
+from verlflow.data import gsm8k
 
 STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=3"]
 
@@ -26,7 +27,7 @@ STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_
 @pytest.fixture
 def workdir(tmp_path, monkeypatch, tracking_uri) -> Path:
     monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
-    data.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
     return tmp_path
 
 

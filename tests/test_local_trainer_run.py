@@ -15,10 +15,12 @@ import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verlflow import config, data, tracking
+from verlflow import config, tracking
 from verlflow.backends.local.settings import read_settings
-from verlflow.backends.local.trainer import CHECKPOINT_TAG, IGNORED_TAG, train_local
+from verlflow.backends.local.trainer import train_local
+from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
+from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
 
 PER_STEP = [
     "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/adv",
@@ -37,7 +39,7 @@ def workdir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("local-run")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VERLFLOW_CACHE", str(root / "cache"))
-        data.preprocess("synthetic", root / "data", 0, log_to_mlflow=False)
+        gsm8k.preprocess("synthetic", root / "data", 0, log_to_mlflow=False)
         yield root
 
 
@@ -76,8 +78,8 @@ def test_smoke_run_finishes_tracked_with_verl_names_and_a_loadable_checkpoint(wo
 
     tags = run.data.tags
     assert tags["device.type"] == "cpu" and tags["verlflow.backend"] == "local"
-    assert "actor_rollout_ref.rollout.name" in tags[IGNORED_TAG].split(",")  # the tiny recipe names vllm
-    assert tags[CHECKPOINT_TAG] == str(result.final_checkpoint)
+    assert "actor_rollout_ref.rollout.name" in tags[IGNORED_KEYS_TAG].split(",")  # the tiny recipe names vllm
+    assert tags[CHECKPOINT_DIR_TAG] == str(result.final_checkpoint)
 
     for name in PER_STEP:
         assert [m.step for m in client.get_metric_history(run.info.run_id, name)] == [1, 2, 3, 4], name

@@ -17,6 +17,7 @@ import pytest
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 
+from verlflow import names
 from verlflow.device import system_metrics
 from verlflow.device.npu_monitor import MAX_FAILURES, NpuMonitor
 
@@ -160,7 +161,7 @@ def test_the_npu_monitor_publishes_through_mlflows_own_system_metrics_monitor(fa
     assert data.metrics["system/npu_0_hbm_usage_megabytes"] == 8676.0
     assert data.metrics["system/npu_7_power_watts"] > 0
     assert "system/cpu_utilization_percentage" in data.metrics  # MLflow's own monitors ran alongside
-    assert data.tags[system_metrics.INTERVAL_TAG] == "0.2"
+    assert data.tags[names.SYSTEM_METRICS_INTERVAL_TAG] == "0.2"
     assert len(MlflowClient().get_metric_history(run.info.run_id, "system/npu_0_power_watts")) >= 2
 
 

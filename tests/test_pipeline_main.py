@@ -43,7 +43,7 @@ def _mlflow_run(workdir: Path, cache: Path, *params: str) -> subprocess.Complete
 def _children(client: MlflowClient, parent_id: str) -> dict[str, object]:
     """A parent's child runs by step (``evaluate_base`` for the starting model's evaluation)."""
     runs = client.search_runs(["0"], f"tags.`mlflow.parentRunId` = '{parent_id}'")
-    base = {pipeline.EVAL_ROLE_TAG: "base"}.items()
+    base = {metrics.EVAL_ROLE_TAG: "base"}.items()
     return {pipeline.BASE_EVAL if base <= r.data.tags.items() else r.data.tags["verlflow.step"]: r for r in runs}
 
 

@@ -1,5 +1,8 @@
 """GSM8K preprocessing: real data, local jsonl/parquet folders, synthetic problems → verl's parquet schema.
 
+The real data is a slice kept with the tests: the first rows of GSM8K's train and test splits
+(tests/fixtures/gsm8k; its README.md says how they were cut).
+
     pytest tests/test_preprocess_gsm8k.py
 """
 
@@ -16,10 +19,12 @@ import mlflow
 import pandas as pd
 import pytest
 
-from verlflow import data
+from verlflow.data import gsm8k
+from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 
-GSM8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
+GSM8K = Path(__file__).resolve().parent / "fixtures" / "gsm8k"
+TRAIN_ROWS, TEST_ROWS = 300, 150  # the slice: the first 300 of 7473 train and 150 of 1319 test rows
 COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
 # The instruction as DESIGN.md §Data (and verl's examples/data_preprocess/gsm8k.py) spell it.
 SUFFIX = "Let's think step by step and output the final answer after \"####\"."
@@ -32,11 +37,9 @@ EXAMPLES = [
 
 @pytest.fixture(scope="module")
 def real_dir(tmp_path_factory) -> Path:
-    """The real GSM8K preprocessed once for this module (no MLflow)."""
-    if not GSM8K.is_dir():
-        pytest.skip(f"{GSM8K} is absent (a user's clone): these tests need the real GSM8K data")
+    """The real GSM8K slice preprocessed once for this module (no MLflow)."""
     out = tmp_path_factory.mktemp("gsm8k")
-    data.preprocess(str(GSM8K), out, log_to_mlflow=False)
+    gsm8k.preprocess(str(GSM8K), out, log_to_mlflow=False)
     return out
 
 
@@ -56,19 +59,19 @@ def _raw_folder(tmp_path: Path, fmt: str, name: str = "raw") -> Path:
 
 
 def test_real_gsm8k_has_all_problems_and_the_known_first_answer(real_dir):
-    assert len(data.load_examples(str(GSM8K), "train")) == 7473
-    assert len(data.load_examples(str(GSM8K), "test")) == 1319
-    train, test = data.read_split(real_dir, "train"), data.read_split(real_dir, "test")
-    assert (len(train), len(test)) == (7473, 1319)
+    assert len(gsm8k.load_examples(str(GSM8K), "train")) == TRAIN_ROWS
+    assert len(gsm8k.load_examples(str(GSM8K), "test")) == TEST_ROWS
+    train, test = gsm8k.read_split(real_dir, "train"), gsm8k.read_split(real_dir, "test")
+    assert (len(train), len(test)) == (TRAIN_ROWS, TEST_ROWS)
     assert test.iloc[0]["reward_model"]["ground_truth"] == "18"
     assert test.iloc[0]["extra_info"]["question"].startswith("Janet’s ducks lay 16 eggs per day.")
 
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_rows_follow_verls_gsm8k_schema_column_by_column(real_dir, split):
-    frame = data.read_split(real_dir, split)
+    frame = gsm8k.read_split(real_dir, split)
     assert list(frame.columns) == COLUMNS
-    assert data.PROMPT_SUFFIX == SUFFIX and data.DATA_SOURCE == "openai/gsm8k"
+    assert gsm8k.PROMPT_SUFFIX == SUFFIX and gsm8k.DATA_SOURCE == "openai/gsm8k"
     raw = [json.loads(line) for line in (GSM8K / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
     for index, (row, source) in enumerate(zip(frame.to_dict("records"), raw, strict=True)):
         assert row["data_source"] == "openai/gsm8k"
@@ -82,12 +85,12 @@ def test_rows_follow_verls_gsm8k_schema_column_by_column(real_dir, split):
 
 
 def test_verls_scorer_gives_full_marks_to_every_reference_answer(real_dir):
-    from verl.utils.reward_score import gsm8k
+    from verl.utils.reward_score import gsm8k as verl_gsm8k
 
-    frame = data.read_split(real_dir, "test")
-    scores = [gsm8k.compute_score(info["answer"], rm["ground_truth"])
+    frame = gsm8k.read_split(real_dir, "test")
+    scores = [verl_gsm8k.compute_score(info["answer"], rm["ground_truth"])
               for info, rm in zip(frame["extra_info"], frame["reward_model"], strict=True)]
-    assert scores == [1.0] * 1319
+    assert scores == [1.0] * TEST_ROWS
 
 
 def test_verls_rl_dataset_reads_the_written_parquet(real_dir):
@@ -102,7 +105,7 @@ def test_verls_rl_dataset_reads_the_written_parquet(real_dir):
     tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1024, "return_raw_chat": True})
     dataset = RLHFDataset(data_files=[str(real_dir / "test.parquet")], tokenizer=tokenizer, config=config)
-    assert len(dataset) == 1319
+    assert len(dataset) == TEST_ROWS
     item = dataset[0]
     assert item["data_source"] == "openai/gsm8k"
     assert item["reward_model"]["ground_truth"] == "18"
@@ -110,44 +113,44 @@ def test_verls_rl_dataset_reads_the_written_parquet(real_dir):
 
 
 def test_parquet_round_trip_gives_back_the_rows(tmp_path):
-    result = data.preprocess("synthetic", tmp_path / "out", limit=40, log_to_mlflow=False)
+    result = gsm8k.preprocess("synthetic", tmp_path / "out", limit=40, log_to_mlflow=False)
     for split, path in (("train", result.train_path), ("test", result.test_path)):
         assert path == tmp_path / "out" / f"{split}.parquet"
-        expected = data.to_verl_rows(data.load_examples("synthetic", split, 40), split)
-        assert data.read_split(result.output_dir, split).to_dict("records") == expected
+        expected = gsm8k.to_verl_rows(gsm8k.load_examples("synthetic", split, 40), split)
+        assert gsm8k.read_split(result.output_dir, split).to_dict("records") == expected
     assert (result.num_train, result.num_test, result.source) == (40, 40, "synthetic:0")
 
 
-def test_both_splits_and_row_counts_are_logged_to_mlflow(shared_dir, tracking_uri, tmp_path):
+def test_both_splits_and_row_counts_are_logged_to_mlflow(tracking_uri, tmp_path):
     client = mlflow.MlflowClient()
-    data.preprocess(str(GSM8K), tmp_path / "quiet", limit=5)  # no active run: logs nothing, starts nothing
+    gsm8k.preprocess(str(GSM8K), tmp_path / "quiet", limit=5)  # no active run: logs nothing, starts nothing
     assert mlflow.active_run() is None
     assert client.search_runs(["0"]) == []
 
     with mlflow.start_run() as run:
-        result = data.preprocess(str(GSM8K), tmp_path / "out")
+        result = gsm8k.preprocess(str(GSM8K), tmp_path / "out")
     logged = client.get_run(run.info.run_id)
     inputs = {tag.value: entry.dataset for entry in logged.inputs.dataset_inputs
               for tag in entry.tags if tag.key == "mlflow.data.context"}
     assert sorted(inputs) == ["evaluation", "training"]
     assert (inputs["training"].name, inputs["evaluation"].name) == ("gsm8k-train", "gsm8k-test")
     assert json.loads(inputs["training"].source)["uri"] == str(result.train_path)
-    assert json.loads(inputs["evaluation"].profile)["num_rows"] == 1319
+    assert json.loads(inputs["evaluation"].profile)["num_rows"] == TEST_ROWS
     assert inputs["training"].digest != inputs["evaluation"].digest
-    assert logged.data.metrics["data/train/num_rows"] == 7473
-    assert logged.data.metrics["data/test/num_rows"] == 1319
+    assert logged.data.metrics["data/train/num_rows"] == TRAIN_ROWS
+    assert logged.data.metrics["data/test/num_rows"] == TEST_ROWS
     assert logged.data.tags["data.source"] == str(GSM8K.resolve())
     assert logged.data.tags["data.digest"] == result.digest
 
     with mlflow.start_run() as quiet:
-        data.preprocess(str(GSM8K), tmp_path / "out2", limit=5, log_to_mlflow=False)
+        gsm8k.preprocess(str(GSM8K), tmp_path / "out2", limit=5, log_to_mlflow=False)
     assert client.get_run(quiet.info.run_id).inputs.dataset_inputs == []
 
 
-def test_digest_follows_content_not_location(shared_dir, tmp_path):
-    first = data.preprocess(str(GSM8K), tmp_path / "a", limit=50, log_to_mlflow=False)
-    again = data.preprocess(str(GSM8K), tmp_path / "b", limit=50, log_to_mlflow=False)
-    fewer = data.preprocess(str(GSM8K), tmp_path / "c", limit=49, log_to_mlflow=False)
+def test_digest_follows_content_not_location(tmp_path):
+    first = gsm8k.preprocess(str(GSM8K), tmp_path / "a", limit=50, log_to_mlflow=False)
+    again = gsm8k.preprocess(str(GSM8K), tmp_path / "b", limit=50, log_to_mlflow=False)
+    fewer = gsm8k.preprocess(str(GSM8K), tmp_path / "c", limit=49, log_to_mlflow=False)
     assert first.digest == again.digest != fewer.digest
 
 
@@ -155,37 +158,37 @@ def test_digest_follows_content_not_location(shared_dir, tmp_path):
 def test_local_folder_in_either_format_gives_the_same_rows(tmp_path, monkeypatch, fmt):
     folder = _raw_folder(tmp_path, fmt, name="synthetic_like")
     monkeypatch.chdir(tmp_path)  # a relative folder name that starts like the synthetic source
-    result = data.preprocess("synthetic_like", tmp_path / "out", log_to_mlflow=False)
-    train = data.read_split(result.output_dir, "train")
+    result = gsm8k.preprocess("synthetic_like", tmp_path / "out", log_to_mlflow=False)
+    train = gsm8k.read_split(result.output_dir, "train")
     assert (result.num_train, result.num_test, result.source) == (3, 2, str(folder.resolve()))
     assert list(train["reward_model"]) == [{"style": "rule", "ground_truth": g} for g in ("7", "2000", "-3")]
-    assert list(data.read_split(result.output_dir, "test")["extra_info"].str["split"]) == ["test", "test"]
-    assert data.preprocess(str(folder), tmp_path / "out1", limit=1, log_to_mlflow=False).num_train == 1
+    assert list(gsm8k.read_split(result.output_dir, "test")["extra_info"].str["split"]) == ["test", "test"]
+    assert gsm8k.preprocess(str(folder), tmp_path / "out1", limit=1, log_to_mlflow=False).num_train == 1
     other = "jsonl" if fmt == "parquet" else "parquet"
-    twin = data.preprocess(str(_raw_folder(tmp_path, other, "twin")), tmp_path / "o2", log_to_mlflow=False)
+    twin = gsm8k.preprocess(str(_raw_folder(tmp_path, other, "twin")), tmp_path / "o2", log_to_mlflow=False)
     assert twin.digest == result.digest
 
 
 def test_verl_format_and_hub_snapshot_folders_are_read_too(tmp_path):
     folder = _raw_folder(tmp_path, "parquet")
-    first = data.preprocess(str(folder), folder, log_to_mlflow=False)  # overwrites its own input
-    assert data.preprocess(str(folder), folder, log_to_mlflow=False).digest == first.digest
+    first = gsm8k.preprocess(str(folder), folder, log_to_mlflow=False)  # overwrites its own input
+    assert gsm8k.preprocess(str(folder), folder, log_to_mlflow=False).digest == first.digest
     snapshot = tmp_path / "snapshot" / "main"
     snapshot.mkdir(parents=True)
     for split, rows in (("train", EXAMPLES), ("test", EXAMPLES[:2])):
         pd.DataFrame(rows).to_parquet(snapshot / f"{split}-00000-of-00001.parquet")
-    assert data.preprocess(str(snapshot.parent), tmp_path / "o", log_to_mlflow=False).digest == first.digest
+    assert gsm8k.preprocess(str(snapshot.parent), tmp_path / "o", log_to_mlflow=False).digest == first.digest
 
 
 def test_extract_ground_truth_matches_verls_rule():
-    assert data.extract_ground_truth("so 1,234 in all\n#### 1,234") == "1234"
-    assert data.extract_ground_truth("#### -3.5") == "-3.5"
+    assert gsm8k.extract_ground_truth("so 1,234 in all\n#### 1,234") == "1234"
+    assert gsm8k.extract_ground_truth("#### -3.5") == "-3.5"
     with pytest.raises(VerlflowError, match="no '####'"):
-        data.extract_ground_truth("the answer is 7")
+        gsm8k.extract_ground_truth("the answer is 7")
     with pytest.raises(VerlflowError, match="'seven'"):
-        data.extract_ground_truth("#### seven")
+        gsm8k.extract_ground_truth("#### seven")
     with pytest.raises(VerlflowError, match="train row 1: answer has no '####'"):
-        data.to_verl_rows([EXAMPLES[0], {"question": "q", "answer": "7"}], "train")
+        gsm8k.to_verl_rows([EXAMPLES[0], {"question": "q", "answer": "7"}], "train")
 
 
 def _calc_ok(question: str, answer: str) -> int:
@@ -203,17 +206,17 @@ def _calc_ok(question: str, answer: str) -> int:
 
 
 def test_synthetic_problems_are_seeded_distinct_and_correct():
-    train = data.synthetic_examples(300, seed=1, split="train")
-    assert train == data.synthetic_examples(300, seed=1, split="train")
-    assert train != data.synthetic_examples(300, seed=2, split="train")
-    test = data.synthetic_examples(300, seed=1, split="test")
+    train = synthetic_examples(300, seed=1, split="train")
+    assert train == synthetic_examples(300, seed=1, split="train")
+    assert train != synthetic_examples(300, seed=2, split="train")
+    test = synthetic_examples(300, seed=1, split="test")
     questions = [e["question"] for e in train]
     assert len(set(questions)) == 300 and not set(questions) & {e["question"] for e in test}
     step_counts = set()
     for example in train + test:
         final = _calc_ok(example["question"], example["answer"])
         assert final > 0 and example["answer"].endswith(f"\n#### {final}")
-        assert data.extract_ground_truth(example["answer"]) == str(final)
+        assert gsm8k.extract_ground_truth(example["answer"]) == str(final)
         step_counts.add(example["answer"].count("<<"))
     assert step_counts == {1, 2, 3}
     shapes = {re.sub(r"\d+", "N", e["question"].split(".")[-1]) for e in train}  # the asked question
@@ -221,11 +224,11 @@ def test_synthetic_problems_are_seeded_distinct_and_correct():
 
 
 def test_synthetic_source_sizes_and_seed():
-    assert len(data.load_examples("synthetic", "train")) == 512
-    assert len(data.load_examples("synthetic", "test")) == 128
-    assert len(data.load_examples("synthetic", "test", limit=7)) == 7
-    assert data.load_examples("synthetic:3", "test", 5) == data.synthetic_examples(5, 3, "test")
-    assert data.load_examples("synthetic:3", "test", 5) != data.load_examples("synthetic", "test", 5)
+    assert len(gsm8k.load_examples("synthetic", "train")) == 512
+    assert len(gsm8k.load_examples("synthetic", "test")) == 128
+    assert len(gsm8k.load_examples("synthetic", "test", limit=7)) == 7
+    assert gsm8k.load_examples("synthetic:3", "test", 5) == synthetic_examples(5, 3, "test")
+    assert gsm8k.load_examples("synthetic:3", "test", 5) != gsm8k.load_examples("synthetic", "test", 5)
 
 
 def _bad_folder(tmp_path: Path, line: str) -> tuple[str, str]:
@@ -250,7 +253,7 @@ def test_bad_jsonl_row_names_file_and_line(tmp_path, case):
     line, expected = BAD_LINES[case]
     folder, file = _bad_folder(tmp_path, line)
     with pytest.raises(VerlflowError) as caught:
-        data.preprocess(folder, tmp_path / "out", log_to_mlflow=False)
+        gsm8k.preprocess(folder, tmp_path / "out", log_to_mlflow=False)
     message = str(caught.value)
     assert f"{file} {expected}" in message and "\n" not in message
     assert not (tmp_path / "out" / "train.parquet").exists()
@@ -265,16 +268,16 @@ def test_bad_sources_and_arguments_name_the_value(tmp_path):
     (tmp_path / "pq").mkdir()
     pd.DataFrame([EXAMPLES[0], {"question": "q", "answer": "4"}]).to_parquet(tmp_path / "pq" / "train.parquet")
     cases = [
-        (lambda: data.load_examples("gsm9k", "train"), "unknown source 'gsm9k'"),
-        (lambda: data.load_examples(str(tmp_path / "nope"), "train"), f"'{tmp_path / 'nope'}' does not exist"),
-        (lambda: data.load_examples(str(tmp_path / "a_file.jsonl"), "train"), "is a file, not a folder"),
-        (lambda: data.load_examples(str(empty), "train"), f"no train data in folder '{empty}'"),
-        (lambda: data.load_examples(str(tmp_path / "cols"), "train"), "has no 'question' and 'answer' columns"),
-        (lambda: data.load_examples(str(tmp_path / "pq"), "train"), "train.parquet row 1: answer has no '####'"),
-        (lambda: data.load_examples("synthetic", "train", limit=-1), "got -1"),
-        (lambda: data.load_examples("synthetic", "validation"), "unknown split 'validation'"),
-        (lambda: data.load_examples("synthetic:abc", "train"), "'synthetic:abc'"),
-        (lambda: data.read_split(empty, "train"), f"no train.parquet in {empty}: run `mlflow run . -e preprocess`"),
+        (lambda: gsm8k.load_examples("gsm9k", "train"), "unknown source 'gsm9k'"),
+        (lambda: gsm8k.load_examples(str(tmp_path / "nope"), "train"), f"'{tmp_path / 'nope'}' does not exist"),
+        (lambda: gsm8k.load_examples(str(tmp_path / "a_file.jsonl"), "train"), "is a file, not a folder"),
+        (lambda: gsm8k.load_examples(str(empty), "train"), f"no train data in folder '{empty}'"),
+        (lambda: gsm8k.load_examples(str(tmp_path / "cols"), "train"), "has no 'question' and 'answer' columns"),
+        (lambda: gsm8k.load_examples(str(tmp_path / "pq"), "train"), "train.parquet row 1: answer has no '####'"),
+        (lambda: gsm8k.load_examples("synthetic", "train", limit=-1), "got -1"),
+        (lambda: gsm8k.load_examples("synthetic", "validation"), "unknown split 'validation'"),
+        (lambda: gsm8k.load_examples("synthetic:abc", "train"), "'synthetic:abc'"),
+        (lambda: gsm8k.read_split(empty, "train"), f"no train.parquet in {empty}: run `mlflow run . -e preprocess`"),
     ]
     for call, expected in cases:
         with pytest.raises(VerlflowError) as caught:
@@ -284,7 +287,7 @@ def test_bad_sources_and_arguments_name_the_value(tmp_path):
 
 def _hub_attempt(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     code = (
-        "from verlflow.data import load_examples\nfrom verlflow.errors import VerlflowError\n"
+        "from verlflow.data.gsm8k import load_examples\nfrom verlflow.errors import VerlflowError\n"
         "try:\n    load_examples('openai/gsm8k', 'test')\nexcept VerlflowError as e:\n    print(e)\n"
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
@@ -298,4 +301,4 @@ def test_unreachable_hub_fails_fast_and_suggests_a_local_source(tmp_path, env):
     done = _hub_attempt(tmp_path, **env)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and len(lines) == 1, done.stdout + done.stderr
-    assert "openai/gsm8k" in lines[0] and "../shared/data/gsm8k" in lines[0] and "synthetic" in lines[0]
+    assert "openai/gsm8k" in lines[0] and "-P source=/data/gsm8k" in lines[0] and "synthetic" in lines[0]

@@ -1,6 +1,6 @@
 """The guide's recipe on the a3 / h20 profiles composes to the guide's two launch scripts, key for key.
 
-The scripts are read out of the reference guide itself (../shared/reference), so a drift between the
+The scripts are read out of the reference guide itself (tests/fixtures/reference), so a drift between the
 recipe and the guide fails here. Keys that are site-specific in the guide (its paths and run names)
 are set by the train step from its parameters, and the logger list gains mlflow; those are listed and
 checked separately.
@@ -54,8 +54,8 @@ def _same(guide_text: str, ours) -> bool:
 
 
 @pytest.fixture
-def guide_overrides(shared_dir):
-    text = (shared_dir / "reference" / "000_d7fe20b50de8a307.txt").read_text(encoding="utf-8")
+def guide_overrides(fixtures_dir):
+    text = (fixtures_dir / "reference" / "000_d7fe20b50de8a307.txt").read_text(encoding="utf-8")
     return {name: _script_overrides(script) for name, script in _guide_scripts(text).items()}
 
 
@@ -79,7 +79,7 @@ def test_profile_loggers_are_the_guides_without_wandb(profile, guide_overrides):
 
 
 def test_guide_values_without_the_reference():
-    """The headline numbers of the guide, for clones without ../shared."""
+    """The headline numbers of the guide, spelled out here too (a readable summary of what the recipe holds)."""
     a3 = compose("qwen3-4b-gsm8k-grpo", "a3").resolved
     assert a3.trainer.n_gpus_per_node == 16 and a3.trainer.device == "npu"
     assert a3.data.train_batch_size == 512 and a3.actor_rollout_ref.rollout.n == 5

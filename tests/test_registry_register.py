@@ -43,7 +43,7 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checkpoint() -> str:
-    from verlflow.models.tinymodel import resolve_model_path
+    from verlflow.models.model_path import resolve_model_path
 
     return resolve_model_path("tiny-qwen3")
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import cli
+from verlflow import cli, names
 from verlflow.runs import lifecycle
 from verlflow.tracking import tracked_run
 
@@ -39,9 +39,9 @@ def _sigkilled_run() -> str:
 def test_a_run_carries_its_host_and_pid(tracking_uri):
     with tracked_run(run_name="alive") as run:
         tags = MlflowClient().get_run(run.info.run_id).data.tags
-        assert tags[lifecycle.HOST_TAG] == socket.gethostname()
-        assert tags[lifecycle.PID_TAG] == str(os.getpid())
-        assert tags[lifecycle.HEARTBEAT_TAG].isdigit()
+        assert tags[names.HOST_TAG] == socket.gethostname()
+        assert tags[names.PID_TAG] == str(os.getpid())
+        assert tags[names.HEARTBEAT_TAG].isdigit()
         assert lifecycle.reap() == []  # a live run is never reaped
 
 
@@ -50,7 +50,7 @@ def test_sigkilled_run_is_reaped_failed_by_the_runs_command(tracking_uri, capsys
     cli.main(["runs", "--reap"])
     run = MlflowClient().get_run(run_id)
     assert run.info.status == "FAILED"
-    assert "is gone" in run.data.tags[lifecycle.REAPED_TAG]
+    assert "is gone" in run.data.tags[names.REAPED_TAG]
     assert run.data.metrics["timing_s/step"] == 2.0  # what it logged is kept
     assert f"reaped {run_id}" in capsys.readouterr().out
 
@@ -64,16 +64,16 @@ def test_the_next_step_reaps_its_experiment_at_start(tracking_uri):
 
 def test_a_run_of_another_host_is_reaped_only_when_its_heartbeat_is_stale(tracking_uri):
     client = MlflowClient()
-    fresh = client.create_run("0", tags={lifecycle.HOST_TAG: "elsewhere", lifecycle.PID_TAG: "4242",
-                                         lifecycle.HEARTBEAT_TAG: "9999999999"})
-    stale = client.create_run("0", tags={lifecycle.HOST_TAG: "elsewhere", lifecycle.PID_TAG: "4242",
-                                         lifecycle.HEARTBEAT_TAG: "1000"})
+    fresh = client.create_run("0", tags={names.HOST_TAG: "elsewhere", names.PID_TAG: "4242",
+                                         names.HEARTBEAT_TAG: "9999999999"})
+    stale = client.create_run("0", tags={names.HOST_TAG: "elsewhere", names.PID_TAG: "4242",
+                                         names.HEARTBEAT_TAG: "1000"})
     foreign = client.create_run("0")  # not a verlflow run: no pid tag, left alone
     reaped = lifecycle.reap(["0"])
     assert [r.run_id for r in reaped] == [stale.info.run_id]
     assert client.get_run(fresh.info.run_id).info.status == "RUNNING"
     assert client.get_run(foreign.info.run_id).info.status == "RUNNING"
-    assert "no heartbeat" in client.get_run(stale.info.run_id).data.tags[lifecycle.REAPED_TAG]
+    assert "no heartbeat" in client.get_run(stale.info.run_id).data.tags[names.REAPED_TAG]
 
 
 def test_attaching_again_clears_the_error_of_the_earlier_attempt(tracking_uri, monkeypatch):
@@ -93,7 +93,7 @@ def test_the_launcher_is_found_through_a_shell(tmp_path):
     fake_mlflow.write_text(textwrap.dedent(
         """
         import subprocess, sys
-        probe = "from verlflow import lifecycle; print(lifecycle.find_launcher())"
+        probe = "from verlflow.runs import lifecycle; print(lifecycle.find_launcher())"
         subprocess.run(["bash", "-c", f"{sys.executable} -c '{probe}'; true"])
         """))
     out = subprocess.run([sys.executable, str(fake_mlflow), "run", "."], capture_output=True, text=True,

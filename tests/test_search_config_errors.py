@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from verlflow import cli
+from verlflow.errors import EXIT_BAD_INPUT
 from verlflow.search.space import load_search_config
 
 DEFAULT = yaml.safe_load((Path(cli.__file__).parent / "config" / "search" / "default.yaml").read_text())
@@ -55,7 +56,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, capsys, monkeypatch, tracking
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["search", "--recipe", "tiny", "--device", "cpu", "--n_trials", "1",
                   "--search_config", str(path)])
-    assert exit_info.value.code == cli.EXIT_BAD_INPUT
+    assert exit_info.value.code == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown key 'sampler.sed'" in err, err
 

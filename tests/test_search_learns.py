@@ -13,7 +13,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from verlflow import data
+from verlflow.data import gsm8k
 from verlflow.search.step import run_search
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def test_four_smoke_trials_give_distinct_objectives_and_the_best_is_registered(t
                                                                                warm_model_cache):
     monkeypatch.setenv("VERLFLOW_CACHE", str(warm_model_cache))
     monkeypatch.chdir(tmp_path)
-    data.preprocess("synthetic-easy", tmp_path / "data", 0, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic-easy", tmp_path / "data", 0, log_to_mlflow=False)
     search = yaml.safe_load(yaml.safe_dump(DEFAULT))
     search["trial"]["overrides"] = {"trainer.total_training_steps": 10, "trainer.test_freq": 5}
     config_path = tmp_path / "short.yaml"

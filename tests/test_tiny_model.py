@@ -9,7 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verlflow.errors import VerlflowError
-from verlflow.models.tinymodel import IM_END, TINY_SENTINEL, build_tiny_model, resolve_model_path
+from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
+from verlflow.models.tinymodel import IM_END, build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from verlflow.models import tinymodel_sft
-from verlflow.models.tinymodel import SFT_SENTINEL, resolve_model_path
+from verlflow.models.model_path import SFT_SENTINEL, resolve_model_path
 
 
 def test_a_sloppy_answer_keeps_the_work_and_drops_the_final_marker():
@@ -49,7 +49,7 @@ def test_the_sentinel_builds_a_model_that_earns_reward_once_and_reuses_it(tmp_pa
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from verl.utils.reward_score.gsm8k import compute_score
 
-    from verlflow.data import PROMPT_SUFFIX
+    from verlflow.data.gsm8k import PROMPT_SUFFIX
     from verlflow.data.synthetic import synthetic_examples
 
     folder = Path(resolve_model_path(SFT_SENTINEL, tmp_path))

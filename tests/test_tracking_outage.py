@@ -20,7 +20,7 @@ import pytest
 from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
-from verlflow import data
+from verlflow.data import gsm8k
 from verlflow.runs.metric_buffer import MetricBuffer
 
 FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
@@ -128,7 +128,7 @@ def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_comma
 @pytest.mark.slow
 def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server, tmp_path, monkeypatch):
     monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
-    data.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
     steps = 8
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'}")

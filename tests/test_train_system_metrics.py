@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import data
+from verlflow.data import gsm8k
 from verlflow.runs import naming as run_names
-from verlflow.steps import run_train
+from verlflow.train import run_train
 
 TESTS = Path(__file__).resolve().parent
 A3_16 = TESTS / "fixtures" / "device" / "npu-smi-info-a3-16chip.txt"
@@ -30,7 +30,7 @@ def data_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sysmetrics-train")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VERLFLOW_CACHE", str(root / "cache"))
-        data.preprocess("synthetic", root / "data", 64, log_to_mlflow=False)
+        gsm8k.preprocess("synthetic", root / "data", 64, log_to_mlflow=False)
     return root
 
 

@@ -20,6 +20,7 @@ from verlflow.backends.verl.command import FINAL_ONLY_SAVE_FREQ, absolute_tracki
 from verlflow.backends.verl.launch import ray_job_spec, ray_submit_command
 from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI, Probe
 from verlflow.errors import VerlflowError
+from verlflow.util import mask_secret
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -125,7 +126,7 @@ def test_ray_job_carries_the_run_and_profile_env_to_every_worker(a3):
     assert spec["submission_id"] == f"verlflow-{RUN_ID}"
     inner = shlex.split(spec["entrypoint"])
     assert inner[:2] == ["bash", "-c"] and "exec python3 -m verl.trainer.main_ppo" in inner[2]
-    line = shlex.split(ray_submit_command(spec, "http://head:8265", mask=verl_command.mask_secret))
+    line = shlex.split(ray_submit_command(spec, "http://head:8265", mask=mask_secret))
     assert line[:3] == ["ray", "job", "submit"] and line[line.index("--address") + 1] == "http://head:8265"
     assert json.loads(line[line.index("--runtime-env-json") + 1])["env_vars"]["MLFLOW_RUN_ID"] == RUN_ID
     assert line[line.index("--") + 1:] == inner
@@ -139,15 +140,15 @@ def test_launch_module_must_be_a_module_or_an_existing_file():
         verl_command.launch_module_of({"launch_module": "rm -rf /"})
 
 
-def _fixture(shared_dir: Path, name: str) -> str:
-    return (shared_dir / "fixtures" / "device" / name).read_text()
+def _fixture(fixtures_dir: Path, name: str) -> str:
+    return (fixtures_dir / "device" / name).read_text()
 
 
-def test_preflight_passes_on_an_a3_node_and_names_what_is_missing(a3, shared_dir, tmp_path):
+def test_preflight_passes_on_an_a3_node_and_names_what_is_missing(a3, fixtures_dir, tmp_path):
     cfg, plan = a3
     missing = str(tmp_path / "train.parquet")
     plan = replace(plan, overrides={**plan.overrides, "data.train_files": missing, "data.val_files": __file__})
-    a3_smi = {" ".join(NPU_SMI_INFO): _fixture(shared_dir, "npu-smi-info-a3-16chip.txt")}
+    a3_smi = {" ".join(NPU_SMI_INFO): _fixture(fixtures_dir, "npu-smi-info-a3-16chip.txt")}
     with pytest.raises(VerlflowError, match=r"data.train_files .*train.parquet not found"):
         preflight(cfg, plan, probe=Probe.recorded(a3_smi, modules=["torch_npu"]), environ={})
     plan = replace(plan, overrides={**plan.overrides, "data.train_files": __file__})
@@ -159,9 +160,9 @@ def test_preflight_passes_on_an_a3_node_and_names_what_is_missing(a3, shared_dir
                   environ={"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"})
 
 
-def test_preflight_on_a_gpu_profile(shared_dir, tmp_path):
+def test_preflight_on_a_gpu_profile(fixtures_dir, tmp_path):
     cfg, plan = _plan("h20", tmp_path)
-    table = {" ".join(NVIDIA_SMI): _fixture(shared_dir, "nvidia-smi-table-h20-535.txt")}
+    table = {" ".join(NVIDIA_SMI): _fixture(fixtures_dir, "nvidia-smi-table-h20-535.txt")}
     with pytest.raises(VerlflowError, match=r"^no CUDA GPU is visible on this machine \(nvidia-smi lists none\)"):
         preflight(cfg, plan, probe=Probe.recorded(torch_cuda="12.6"), environ={})
     with pytest.raises(VerlflowError, match="torch here is a CPU build"):

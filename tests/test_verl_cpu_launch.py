@@ -22,7 +22,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow.backends.verl import traces as verl_traces
+from verlflow import names
 from verlflow.compare.step import run_compare
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def test_verls_rollout_traces_are_in_the_runs_experiment_linked_to_the_run(verl_
     assert len(traces) == int(run.data.tags["verlflow.rollout_traces"]) > 0
     steps = {trace.info.tags.get("step") for trace in traces}
     assert {"1", "2"} <= steps  # a few samples of every training step, found by verl's own step tag
-    assert all(trace.info.tags[verl_traces.RUN_TAG] == verl_cpu.run_id for trace in traces)
+    assert all(trace.info.tags[names.RUN_ID_TAG] == verl_cpu.run_id for trace in traces)
     assert all(trace.info.tags["experiment_name"] == run.info.run_name for trace in traces)
     assert {trace.info.tags["validate"] for trace in traces} == {"False", "True"}  # training and validation
     # token2text: a step's prompt and response read as text on the trace

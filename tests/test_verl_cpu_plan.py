@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from verlflow import config, data
+from verlflow import config
 from verlflow.backends.verl.backend import preflight
 from verlflow.backends.verl.command import build_plan
+from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
-from verlflow.steps import choose_train_setup
+from verlflow.train import choose_train_setup
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -74,7 +75,7 @@ def _fake_trl(site: Path, version: str) -> None:
 def test_an_npu_dry_run_names_a_trl_that_verl_would_crash_on(tmp_path, tracking_uri):
     site = tmp_path / "site"
     _fake_trl(site, "1.16.0")
-    data.preprocess("synthetic", tmp_path / "data", 4, log_to_mlflow=False)
+    gsm8k.preprocess("synthetic", tmp_path / "data", 4, log_to_mlflow=False)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-m", "verlflow.cli", "train", "--device", "npu", "--dry_run", "true",

@@ -39,10 +39,10 @@ MISTAKES = {
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    from verlflow import data
+    from verlflow.data import gsm8k
 
     folder = tmp_path_factory.mktemp("data")
-    data.preprocess("synthetic", str(folder), 8)
+    gsm8k.preprocess("synthetic", str(folder), 8)
     return folder
 
 

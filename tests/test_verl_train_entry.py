@@ -38,10 +38,10 @@ EXPECTED = {
 
 
 def _mlflow_run(tmp_path: Path, *params: str) -> subprocess.CompletedProcess:
-    from verlflow import data
+    from verlflow.data import gsm8k
 
     # The preflight reads the data files: a few synthetic rows in verl's format.
-    data.preprocess("synthetic", str(tmp_path / "data" / "gsm8k"), 8)
+    gsm8k.preprocess("synthetic", str(tmp_path / "data" / "gsm8k"), 8)
     argv = ["mlflow", "run", str(REPO), "--env-manager", "local", "-e", "train"]
     for p in (*params, f"data_dir={tmp_path / 'data' / 'gsm8k'}"):
         argv += ["-P", p]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from verlflow.errors import VerlflowError
-from verlflow.problems import Problem, raise_problems
+from verlflow.errors import Problem, VerlflowError, raise_problems
+from verlflow.util import first_line
 
 # verl keys that count something: an integer >= the minimum (None allowed where verl derives the value).
 COUNT_KEYS: dict[str, int] = {
@@ -113,7 +113,7 @@ def check_model_folder(path: str | os.PathLike[str]) -> None:
             with safe_open(str(weights), framework="pt") as handle:
                 handle.keys()
         except Exception as exc:  # safetensors raises its own error types and OSError for short files
-            first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            first = first_line(exc, 120)
             raise VerlflowError(f"model weights '{weights}' are unreadable ({first}): the file is corrupt or "
                                 "truncated; copy the model folder again") from None
 
@@ -128,7 +128,7 @@ def check_parquet_split(path: str | os.PathLike[str], required: tuple[str, ...] 
     try:
         meta = pq.ParquetFile(file)
     except Exception as exc:  # pyarrow's ArrowInvalid / OSError for a file that is not parquet
-        raise VerlflowError(f"{file} is not a readable parquet file ({str(exc).splitlines()[0][:120]}): "
+        raise VerlflowError(f"{file} is not a readable parquet file ({first_line(exc, 120)}): "
                             "preprocess again") from None
     columns = set(meta.schema_arrow.names)
     missing = [c for c in required if c not in columns]

@@ -1,4 +1,4 @@
-"""Metric names in one place, and the glossary the README shows.
+"""Metric and tag names in one place, and the glossary the README shows.
 
     python -m verlflow.names        # prints the glossary as a Markdown table
 
@@ -26,6 +26,54 @@ EVAL_RESPONSE_LENGTH = "eval/gsm8k/response_length_mean"
 # On the parent run of ``main``: the starting model's accuracy on the same problems, and trained minus base.
 EVAL_ACCURACY_BASE = "eval/gsm8k/accuracy_base"
 EVAL_ACCURACY_GAIN = "eval/gsm8k/accuracy_gain"
+
+# Tags verlflow sets on runs (and, where said, on model versions or traces): key = meaning.
+# which step made the run: preprocess | train | evaluate | register | search | compare | main
+STEP_TAG = "verlflow.step"
+RECIPE_TAG = "verlflow.recipe"  # the recipe a train/search run composed
+PROFILE_TAG = "verlflow.profile"  # the device profile it composed
+BACKEND_TAG = "verlflow.backend"  # verl | local
+VERSION_TAG = "verlflow.version"  # verlflow's version
+CODE_VERSION_TAG = "verlflow.code_version"  # digest of the package source: a reused step run must match it
+MODEL_NAME_TAG = "verlflow.model_name"  # the registered model name a train run registers under
+DATA_DIR_TAG = "verlflow.data_dir"  # a preprocess run's output folder
+# content hash of the preprocessed rows (MLflow's pandas digest ignores nested columns)
+DATA_DIGEST_TAG = "data.digest"
+DATA_RUN_ID_TAG = "verlflow.data_run_id"  # the preprocess run a train run of ``main`` used
+CHECKPOINT_DIR_TAG = "verlflow.checkpoint_dir"  # a train run's final Hugging Face checkpoint folder
+CHECKPOINT_SOURCE_TAG = "verlflow.checkpoint_source"  # what the final checkpoint was made from
+IGNORED_KEYS_TAG = "verlflow.ignored_keys"  # recipe keys the local trainer does not use
+RESUMED_FROM_TAG = "verlflow.resumed_from"  # the checkpoint a resumed local run continued from
+RESUMED_RUN_TAG = "verlflow.resumed_run"  # set on a run that was continued in place
+TRAIN_ARGS_TAG = "verlflow.train_args"  # a train run's step parameters (JSON), for --resume
+SOURCE_RUN_TAG = "verlflow.source_run_id"  # on a model version: the train run it came from
+MODEL_VERSION_TAG = "verlflow.model_version"  # on a register run: the version it created
+MODEL_URI_TAG = "verlflow.model_uri"  # on register/evaluate runs: the model URI
+CHAMPION_VERSION_TAG = "verlflow.champion_version"  # on a promote decision: the version holding the alias
+EVAL_ROLE_TAG = "verlflow.eval_role"  # base: an evaluate run of the starting model (``main``)
+RUN_ID_TAG = "verlflow.run_id"  # on an MLflow trace: the train run it belongs to
+STEP_RUN_TAG_PREFIX = "verlflow.run_id."  # on a ``main`` run: ``verlflow.run_id.<step>`` = that step's run
+REUSED_TAG_PREFIX = "verlflow.reused_run_id."  # on a ``main`` run: the step runs it reused
+ERROR_TAG = "verlflow.error"  # the one-line error a failed run ended with
+EXIT_CODE_TAG = "verlflow.exit_code"  # verl's exit status
+VERL_ERROR_TAG = "verlflow.verl_error"  # the last error line verl printed
+PREFLIGHT_TAG = "verlflow.preflight"  # passed | skipped | not run, before a verl launch
+VALIDATED_TAG = "verlflow.validated"  # the verl config check a dry run passed
+DRY_RUN_TAG = "verlflow.dry_run"  # true on a dry run (nothing launched)
+LAUNCHER_TAG = "verlflow.launcher"  # how verl was launched (local process | Ray job)
+RAY_JOB_ID_TAG = "verlflow.ray_job_id"  # the Ray job a launch submitted
+JEMALLOC_TAG = "verlflow.jemalloc"  # the jemalloc library preloaded, if any
+ROLLOUT_TRACES_TAG = "verlflow.rollout_traces"  # how many of verl's rollout traces were linked to the run
+DEVICE_PROFILE_HOST_TAG = "verlflow.device_profile_host"  # the host whose devices the device.* tags describe
+SYSTEM_METRICS_TAG = "verlflow.system_metrics"  # which samplers recorded system/* metrics
+SYSTEM_METRICS_INTERVAL_TAG = "verlflow.system_metrics_interval_s"  # seconds between system/* samples
+HOST_TAG = "verlflow.host"  # the host a run's process lives on (to find stale RUNNING runs)
+PID_TAG = "verlflow.pid"  # that process's id
+PID_START_TAG = "verlflow.pid_start"  # that process's start time (a reused pid is not the run's)
+HEARTBEAT_TAG = "verlflow.heartbeat"  # last sign of life of a running run
+REAPED_TAG = "verlflow.reaped"  # set when ``verlflow runs`` ended a run whose process was gone
+OBJECTIVE_TAG = "verlflow.objective"  # a search's objective metric
+SPACE_TAG = "verlflow.space"  # fingerprint of a search's space (a study resumes only with the same one)
 
 # (name, meaning). Per-step unless the meaning says otherwise.
 GLOSSARY: list[tuple[str, str]] = [

@@ -49,6 +49,23 @@ from verlflow import __version__, config, tracking
 from verlflow import names as metrics
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision
+from verlflow.names import (
+    CHAMPION_VERSION_TAG,
+    CHECKPOINT_DIR_TAG,
+    CODE_VERSION_TAG,
+    DATA_DIGEST_TAG,
+    DATA_DIR_TAG,
+    DATA_RUN_ID_TAG,
+    ERROR_TAG,
+    EVAL_ROLE_TAG,
+    MODEL_NAME_TAG,
+    MODEL_VERSION_TAG,
+    RECIPE_TAG,
+    REUSED_TAG_PREFIX,
+    STEP_RUN_TAG_PREFIX,
+    STEP_TAG,
+)
+from verlflow.util import filter_quote
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +73,7 @@ STEPS = ("preprocess", "train", "register", "evaluate", "promote")
 REUSABLE = ("preprocess", "train")
 PROMOTE_METRIC = metrics.EVAL_ACCURACY
 # The starting model's evaluation: an ``evaluate`` run with this role tag, named by BASE_EVAL in the parent.
-EVAL_ROLE_TAG = "verlflow.eval_role"
 BASE_EVAL = "evaluate_base"
-CODE_VERSION_TAG = "verlflow.code_version"
-REUSED_TAG_PREFIX = "verlflow.reused_run_id."
-STEP_RUN_TAG_PREFIX = "verlflow.run_id."
 
 
 @dataclass
@@ -114,16 +127,12 @@ class Plan:
 
 def make_plan(recipe: str, device: str, source: str, model_name: str, overrides: str) -> Plan:
     """Resolve defaults (the recipe's data source and model name, the device) and fail fast on bad input."""
-    from verlflow import steps
+    from verlflow import train as train_step
 
-    _, own, _ = config.load_recipe(recipe)
-    own_overrides = {k.removeprefix("verlflow."): v for k, v in config.parse_overrides(overrides).items()
-                     if k.startswith("verlflow.")}
-    own.update(own_overrides)
-    _, dev, profile, _ = steps.choose_train_setup(recipe, device, "auto", "auto")
+    _, dev, profile, _ = train_step.choose_train_setup(recipe, device, "auto", "auto")
     composed = config.compose(recipe, profile, overrides)  # an unknown override key fails here, not later
-    source = source or str(own.get("data_source") or "openai/gsm8k")
-    name = model_name or str(own.get("model_name") or "")
+    source = source or composed.verlflow.data_source
+    name = model_name or composed.verlflow.model_name
     if not name:
         raise VerlflowError(f"recipe '{recipe}' names no verlflow.model_name: pass -P model_name=<name>")
     from verlflow.models.registry import check_model_name
@@ -150,7 +159,7 @@ class StepRunner:
     def find_reusable(self, step: str, params: dict[str, str], match_tags: dict[str, str],
                       still_valid: Callable[[Run], bool]) -> Run | None:
         """The newest FINISHED run of ``step`` with these params (as strings), code version and tags."""
-        query = (f"tags.`verlflow.step` = '{step}' and attributes.status = 'FINISHED' "
+        query = (f"tags.`{STEP_TAG}` = '{step}' and attributes.status = 'FINISHED' "
                  f"and tags.`{CODE_VERSION_TAG}` = '{self.code}'")
         candidates = self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"],
                                              max_results=200)
@@ -181,7 +190,7 @@ class StepRunner:
             self.runs[name], self.reused[name] = run_id, run_id
             return found, None
         child = self.client.create_run(self.experiment_id, run_name=name, tags={
-            MLFLOW_PARENT_RUN_ID: self.parent_id, "verlflow.step": step, CODE_VERSION_TAG: self.code,
+            MLFLOW_PARENT_RUN_ID: self.parent_id, STEP_TAG: step, CODE_VERSION_TAG: self.code,
             **match_tags, **(tags or {}),
         })
         run_id = child.info.run_id
@@ -222,11 +231,11 @@ def _attached(client: MlflowClient, run_id: str) -> Iterator[None]:
             if client.get_run(run_id).info.status == "RUNNING":
                 client.set_terminated(run_id, tracking.end_status(error))
                 if error is not None:
-                    client.set_tag(run_id, "verlflow.error", f"{type(error).__name__}: {error}"[:500])
+                    client.set_tag(run_id, ERROR_TAG, f"{type(error).__name__}: {error}"[:500])
 
 
 def _data_present(run: Run) -> bool:
-    folder = run.data.tags.get("verlflow.data_dir")
+    folder = run.data.tags.get(DATA_DIR_TAG)
     return bool(folder) and all((Path(folder) / f"{s}.parquet").is_file() for s in ("train", "test"))
 
 
@@ -234,11 +243,11 @@ def _checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[R
     """A train run's checkpoint is still its own: present, and no later run wrote the same folder."""
 
     def check(run: Run) -> bool:
-        folder = run.data.tags.get("verlflow.checkpoint_dir")
+        folder = run.data.tags.get(CHECKPOINT_DIR_TAG)
         if not folder or not (Path(folder) / "config.json").is_file():
             return False
-        escaped = folder.replace("'", "\\'")
-        newest = client.search_runs([experiment_id], f"tags.`verlflow.checkpoint_dir` = '{escaped}'",
+        escaped = filter_quote(folder)
+        newest = client.search_runs([experiment_id], f"tags.`{CHECKPOINT_DIR_TAG}` = '{escaped}'",
                                     order_by=["attributes.start_time DESC"], max_results=1)
         return bool(newest) and newest[0].info.run_id == run.info.run_id
 
@@ -247,39 +256,40 @@ def _checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[R
 
 def run_main(recipe: str, device: str, source: str, model_name: str, overrides: str) -> PipelineResult:
     """Chain preprocess → train → register → evaluate → promote under one parent run (step ``main``)."""
-    from verlflow import steps
+    from verlflow import train as train_step
+    from verlflow.data import step as preprocess_step
     from verlflow.models import evaluate, registry
 
     plan = make_plan(recipe, device, source, model_name, overrides)
     client = MlflowClient()
-    parent_tags = {"verlflow.step": "main", "verlflow.recipe": plan.recipe, "verlflow.model_name": plan.model_name,
+    parent_tags = {STEP_TAG: "main", RECIPE_TAG: plan.recipe, MODEL_NAME_TAG: plan.model_name,
                    CODE_VERSION_TAG: code_version()}
     with tracking.tracked_run(run_name="main", tags=parent_tags) as active:
         runner = StepRunner(client, client.get_run(active.info.run_id))
 
         pre, _ = runner.run(
             "preprocess", {"source": plan.source, "output_dir": plan.data_dir, "limit": 0},
-            lambda: steps.run_preprocess(source=plan.source, output_dir=str(plan.data_dir), limit=0),
+            lambda: preprocess_step.run_preprocess(source=plan.source, output_dir=str(plan.data_dir), limit=0),
             reusable=True, still_valid=_data_present,
         )
-        data_dir = pre.data.tags["verlflow.data_dir"]
-        base_accuracy = _evaluate_start_model(runner, plan, data_dir, pre.data.tags.get("data.digest", ""))
+        data_dir = pre.data.tags[DATA_DIR_TAG]
+        base_accuracy = _evaluate_start_model(runner, plan, data_dir, pre.data.tags.get(DATA_DIGEST_TAG, ""))
 
         train_params = {"recipe": plan.recipe, "device": plan.device, "profile": "auto", "data_dir": data_dir,
                         "model": "", "overrides": plan.overrides, "backend": "auto", "dry_run": False,
                         "ray_address": ""}
         train, _ = runner.run(
-            "train", train_params, lambda: steps.run_train(**{**train_params, "dry_run": False}),
-            reusable=True, match_tags={"data.digest": pre.data.tags.get("data.digest", "")},
+            "train", train_params, lambda: train_step.run_train(**{**train_params, "dry_run": False}),
+            reusable=True, match_tags={DATA_DIGEST_TAG: pre.data.tags.get(DATA_DIGEST_TAG, "")},
             still_valid=_checkpoint_current(client, runner.experiment_id),
-            tags={"verlflow.data_run_id": pre.info.run_id},
+            tags={DATA_RUN_ID_TAG: pre.info.run_id},
         )
 
         reg, _ = runner.run(
             "register", {"run_id": train.info.run_id, "model_name": plan.model_name},
             lambda: registry.run_register(run_id=train.info.run_id, model_name=plan.model_name),
         )
-        version = reg.data.tags["verlflow.model_version"]
+        version = reg.data.tags[MODEL_VERSION_TAG]
 
         model_uri = f"models:/{plan.model_name}/{version}"
         _, result = runner.run(
@@ -293,8 +303,8 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
             lambda: registry.run_promote(model_name=plan.model_name, metric=PROMOTE_METRIC, alias=CHAMPION,
                                          force=False),
         )
-        client.set_tag(active.info.run_id, "verlflow.model_version", version)
-        client.set_tag(active.info.run_id, "verlflow.champion_version", decision.version or "")
+        client.set_tag(active.info.run_id, MODEL_VERSION_TAG, version)
+        client.set_tag(active.info.run_id, CHAMPION_VERSION_TAG, decision.version or "")
         outcome = {metrics.EVAL_ACCURACY: result.accuracy}
         if base_accuracy is not None:
             outcome |= {metrics.EVAL_ACCURACY_BASE: base_accuracy,
@@ -318,9 +328,9 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
 
     A hub id is not evaluated here (``evaluate`` takes folders and model URIs); the chain says so and goes on.
     """
-    from verlflow.models import evaluate, tinymodel
+    from verlflow.models import evaluate, model_path
 
-    folder = tinymodel.resolve_model_path(plan.start_model)
+    folder = model_path.resolve_model_path(plan.start_model)
     if not Path(folder).is_dir():
         print(f"main: {BASE_EVAL}: skipped: {plan.start_model} is a hub id, not a local folder (no base accuracy)")
         return None
@@ -330,7 +340,7 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
         "evaluate", params,
         lambda: evaluate.run_evaluate(model_uri=folder, data_dir=data_dir, split="test", limit=0, backend="auto",
                                       max_new_tokens=plan.max_response_length),
-        reusable=True, match_tags={EVAL_ROLE_TAG: "base", "data.digest": data_digest}, name=BASE_EVAL,
+        reusable=True, match_tags={EVAL_ROLE_TAG: "base", DATA_DIGEST_TAG: data_digest}, name=BASE_EVAL,
     )
     return result.accuracy if result is not None else run.data.metrics.get(metrics.EVAL_ACCURACY)
 

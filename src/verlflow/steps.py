@@ -1,192 +1,113 @@
-"""The preprocess and train steps: resolve what the user asked for, open the run, hand over to the code.
+"""The table of steps and their parameters: the user-facing contract in one place.
 
-    mlflow run . --env-manager local -e preprocess -P source=synthetic
-    mlflow run . --env-manager local -e train -P device=cpu
-
-``train`` chooses recipe, profile and backend from the device when they are ``auto``:
-
-| device | recipe                | profile | backend |
-| ------ | --------------------- | ------- | ------- |
-| npu    | qwen3-4b-gsm8k-grpo   | a3      | verl    |
-| gpu    | qwen3-4b-gsm8k-grpo   | h20     | verl    |
-| cpu    | smoke                 | cpu     | local   |
-| cpu    | smoke (backend=verl)  | cpu-verl| verl    |
+``MLproject`` declares the same entry points and parameters (tests/test_project_contract.py keeps the two
+equal), the README's entry-point table is :func:`steps_markdown`, and :mod:`verlflow.cli` builds its parser
+from :data:`STEPS`. Each step names the ``module:function`` that runs it; nothing here imports those modules.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import time
-from pathlib import Path
-
-import mlflow
-
-from verlflow import config, tracking
-from verlflow.device import detect as device
-from verlflow.device import system_metrics
-from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_config_counts
-from verlflow.runs import naming as run_names
-
-log = logging.getLogger(__name__)
-
-GUIDE_RECIPE = "qwen3-4b-gsm8k-grpo"
-SMOKE_RECIPE = "smoke"
-PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
-# verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
-VERL_CPU_PROFILE = "cpu-verl"
-BACKENDS = ("auto", "verl", "local")
+from dataclasses import dataclass
 
 
-def run_preprocess(source: str, output_dir: str, limit: int):
-    """Preprocess GSM8K into verl's parquet format inside a tracked run (step ``preprocess``)."""
-    from verlflow import data
-    from verlflow.input_checks import check_output_dir
+@dataclass(frozen=True)
+class Param:
+    """One step parameter; ``default=None`` means required. ``kind``: str, int, float or bool."""
 
-    if limit < 0:
-        raise VerlflowError(f"limit must be 0 (all rows) or a positive row count, got {limit}")
-    check_output_dir(output_dir, "output_dir")
-    with tracking.tracked_run(tags={"verlflow.step": "preprocess"}):
-        result = data.preprocess(source, output_dir, limit)
-        mlflow.set_tag("verlflow.data_dir", str(Path(result.output_dir).resolve()))
-    print(f"preprocess: {result.num_train} train / {result.num_test} test rows → {result.output_dir}")
-    return result
+    name: str
+    default: str | None
+    help: str
+    kind: str = "str"
 
 
-def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, str, str, str]:
-    """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table)."""
-    if backend not in BACKENDS:
-        raise VerlflowError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
-    dev = device.detect_device(device_name)
-    if recipe == "auto":
-        recipe = SMOKE_RECIPE if dev == "cpu" else GUIDE_RECIPE
-    if backend == "auto":
-        backend = "local" if dev == "cpu" else "verl"
-    if profile == "auto":
-        profile = VERL_CPU_PROFILE if (dev, backend) == ("cpu", "verl") else PROFILE_FOR_DEVICE[dev]
-    return recipe, dev, profile, backend
+@dataclass(frozen=True)
+class Step:
+    """A step: its parameters and the ``module:function`` that runs it."""
+
+    name: str
+    target: str
+    help: str
+    params: tuple[Param, ...]
 
 
-def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,
-                         check_counts: bool = True):
-    """Compose the training config with the data files and model the step parameters point at.
+_DEVICE = Param("device", "auto", "auto | npu | gpu | cpu (auto: what this machine has)")
+_RECIPE_AUTO = Param("recipe", "auto", "recipe name or .yaml path (auto: the guide's on npu/gpu, smoke on cpu)")
 
-    ``check_counts=False`` leaves the count checks to the verl preflight, which lists them with the rest.
-    """
-    extra = {
-        "data.train_files": str(Path(data_dir) / "train.parquet"),
-        "data.val_files": str(Path(data_dir) / "test.parquet"),
-    }
-    if model:
-        extra["actor_rollout_ref.model.path"] = model
-    cfg = config.compose(recipe, profile, overrides, extra=extra)
-    if check_counts:
-        check_config_counts(cfg.resolved)
-    return cfg
-
-
-def check_train_inputs(cfg: config.ComposedConfig, data_dir: str) -> None:
-    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes)."""
-    from verlflow.input_checks import check_model_folder, check_parquet_split
-
-    for split in ("train", "test"):
-        path = Path(data_dir) / f"{split}.parquet"
-        if path.exists():
-            check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
-    check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))
-
-
-def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
-    """Tags a train run carries for the registry: its step, model name and the digest of its data."""
-    from verlflow.data import data_dir_digest
-
-    tags = {"verlflow.step": "train"}
-    if cfg.verlflow.get("model_name"):
-        tags["verlflow.model_name"] = str(cfg.verlflow["model_name"])
-    digest = data_dir_digest(data_dir)
-    if digest:
-        tags["data.digest"] = digest
-    return tags
-
-
-def run_train(
-    recipe: str,
-    device: str,
-    profile: str,
-    data_dir: str,
-    model: str,
-    overrides: str,
-    backend: str,
-    dry_run: bool,
-    ray_address: str,
-    resume: str = "",
-):
-    """Train with GRPO (step ``train``): verl on npu/gpu, the local trainer on cpu or when asked.
-
-    ``resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
-    """
-    from verlflow.runs import resume as resuming
-
-    started_at = time.time()
-    args = {"recipe": recipe, "device": device, "profile": profile, "data_dir": data_dir, "model": model,
-            "overrides": overrides, "backend": backend, "dry_run": dry_run, "ray_address": ray_address}
-    if resume:
-        defaults = {p.name: p.default for p in _train_params()}
-        defaults["dry_run"] = False
-        args = resuming.prepare_resume(resume, args, defaults)
-        args.pop("resume")
-        recipe, device, profile, data_dir, model, overrides, backend, dry_run, ray_address = args.values()
-    recipe, dev, profile, backend = choose_train_setup(recipe, device, profile, backend)
-    cfg = compose_train_config(recipe, profile, data_dir, model, overrides, check_counts=backend == "local")
-    if cfg.profile.device != dev:
-        raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
-    interval = system_metrics.sampling_interval(cfg.verlflow)
-    check_train_inputs(cfg, data_dir)
-    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(args)}
-    if backend == "local":
-        if dry_run or ray_address:
-            raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
-        from verlflow.backends.local import trainer as local
-
-        tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
-        from verlflow.runs import metric_buffer
-
-        spill_root = Path(str(cfg.verlflow.get("output_dir") or local.DEFAULT_OUTPUT_ROOT))
-        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
-            with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
-                return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
-    from verlflow.backends.verl import backend as verl_backend
-
-    tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
-    # A dry run launches nothing: no system metrics to sample.
-    interval = None if dry_run else interval
-    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
-        return verl_backend.train_verl(
-            cfg, run_id=run.info.run_id, data_dir=data_dir, dry_run=dry_run,
-            ray_address=ray_address, started_at=since,
-        )
+STEPS: dict[str, Step] = {
+    s.name: s
+    for s in (
+        Step("main", "verlflow.pipeline:run_main", "preprocess → train → register → evaluate → promote", (
+            Param("recipe", "smoke", "recipe name or .yaml path"),
+            _DEVICE,
+            Param("source", "", "GSM8K source for preprocess ('' = the recipe's data_source)"),
+            Param("model_name", "", "registered model name ('' = the recipe's model_name)"),
+            Param("overrides", "", "verl-style overrides, space separated: key=value key2=value2"),
+        )),
+        Step("preprocess", "verlflow.data.step:run_preprocess", "GSM8K → verl parquet, logged as dataset inputs", (
+            Param("source", "openai/gsm8k", "openai/gsm8k (hub) | a folder of train/test jsonl or parquet | synthetic"),
+            Param("output_dir", "data/gsm8k", "where train.parquet and test.parquet are written"),
+            Param("limit", "0", "rows per split, 0 = all", "int"),
+        )),
+        Step("train", "verlflow.train:run_train", "GRPO training through verl (npu/gpu) or the local trainer", (
+            _RECIPE_AUTO,
+            _DEVICE,
+            Param("profile", "auto", "device profile name or .yaml path (auto: a3 on npu, h20 on gpu, cpu on cpu)"),
+            Param("data_dir", "data/gsm8k", "folder with train.parquet and test.parquet"),
+            Param("model", "", "HF folder or hub id ('' = the recipe's model path)"),
+            Param("overrides", "", "verl-style overrides, space separated: key=value key2=value2"),
+            Param("backend", "auto", "auto | verl | local (auto: verl on npu/gpu, local on cpu)"),
+            Param("dry_run", "false", "verl backend: compose, validate, log and print the command only", "bool"),
+            Param("ray_address", "", "submit to this Ray cluster as a Ray job ('' = run locally)"),
+            Param("resume", "", "continue this train run from its last checkpoint ('' = a new run)"),
+        )),
+        Step("evaluate", "verlflow.models.evaluate:run_evaluate", "GSM8K accuracy of a model", (
+            Param("model_uri", None, "runs:/<id>/<path> | models:/<name>@<alias> | models:/<name>/<version> | folder"),
+            Param("data_dir", "data/gsm8k", "folder with the preprocessed split"),
+            Param("split", "test", "train | test"),
+            Param("limit", "0", "problems to evaluate, 0 = all", "int"),
+            Param("backend", "auto", "auto | hf | vllm"),
+        )),
+        Step("register", "verlflow.models.registry:run_register", "register a train run's final checkpoint", (
+            Param("run_id", None, "the train run"),
+            Param("model_name", "", "registered model name ('' = the run's recipe model_name)"),
+        )),
+        Step("promote", "verlflow.models.registry:run_promote", "move an alias to the best version", (
+            Param("model_name", None, "registered model name"),
+            Param("metric", "eval/gsm8k/accuracy", "metric to maximise (version tag or source-run metric)"),
+            Param("alias", "champion", "alias to move"),
+            Param("force", "false", "move even when not strictly better", "bool"),
+        )),
+        Step("search", "verlflow.search.step:run_search", "Optuna search over lr, KL coefficient and group size", (
+            _RECIPE_AUTO,
+            _DEVICE,
+            Param("n_trials", "20", "trials this worker runs", "int"),
+            Param("data_dir", "data/gsm8k", "folder with train.parquet and test.parquet (as for train)"),
+            Param("study_name", "", "Optuna study name ('' = derived from the recipe); same name resumes"),
+            Param("storage", "", "Optuna storage URL or journal file ('' = a local file store)"),
+            Param("pruner", "median", "median | hyperband | none"),
+            Param("search_config", "default", "search config name or .yaml path"),
+        )),
+        Step("compare", "verlflow.compare.step:run_compare", "A3-vs-H20 report from two runs (the guide's §6)", (
+            Param("baseline", None, "run id, run name or tag filter (e.g. the H20 run)"),
+            Param("candidate", None, "run id, run name or tag filter (e.g. the A3 run)"),
+            Param("output_dir", "", "also write the report here ('' = only as run artifacts)"),
+            Param("threshold", "0.02", "parity threshold: mean relative difference of curves, 0.02 = 2%", "float"),
+        )),
+        Step("doctor", "verlflow.device.doctor:run_doctor",
+             "can verl launch here? this machine against the guide's stack", (
+            _DEVICE,
+            Param("profile", "auto", "device profile name or .yaml path (auto: a3 on npu, h20 on gpu)"),
+        )),
+    )
+}
 
 
-@contextlib.contextmanager
-def _train_run(cfg, tags, recipe, profile, started_at, interval):
-    """The train run, named for the UI, timed across resumed attempts, with system metrics sampled while it trains.
-
-    Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
-    """
-    from verlflow.runs import resume as resuming
-
-    with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
-            resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
-        environ = {**os.environ, **cfg.profile.env}
-        with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
-                                      environ=environ):
-            yield run, since
-
-
-def _train_params():
-    from verlflow.cli import STEPS
-
-    return STEPS["train"].params
+def steps_markdown() -> str:
+    """The entry-point table of the README: every step and parameter with its default."""
+    lines = ["| entry point | parameter | default | meaning |", "| --- | --- | --- | --- |"]
+    for step in STEPS.values():
+        for i, p in enumerate(step.params):
+            name = f"`{step.name}`" if i == 0 else ""
+            default = "*required*" if p.default is None else f"`{p.default}`" if p.default else '`""`'
+            lines.append(f"| {name} | `{p.name}` | {default} | {p.help.replace('|', '/')} |")
+    return "\n".join(lines)

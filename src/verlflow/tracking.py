@@ -28,8 +28,18 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import __version__
 from verlflow.errors import VerlflowError
-from verlflow.names import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
+from verlflow.names import (
+    BACKEND_TAG,
+    ERROR_TAG,
+    PROFILE_TAG,
+    RECIPE_TAG,
+    TIMING_E2E,
+    TIMING_MEAN_PREFIX,
+    TIMING_PREFIX,
+    VERSION_TAG,
+)
 from verlflow.runs import lifecycle, metric_buffer
+from verlflow.util import filter_quote, first_line
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -85,7 +95,7 @@ def tracked_run(
     """
     if experiment and not os.environ.get("MLFLOW_RUN_ID"):
         mlflow.set_experiment(experiment)
-    all_tags = {"verlflow.version": __version__, **(tags or {})}
+    all_tags = {VERSION_TAG: __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if mlflow.active_run() is None:
@@ -111,12 +121,12 @@ def tracked_run(
             MlflowClient().set_terminated(run_id, status)
         if error is not None and status != "FINISHED":
             with contextlib.suppress(MlflowException):
-                MlflowClient().set_tag(run_id, "verlflow.error", _one_line(error))
+                MlflowClient().set_tag(run_id, ERROR_TAG, _one_line(error))
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)[:500]
+    """``Type: first line`` of an exception, for the error tag of a failed run."""
+    return f"{type(exc).__name__}: {first_line(exc, 480)}" if str(exc).strip() else type(exc).__name__
 
 
 def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,10 +210,10 @@ def _as_metrics(values: Mapping[str, float]):
 def standard_tags(*, backend: str, recipe: str, profile: str) -> dict[str, str]:
     """The ``verlflow.*`` tags every training run carries."""
     return {
-        "verlflow.backend": backend,
-        "verlflow.recipe": recipe,
-        "verlflow.profile": profile,
-        "verlflow.version": __version__,
+        BACKEND_TAG: backend,
+        RECIPE_TAG: recipe,
+        PROFILE_TAG: profile,
+        VERSION_TAG: __version__,
     }
 
 
@@ -220,7 +230,7 @@ def get_run(run_ref: str) -> Run:
         return client.get_run(run_ref)
     except MlflowException:
         pass
-    escaped = run_ref.replace("'", "\\'")
+    escaped = filter_quote(run_ref)
     experiments = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(experiments, filter_string=f"attributes.run_name = '{escaped}'", max_results=2)
     if not runs:

@@ -2,8 +2,8 @@
 
     python -c "from verlflow.compare.diff import profile_param_keys; print(sorted(profile_param_keys()))"
 
-Two runs of one recipe on two device profiles may differ only in profile keys (DESIGN: "compare checks
-this"). Params are verl's flattened config (``trainer/n_gpus_per_node``); a param is a *profile* key when a
+Two runs of one recipe on two device profiles may differ only in profile keys (the comparison checks
+this). Params are verl's flattened config (``trainer/n_gpus_per_node``); a param is a *profile* key when a
 shipped profile (or the run's own) sets it, or when verl's default interpolates one
 (``actor_rollout_ref/rollout/n_gpus_per_node`` follows ``trainer.n_gpus_per_node``). Anything else
 that differs, outside paths and names, means the recipes differ, and the report says so first.
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verlflow import config
-from verlflow.cli import STEPS
+from verlflow.compare.snapshot import MISSING
 from verlflow.errors import VerlflowError
+from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG
+from verlflow.steps import STEPS
 
 if TYPE_CHECKING:
-    from verlflow.compare.report import RunSnapshot
-
-MISSING = "-"
+    from verlflow.compare.snapshot import RunSnapshot
 
 # Params that say *where* things are or what a run is called, not *how* it trains: a cluster has its
 # own data and model folders, so these differ between machines without the recipe differing.
@@ -62,9 +62,9 @@ BACKEND_PARAMS = (
 )
 # Tags that belong to the device profile (profile name, env knobs) or to how a run was launched.
 PROFILE_TAG_PREFIXES = ("env.",)
-PROFILE_TAGS = ("verlflow.profile",)
-RECIPE_TAGS = ("verlflow.recipe",)
-LAUNCH_TAGS = ("verlflow.backend",)
+PROFILE_TAGS = (PROFILE_TAG,)
+RECIPE_TAGS = (RECIPE_TAG,)
+LAUNCH_TAGS = (BACKEND_TAG,)
 
 
 @dataclass
@@ -150,18 +150,6 @@ def config_diff(
                 DiffRow(f"dataset {name} digest", baseline.datasets[name], candidate.datasets[name])
             )
     return diff
-
-
-def recipe_warning(diff: ConfigDiff, limit: int = 5) -> str | None:
-    """The loud first line when settings outside the device profile differ, else None."""
-    if not diff.recipes_differ:
-        return None
-    shown = "; ".join(f"{r.key}: {r.baseline} → {r.candidate}" for r in diff.recipe[:limit])
-    more = f"; … {len(diff.recipe) - limit} more" if len(diff.recipe) > limit else ""
-    return (
-        f"⚠ RECIPES DIFFER: {len(diff.recipe)} setting(s) outside the device profile differ "
-        f"({shown}{more}) — the runs did not train the same way; the numbers below compare unlike things."
-    )
 
 
 def profile_param_keys(extra_profiles: Iterable[str] = ()) -> set[str]:

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from verlflow.compare.report import RunSnapshot
+from verlflow.compare.snapshot import RunSnapshot
 
 DPI = 80
 # Fixed margins (fractions of the figure) that fit a two-line title and the axis labels.

@@ -1,4 +1,4 @@
-"""The arithmetic and the Markdown of the §6 comparison: versions, time ratios, parity (diff: compare_diff).
+"""The arithmetic and the Markdown of the §6 comparison: versions, time ratios, parity.
 
     python -c "from verlflow.compare.report import mean_relative_difference as m; print(m([1, 2], [1.01, 2]))"
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from verlflow import names as metrics
-from verlflow.compare.diff import ConfigDiff, recipe_warning
+from verlflow.compare.diff import ConfigDiff
+from verlflow.compare.snapshot import MISSING, RunSnapshot
+from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG, VERSION_TAG
 
-MISSING = "-"
 # verl's NPU/GPU precision-alignment rule (docs/ascend_tutorial): a loss curve on Ascend is accepted
 # when its mean relative error to the GPU curve is at most 2% (GRPO rewards: 4%).
 DEFAULT_PARITY_THRESHOLD = 0.02
@@ -42,7 +43,7 @@ VERSION_ROWS: list[tuple[str, str]] = [
     ("sw.ray", "ray"),
     ("sw.verl", "verl"),
     ("sw.mlflow", "mlflow"),
-    ("verlflow.version", "verlflow"),
+    (VERSION_TAG, "verlflow"),
 ]
 
 # §6.3 of the guide: the four figures it reports, in its words, then every other timing_s_mean/*.
@@ -63,31 +64,6 @@ CURVES: list[tuple[str, str]] = [
     ("actor/grad_norm", "grad norm"),
     ("actor/pg_loss", "policy-gradient loss"),
 ]
-
-
-@dataclass
-class RunSnapshot:
-    """One run as read from the tracking store: identity, tags, params, latest metrics, histories."""
-
-    role: str  # "baseline" | "candidate"
-    run_id: str
-    name: str
-    status: str
-    tags: dict[str, str]
-    params: dict[str, str]
-    # latest value of every metric (summaries such as timing_s_mean/* are logged once)
-    metrics: dict[str, float]
-    # metric key → [(step, value)] sorted by step, for the keys the report needs
-    histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    # dataset name (context) → digest, from the run's logged inputs
-    datasets: dict[str, str] = field(default_factory=dict)
-    experiment_id: str = ""
-
-    @property
-    def label(self) -> str:
-        """``baseline: <name> (<device>)`` — how the run is named in tables and legends."""
-        device = self.tags.get("device.name") or self.tags.get("device.type") or "?"
-        return f"{self.role}: {self.name} ({device})"
 
 
 @dataclass
@@ -282,6 +258,18 @@ def parity_summary(rows: Sequence[ParityRow], threshold: float) -> str:
     )
 
 
+def recipe_warning(diff: ConfigDiff, limit: int = 5) -> str | None:
+    """The loud first line when settings outside the device profile differ, else None."""
+    if not diff.recipes_differ:
+        return None
+    shown = "; ".join(f"{r.key}: {r.baseline} → {r.candidate}" for r in diff.recipe[:limit])
+    more = f"; … {len(diff.recipe) - limit} more" if len(diff.recipe) > limit else ""
+    return (
+        f"⚠ RECIPES DIFFER: {len(diff.recipe)} setting(s) outside the device profile differ "
+        f"({shown}{more}) — the runs did not train the same way; the numbers below compare unlike things."
+    )
+
+
 def render_markdown(
     *,
     baseline: RunSnapshot,
@@ -321,18 +309,18 @@ def render_markdown(
                 ("status", baseline.status, candidate.status),
                 (
                     "recipe",
-                    baseline.tags.get("verlflow.recipe", MISSING),
-                    candidate.tags.get("verlflow.recipe", MISSING),
+                    baseline.tags.get(RECIPE_TAG, MISSING),
+                    candidate.tags.get(RECIPE_TAG, MISSING),
                 ),
                 (
                     "profile",
-                    baseline.tags.get("verlflow.profile", MISSING),
-                    candidate.tags.get("verlflow.profile", MISSING),
+                    baseline.tags.get(PROFILE_TAG, MISSING),
+                    candidate.tags.get(PROFILE_TAG, MISSING),
                 ),
                 (
                     "backend",
-                    baseline.tags.get("verlflow.backend", MISSING),
-                    candidate.tags.get("verlflow.backend", MISSING),
+                    baseline.tags.get(BACKEND_TAG, MISSING),
+                    candidate.tags.get(BACKEND_TAG, MISSING),
                 ),
             ],
         ),

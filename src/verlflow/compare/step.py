@@ -33,7 +33,6 @@ from verlflow.compare.diff import (
     config_diff,
     launch_param_names,
     profile_param_keys,
-    recipe_warning,
 )
 from verlflow.compare.plots import plot_curves
 from verlflow.compare.report import (
@@ -41,14 +40,15 @@ from verlflow.compare.report import (
     DEFAULT_EPS,
     DEFAULT_PARITY_THRESHOLD,
     ParityRow,
-    RunSnapshot,
     TimingRow,
     parity_rows,
     parity_summary,
+    recipe_warning,
     render_markdown,
     timing_rows,
     version_rows,
 )
+from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import (
     needed_keys,
     plot_utilisation,
@@ -57,7 +57,7 @@ from verlflow.compare.utilisation import (
     utilisation_rows,
 )
 from verlflow.errors import VerlflowError
-from verlflow.names import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
+from verlflow.names import PROFILE_TAG, STEP_TAG, TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 from verlflow.runs import naming as run_names
 
 ARTIFACT_DIR = "compare"
@@ -320,7 +320,7 @@ def build_report(
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
     extra_profiles = {
-        r.tags["verlflow.profile"] for r in (baseline, candidate) if r.tags.get("verlflow.profile")
+        r.tags[PROFILE_TAG] for r in (baseline, candidate) if r.tags.get(PROFILE_TAG)
     }
     diff = config_diff(baseline, candidate, profile_param_keys(extra_profiles), launch_param_names())
     parity = parity_rows(baseline, candidate, threshold, eps)
@@ -394,7 +394,7 @@ def run_compare(
     base, cand = read_runs(base_run, cand_run)
 
     tags = {
-        "verlflow.step": "compare",
+        STEP_TAG: "compare",
         "compare.baseline_run_id": base.run_id,
         "compare.candidate_run_id": cand.run_id,
     }

@@ -25,7 +25,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from verlflow.compare.plots import STYLES
-from verlflow.compare.report import MISSING, RunSnapshot, table
+from verlflow.compare.report import table
+from verlflow.compare.snapshot import MISSING, RunSnapshot
+from verlflow.device.system_metrics import DEFAULT_INTERVAL_S
+from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG
 
 SYSTEM_PREFIX = "system/"
 # system/[<node id>/]<npu|gpu>_<index>_<name>: MLflow puts a node id in when MLFLOW_SYSTEM_METRICS_NODE_ID is set
@@ -39,8 +42,6 @@ DEVICE_NAMES: dict[str, dict[str, str]] = {
 }
 HOST_CPU = "system/cpu_utilization_percentage"
 HOST_MEMORY = "system/system_memory_usage_megabytes"
-INTERVAL_TAG = "verlflow.system_metrics_interval_s"
-DEFAULT_INTERVAL_S = 10.0
 
 # (figure, label) in table order
 FIGURES: list[tuple[str, str]] = [
@@ -128,7 +129,7 @@ def run_utilisation(snap: RunSnapshot, histories: Mapping[str, list[tuple[int, f
         if histories.get(key):
             series[figure] = _across_devices(histories, [key], total=False)
     try:
-        interval = float(snap.tags.get(INTERVAL_TAG, DEFAULT_INTERVAL_S))
+        interval = float(snap.tags.get(SYSTEM_METRICS_INTERVAL_TAG, DEFAULT_INTERVAL_S))
     except ValueError:
         interval = DEFAULT_INTERVAL_S
     return RunUtilisation(device, len(indices), interval, series)

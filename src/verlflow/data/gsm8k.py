@@ -1,7 +1,7 @@
 """GSM8K → verl's parquet schema, from the hub, a local folder, or a seeded synthetic generator.
 
     mlflow run . --env-manager local -e preprocess -P source=../shared/data/gsm8k
-    python -c "from verlflow.data import preprocess; print(preprocess('synthetic', 'data/gsm8k'))"
+    python -c "from verlflow.data.gsm8k import preprocess; print(preprocess('synthetic', 'data/gsm8k'))"
 
 One row per problem, exactly as verl's ``examples/data_preprocess/gsm8k.py`` writes it:
 ``data_source``, ``prompt`` (one user message: question + " " + PROMPT_SUFFIX), ``ability``,
@@ -12,6 +12,9 @@ run both splits are logged as dataset inputs, with their row counts and a conten
 """
 
 from __future__ import annotations
+
+from verlflow.util import hub_unreachable
+from verlflow.names import DATA_DIGEST_TAG
 
 import hashlib
 import json
@@ -40,9 +43,9 @@ SYNTHETIC_SIZES = {"train": 512, "test": 128}  # rows per split when source="syn
 # synthetic-easy: 512 test rows, so that a base-vs-trained accuracy gain of 5 points stands out of the noise.
 SYNTHETIC_EASY_SIZES = {"train": 1024, "test": 512}
 MLFLOW_CONTEXTS = {"train": "training", "test": "evaluation"}
-HUB_PROBE_TIMEOUT_S = 3.0
 _NUMBER = re.compile(r"-?[0-9.]+")  # what verl's strict scorer can extract after "#### " (commas removed)
-_ALTERNATIVES = "use a local folder (e.g. -P source=../shared/data/gsm8k), -P source=synthetic or synthetic-easy"
+_ALTERNATIVES = ("use a local folder of train/test jsonl or parquet (e.g. -P source=/data/gsm8k), "
+                 "-P source=synthetic or synthetic-easy")
 
 
 @dataclass
@@ -260,25 +263,11 @@ def _load_hub(split: str, limit: int) -> list[dict]:
     return [_checked(raw, f"{DATA_SOURCE} {split} row {index}") for index, raw in enumerate(dataset)]
 
 
-def _hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
-    """None when the hub answers one HTTP request in time (through huggingface_hub's own client)."""
+def _hub_unreachable() -> str | None:
+    """None when the hub answers for GSM8K in time, else why not (see :func:`verlflow.util.hub_unreachable`)."""
     from huggingface_hub import constants
-    from huggingface_hub.utils import get_session
 
-    url = f"{constants.ENDPOINT}/api/datasets/{DATA_SOURCE}"
-    outcome: list[str | None] = []
-
-    def probe() -> None:  # in a thread: client timeouts do not bound a hanging DNS lookup
-        try:
-            status = get_session().head(url, timeout=timeout).status_code
-            outcome.append(f"{url}: HTTP {status}" if status >= 500 else None)
-        except Exception as exc:  # httpx transport errors, proxy errors: the hub is out of reach
-            outcome.append(f"{url}: {str(exc) or type(exc).__name__}")
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 1.0)
-    return outcome[0] if outcome else f"{url}: no answer within {timeout:g} s"
+    return hub_unreachable(f"{constants.ENDPOINT}/api/datasets/{DATA_SOURCE}")
 
 
 def _synthetic_kind(source: str) -> str:
@@ -359,4 +348,4 @@ def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digest
             )
         mlflow.log_input(dataset, context=MLFLOW_CONTEXTS[split])
     mlflow.log_metrics({"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
-    mlflow.set_tags({"data.source": result.source, "data.digest": result.digest})
+    mlflow.set_tags({"data.source": result.source, DATA_DIGEST_TAG: result.digest})

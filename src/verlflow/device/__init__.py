@@ -1,1 +1,8 @@
-"""TODO package docstring."""
+"""The machine: which device it has, what its tools say, what it records while training, what it lacks.
+
+- :mod:`.detect`: npu | gpu | cpu, and the device profile logged as tags (chips, memory, driver, versions).
+- :mod:`.parsers`: pure parsers of ``npu-smi`` / ``nvidia-smi`` / CANN files (tested on recorded outputs).
+- :mod:`.system_metrics`, :mod:`.npu_monitor`: ``system/*`` metrics during a train run (MLflow's + Ascend).
+- :mod:`.stacks`: the guide's cluster images as data, and the resolution check against them.
+- :mod:`.doctor`: the ``doctor`` step — can verl launch here, and what differs from the guide's stack.
+"""

@@ -39,6 +39,7 @@ from verlflow.device.parsers import (
     soc_name,
 )
 from verlflow.errors import VerlflowError
+from verlflow.util import looks_secret, mask_url_password
 
 __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect only
     "DEVICE_TYPES", "DeviceProfile", "Probe", "NpuChip", "GpuInfo", "detect_device", "count_visible",
@@ -204,7 +205,7 @@ class DeviceProfile:
     extra: dict[str, Any] = field(default_factory=dict)  # per-chip rows, sources; JSON only
 
     def to_tags(self) -> dict[str, str]:
-        """The profile as MLflow tags (DESIGN §Names): None omitted, every value a string cut
+        """The profile as MLflow tags: None omitted, every value a string cut
         to MLflow's 8000-character limit."""
         tags: dict[str, Any] = {"device.type": self.type, "device.name": self.name, "device.count": self.count}
         for key in ("memory_gb", "driver", "firmware", "cann", "cuda"):
@@ -407,8 +408,6 @@ _ENV_NAMES = frozenset({
 # VLLM_ covers VLLM_USE_V1 / VLLM_VERSION / VLLM_ATTENTION_BACKEND / VLLM_ASCEND_*; ASCEND_ covers
 # ASCEND_RT_VISIBLE_DEVICES / ASCEND_VISIBLE_DEVICES and which CANN was sourced
 _ENV_PREFIXES = ("HCCL_", "NCCL_", "GLOO_", "RAY_", "TORCH_", "TORCHINDUCTOR_", "VLLM_", "ASCEND_", "ATB_")
-_ENV_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PWD", "CREDENTIAL", "AUTH",
-                     "COOKIE", "HEADER", "PRIVATE", "CERT")
 
 
 def capture_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -421,11 +420,11 @@ def capture_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     kept = {}
     for name in sorted(environ):
-        upper = name.upper()
-        if any(word in upper for word in _ENV_SECRET_WORDS):
+        if looks_secret(name):
             continue
+        upper = name.upper()
         if upper in _ENV_NAMES or upper.startswith(_ENV_PREFIXES):
-            kept[name] = re.sub(r"(?<=://)[^/@\s]+@", "***@", environ[name])
+            kept[name] = mask_url_password(environ[name])
     return kept
 
 

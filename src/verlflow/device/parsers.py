@@ -2,7 +2,7 @@
 
 Each function takes the text a command printed (or a file held) and returns plain data; nothing
 here runs a command or touches the machine, so every parser is tested on recorded real outputs
-(``/work/shared/fixtures/device``, ``tests/fixtures/device``). The parsers skip lines they do not
+(``tests/fixtures/device``, each with its source in that folder's README). The parsers skip lines they do not
 understand (prompts, comments, elisions) instead of failing: a profile with one field missing
 beats a training run that refuses to start because a tool changed its banner.
 

@@ -25,15 +25,15 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from verlflow.config.schema import VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
+from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG
 
 log = logging.getLogger(__name__)
 
 INTERVAL_KEY = "system_metrics_interval"
-DEFAULT_INTERVAL_S = 10.0
-INTERVAL_TAG = "verlflow.system_metrics_interval_s"
-MONITORS_TAG = "verlflow.system_metrics"
+DEFAULT_INTERVAL_S = VerlflowBlock.system_metrics_interval
 
 
 def sampling_interval(own: Mapping[str, Any]) -> float | None:
@@ -97,8 +97,8 @@ def recording(
     if npu is not None:
         add_monitor(monitor, npu)
     client = MlflowClient()
-    client.set_tag(run_id, INTERVAL_TAG, f"{float(monitor.sampling_interval):g}")
-    client.set_tag(run_id, MONITORS_TAG, ",".join(monitor_names(monitor)))
+    client.set_tag(run_id, SYSTEM_METRICS_INTERVAL_TAG, f"{float(monitor.sampling_interval):g}")
+    client.set_tag(run_id, SYSTEM_METRICS_TAG, ",".join(monitor_names(monitor)))
     monitor.start()
     try:
         yield monitor

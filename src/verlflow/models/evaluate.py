@@ -33,6 +33,7 @@ from verlflow import names as metrics
 from verlflow import tracking
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
+from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
 
 __all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "run_evaluate",
            "score", "load_problems", "choose_backend", "max_new_tokens_for"]
@@ -82,7 +83,7 @@ def max_new_tokens_for(source_run_id: str | None) -> int:
 
 def load_problems(data_dir: str, split: str, limit: int) -> list[dict[str, Any]]:
     """Rows in verl's GSM8K schema: the preprocessed parquet, or a raw GSM8K folder (jsonl/parquet)."""
-    from verlflow import data
+    from verlflow.data import gsm8k
 
     if limit < 0:
         raise VerlflowError(f"limit must be 0 (all problems) or a positive count, got {limit}")
@@ -91,10 +92,10 @@ def load_problems(data_dir: str, split: str, limit: int) -> list[dict[str, Any]]
             from verlflow.input_checks import check_parquet_split
 
             check_parquet_split(Path(data_dir) / f"{split}.parquet", required=("prompt", "reward_model"))
-        rows = data.read_split(data_dir, split).to_dict("records")
+        rows = gsm8k.read_split(data_dir, split).to_dict("records")
         return rows[:limit] if limit else rows
     # A raw folder (e.g. ../shared/data/gsm8k): convert with the same code preprocess uses.
-    return data.to_verl_rows(data.load_examples(data_dir, split, limit), split)
+    return gsm8k.to_verl_rows(gsm8k.load_examples(data_dir, split, limit), split)
 
 
 # --- generation ---------------------------------------------------------------------------------
@@ -231,12 +232,12 @@ def run_evaluate(
         raise VerlflowError(f"split '{split}' in {data_dir} has no problems to evaluate")
     model = resolve_model(model_uri)
     budget = max_new_tokens or max_new_tokens_for(model.source_run_id)
-    tags = {"verlflow.step": "evaluate", "verlflow.model_uri": model_uri, "eval.backend": engine,
+    tags = {STEP_TAG: "evaluate", MODEL_URI_TAG: model_uri, "eval.backend": engine,
             "eval.max_new_tokens": str(budget), "eval.split": split}
     if model.source_run_id:
         tags[SOURCE_RUN_TAG] = model.source_run_id
     if model.registered_name:
-        tags.update({"verlflow.model_name": model.registered_name, "verlflow.model_version": model.version})
+        tags.update({MODEL_NAME_TAG: model.registered_name, MODEL_VERSION_TAG: model.version})
 
     with tracking.tracked_run(run_name="evaluate", tags=tags) as run:
         prompts = [list(p["prompt"]) for p in problems]

@@ -1,6 +1,6 @@
 """Where a model URI points: local folders to load it from, and the training run behind it.
 
-    python -c "from verlflow.models.model_uri import resolve_model as resolve; print(resolve('models:/tiny-qwen3-gsm8k-smoke@champion'))"
+    python -c "from verlflow.models.model_uri import resolve_model; print(resolve_model('models:/my-model@champion'))"
 
 Accepted: ``models:/<name>@<alias>``, ``models:/<name>/<version>``, ``models:/m-<id>`` (an MLflow 3
 logged model), ``runs:/<run_id>/<path>``, ``runs:/<run_id>`` (the run's final checkpoint, tag
@@ -10,7 +10,6 @@ points at nothing is one line naming what exists instead.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +18,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.names import CHECKPOINT_DIR_TAG, SOURCE_RUN_TAG
+from verlflow.util import first_line
 
-SOURCE_RUN_TAG = "verlflow.source_run_id"
 _URI_FORMS = "runs:/<run_id>[/<path>], models:/<name>@<alias>, models:/<name>/<version> or a local model folder"
 
 
@@ -100,7 +100,7 @@ def _resolve_run(uri: str) -> ResolvedModel:
         raise VerlflowError(f"no run '{run_id}' in the tracking store {mlflow.get_tracking_uri()}") from None
     source = run.data.tags.get(SOURCE_RUN_TAG, run_id)
     if not path.strip("/"):
-        checkpoint = run.data.tags.get("verlflow.checkpoint_dir")
+        checkpoint = run.data.tags.get(CHECKPOINT_DIR_TAG)
         if not checkpoint:
             raise VerlflowError(f"run {run_id} has no final checkpoint (tag verlflow.checkpoint_dir): "
                                 f"give runs:/{run_id}/<artifact path> instead")
@@ -114,7 +114,7 @@ def _from_download(uri: str, *, source_run_id: str | None) -> ResolvedModel:
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
     except MlflowException as exc:
-        raise VerlflowError(f"cannot download model '{uri}': {_first_line(exc)}") from None
+        raise VerlflowError(f"cannot download model '{uri}': {first_line(exc)}") from None
     resolved = _from_folder(uri, local)
     resolved.source_run_id = source_run_id
     return resolved
@@ -155,7 +155,3 @@ def _logged_model_run(client: MlflowClient, model_id: str) -> str | None:
     except MlflowException:
         raise VerlflowError(f"no logged model '{model_id}' in the tracking store {mlflow.get_tracking_uri()}") from None
 
-
-def _first_line(exc: BaseException) -> str:
-    text = re.sub(r"\s+", " ", str(exc)).strip()
-    return text[:300] or type(exc).__name__

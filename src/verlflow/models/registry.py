@@ -5,7 +5,8 @@
 
 ``register`` logs the Hugging Face folder a train run ended with (tag ``verlflow.checkpoint_dir``, set
 by both backends) as an MLflow transformers model and registers *that logged model* (MLflow 3 cannot
-register a plain artifact folder), with the lineage tags of DESIGN.md §Registry on the version.
+register a plain artifact folder), with its lineage on the version as tags: source run, recipe, profile,
+backend, data digest.
 
 ``promote`` ranks versions by a metric, read from a version tag (``eval/gsm8k/accuracy`` →
 ``eval.gsm8k.accuracy``, written by evaluate) or else from the version's source run, and moves an alias
@@ -33,6 +34,20 @@ from verlflow import tracking
 from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
+from verlflow.names import (
+    BACKEND_TAG,
+    CHECKPOINT_DIR_TAG,
+    CHECKPOINT_SOURCE_TAG,
+    DATA_DIGEST_TAG,
+    DATA_DIR_TAG,
+    MODEL_NAME_TAG,
+    MODEL_URI_TAG,
+    MODEL_VERSION_TAG,
+    PROFILE_TAG,
+    RECIPE_TAG,
+    STEP_TAG,
+)
+from verlflow.util import filter_quote
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
@@ -41,7 +56,7 @@ MODEL_ARTIFACT = "model"
 # (slow, and it drags in the CUDA world from the environment).
 REQUIRED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "accelerate")
 # Run tags copied onto the version (besides source_run_id): where and how the checkpoint was made.
-LINEAGE_TAGS = ("device.type", "device.name", "verlflow.recipe", "verlflow.profile", "verlflow.backend")
+LINEAGE_TAGS = ("device.type", "device.name", RECIPE_TAG, PROFILE_TAG, BACKEND_TAG)
 MAX_PROMOTION_ROUNDS = 20
 _PLAIN_METRIC_KEY = re.compile(r"[\w\-./ ]+")  # what MLflow accepts as is, so verl leaves it unchanged
 
@@ -63,14 +78,14 @@ def model_name_for(run, model_name: str) -> str:
     if model_name:
         return model_name
     tags = run.data.tags
-    if tags.get("verlflow.model_name"):
-        return tags["verlflow.model_name"]
-    recipe = tags.get("verlflow.recipe")
+    if tags.get(MODEL_NAME_TAG):
+        return tags[MODEL_NAME_TAG]
+    recipe = tags.get(RECIPE_TAG)
     if recipe:
         from verlflow import config
 
         with contextlib.suppress(VerlflowError):
-            name = config.load_recipe(recipe)[1].get("model_name")
+            name = config.load_recipe(recipe)[1].model_name
             if name:
                 return str(name)
     raise VerlflowError(f"run {run.info.run_id} names no model (no tag verlflow.model_name, no recipe "
@@ -84,17 +99,17 @@ def data_digest_of(run) -> str | None:
     the cluster, runs from before the tag) it is the tag of the newest finished preprocess run that wrote
     the folder of its ``data/train_files`` before it started.
     """
-    if run.data.tags.get("data.digest"):
-        return run.data.tags["data.digest"]
+    if run.data.tags.get(DATA_DIGEST_TAG):
+        return run.data.tags[DATA_DIGEST_TAG]
     train_files = run.data.params.get("data/train_files")
     if not train_files:
         return None
-    folder = str(Path(train_files).expanduser().resolve().parent).replace("'", "\\'")
-    query = (f"tags.`verlflow.step` = 'preprocess' and tags.`verlflow.data_dir` = '{folder}' "
+    folder = filter_quote(str(Path(train_files).expanduser().resolve().parent))
+    query = (f"tags.`{STEP_TAG}` = 'preprocess' and tags.`{DATA_DIR_TAG}` = '{folder}' "
              f"and attributes.status = 'FINISHED' and attributes.start_time <= {run.info.start_time}")
     producers = MlflowClient().search_runs([run.info.experiment_id], query, order_by=["attributes.start_time DESC"],
                                            max_results=1)
-    return producers[0].data.tags.get("data.digest") if producers else None
+    return producers[0].data.tags.get(DATA_DIGEST_TAG) if producers else None
 
 
 def checkpoint_of(run) -> Path:
@@ -103,7 +118,7 @@ def checkpoint_of(run) -> Path:
     if not tracking.is_finished(run):
         raise VerlflowError(f"run {run_id} is {run.info.status}, not FINISHED: only a finished train run "
                             "can be registered")
-    checkpoint = run.data.tags.get("verlflow.checkpoint_dir")
+    checkpoint = run.data.tags.get(CHECKPOINT_DIR_TAG)
     if not checkpoint:
         raise VerlflowError(f"run {run_id} has no final checkpoint (tag verlflow.checkpoint_dir): register a "
                             "train run that saved one")
@@ -112,7 +127,7 @@ def checkpoint_of(run) -> Path:
         raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
     from verlflow.input_checks import check_trained_checkpoint
 
-    check_trained_checkpoint(checkpoint, run.data.tags.get("verlflow.checkpoint_source", ""))
+    check_trained_checkpoint(checkpoint, run.data.tags.get(CHECKPOINT_SOURCE_TAG, ""))
     return path
 
 
@@ -126,16 +141,16 @@ def run_register(run_id: str, model_name: str) -> ModelVersion:
     lineage = {"source_run_id": run_id}
     lineage.update({k: train_run.data.tags[k] for k in LINEAGE_TAGS if train_run.data.tags.get(k)})
     if digest := data_digest_of(train_run):
-        lineage["data.digest"] = digest
+        lineage[DATA_DIGEST_TAG] = digest
 
-    tags = {"verlflow.step": "register", SOURCE_RUN_TAG: run_id, "verlflow.model_name": name}
+    tags = {STEP_TAG: "register", SOURCE_RUN_TAG: run_id, MODEL_NAME_TAG: name}
     with tracking.tracked_run(run_name="register", tags=tags):
         info = mlflow.transformers.log_model(
             str(checkpoint), name=MODEL_ARTIFACT, task="text-generation", pip_requirements=pip_requirements(),
         )
         mv = mlflow.register_model(info.model_uri, name, tags=lineage)
         MlflowClient().set_registered_model_alias(name, CHALLENGER, mv.version)
-        mlflow.set_tags({"verlflow.model_version": str(mv.version), "verlflow.model_uri": info.model_uri})
+        mlflow.set_tags({MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: info.model_uri})
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {CHALLENGER} → "
           f"{mv.version}")
     return mv
@@ -226,7 +241,7 @@ class _State:
 
 def _read_state(client: MlflowClient, name: str, alias: str, scorer: _Scorer) -> _State:
     """The alias holder and the best version, both read fresh from the registry."""
-    versions = list(client.search_model_versions(f"name='{_quote(name)}'"))
+    versions = list(client.search_model_versions(f"name='{filter_quote(name)}'"))
     scored = [(value, int(mv.version), mv) for mv in versions if (value := scorer(mv)) is not None]
     holder = None
     with contextlib.suppress(MlflowException):
@@ -306,7 +321,7 @@ def run_promote(model_name: str, metric: str, alias: str, force: bool) -> Promot
     if _read_state(client, model_name, alias, scorer).best is None:  # fail before opening a run
         raise VerlflowError(f"no version of '{model_name}' has a value for '{metric}' (version tag "
                             f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
-    tags = {"verlflow.step": "promote", "verlflow.model_name": model_name}
+    tags = {STEP_TAG: "promote", MODEL_NAME_TAG: model_name}
     with tracking.tracked_run(run_name="promote", tags=tags) as run:
         decision = promote_alias(client, model_name, metric, alias, force)
         decision.run_id = run.info.run_id
@@ -327,6 +342,3 @@ def describe(decision: PromotionDecision) -> str:
         return f"promote: {where}: {before} → version {decision.version} ({decision.metric}: {decision.reason})"
     return f"promote: {where} stays on version {decision.version} ({decision.metric}: {decision.reason})"
 
-
-def _quote(value: str) -> str:
-    return re.sub(r"'", r"\\'", value)

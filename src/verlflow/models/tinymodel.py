@@ -9,28 +9,19 @@ hundred thousand parameters from a seed. The folder it writes is an ordinary Hug
 eos and ``<|endoftext|>`` as pad, as Qwen has them) that ``AutoModelForCausalLM`` / ``AutoTokenizer``
 and verl load. Same seed and corpus → byte-identical weights and vocabulary.
 
-:func:`resolve_model_path` turns a recipe's ``actor_rollout_ref.model.path`` into something
-``from_pretrained`` accepts: the sentinels ``tiny-qwen3`` and ``tiny-qwen3-sft`` (warm-started, see
-:mod:`verlflow.models.tinymodel_sft`) are built once into a cache folder.
+Recipes ask for it by the name ``tiny-qwen3`` (see :mod:`verlflow.models.model_path`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from verlflow.errors import VerlflowError
 
-# The model path a recipe uses to ask for the tiny model as initialised (untrained).
-TINY_SENTINEL = "tiny-qwen3"
-# ... and for the warm-started one (verlflow.models.tinymodel_sft; the smoke recipe uses it).
-SFT_SENTINEL = "tiny-qwen3-sft"
-SENTINELS = (TINY_SENTINEL, SFT_SENTINEL)
 # Bump when the builder changes what it writes, so stale caches are not reused.
 BUILD_VERSION = 1
 
@@ -178,7 +169,7 @@ def _train_tokenizer(texts: Iterable[str], vocab_size: int):
 
 def _default_corpus(seed: int) -> Iterator[str]:
     """Synthetic GSM8K problems and answers, plain and in the chat format the trainer uses."""
-    from verlflow.data import synthetic_examples
+    from verlflow.data.synthetic import synthetic_examples
 
     for example in synthetic_examples(DEFAULT_CORPUS_SIZE, seed=seed, split="train"):
         question, answer = _question_answer(example)
@@ -194,62 +185,3 @@ def _question_answer(example: Any) -> tuple[str, str]:
     prompt = example.get("prompt")
     content = prompt[0]["content"] if prompt is not None and len(prompt) else info.get("question", "")
     return str(content), str(info.get("answer", ""))
-
-
-def default_cache_dir() -> Path:
-    """Where built tiny models are kept: ``$VERLFLOW_CACHE`` or ``~/.cache/verlflow``."""
-    return Path(os.environ.get("VERLFLOW_CACHE") or Path.home() / ".cache" / "verlflow")
-
-
-def resolve_model_path(path_or_id: str, cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0) -> str:
-    """Turn a recipe's model path into what ``from_pretrained`` accepts.
-
-    ``tiny-qwen3`` / ``tiny-qwen3-sft`` → that model, built once into ``<cache>/<sentinel>-v<N>-seed<seed>``
-    (atomically: built in a temporary folder, then renamed) and reused after; an existing folder →
-    itself; a path that looks local but does not exist → a one-line error; anything else is a hub id,
-    returned as is.
-    """
-    if path_or_id in SENTINELS:
-        root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        target = root / f"{path_or_id}-v{BUILD_VERSION}-seed{seed}"
-        if not (target / "config.json").is_file():
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-            try:
-                _build_sentinel(path_or_id, tmp, seed)
-                try:
-                    tmp.rename(target)
-                except OSError:
-                    # Another process finished the same build first; its copy is identical.
-                    if not (target / "config.json").is_file():
-                        raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-        return str(target)
-    path = Path(path_or_id).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise VerlflowError(f"model folder '{path_or_id}' has no config.json: give a Hugging Face model folder")
-        return str(path)
-    if _looks_local(path_or_id):
-        raise VerlflowError(
-            f"model path '{path_or_id}' does not exist: give a Hugging Face model folder, a hub id "
-            f"(e.g. Qwen/Qwen3-0.6B), '{SFT_SENTINEL}' or '{TINY_SENTINEL}'"
-        )
-    return path_or_id
-
-
-def _build_sentinel(sentinel: str, folder: Path, seed: int) -> None:
-    if sentinel == SFT_SENTINEL:
-        from verlflow.models.tinymodel_sft import build_warm_started_model
-
-        build_warm_started_model(folder, seed=seed)
-    else:
-        build_tiny_model(folder, seed=seed)
-
-
-def _looks_local(path_or_id: str) -> bool:
-    """A hub id is ``name`` or ``org/name``; anything else with a path shape is meant as a folder."""
-    if path_or_id.startswith(("/", ".", "~")) or "\\" in path_or_id:
-        return True
-    return path_or_id.count("/") > 1

@@ -14,7 +14,7 @@ gives 0. GRPO thus has a clear, honest signal to learn from (write the computed 
 way a real model learns the answer format in its first GRPO steps. Nothing in the reward is shaped.
 
 Deterministic for a seed (CPU, fixed example order); cached like the plain tiny model under the sentinel
-:data:`SFT_SENTINEL` by :func:`verlflow.models.tinymodel.resolve_model_path`.
+:data:`SFT_SENTINEL` by :func:`verlflow.models.model_path.resolve_model_path`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def sloppy_answer(answer: str) -> str:
 
 def warm_start_examples(n: int, seed: int, sloppy_fraction: float = SLOPPY_FRACTION) -> list[tuple[str, str]]:
     """``n`` (user message, assistant answer) pairs from the easy train split, a seeded share made sloppy."""
-    from verlflow.data import PROMPT_SUFFIX
+    from verlflow.data.gsm8k import PROMPT_SUFFIX
     from verlflow.data.synthetic import synthetic_examples
 
     rng = random.Random(f"verlflow-warm-start:{seed}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.names import HOST_TAG, PID_TAG
 from verlflow.runs import lifecycle, probe
 
 
@@ -46,7 +47,7 @@ def run_runs(reap: bool, experiment: str, stale_after_s: float) -> list[lifecycl
     for run in running:
         tags = run.data.tags
         verdict = lifecycle.why_dead(tags, stale_after_s=stale_after_s) or "alive (or not a verlflow process)"
-        where = f"{tags.get(lifecycle.HOST_TAG, '?')}:{tags.get(lifecycle.PID_TAG, '?')}"
+        where = f"{tags.get(HOST_TAG, '?')}:{tags.get(PID_TAG, '?')}"
         print(f"{run.info.run_id} {tags.get('verlflow.step', '-'):10} {where:24} {verdict}")
     print(f"runs: {len(running)} RUNNING")
     return []

@@ -34,16 +34,13 @@ from mlflow.entities import RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
+from verlflow.util import first_line
+
 log = logging.getLogger(__name__)
 
-HOST_TAG = "verlflow.host"
-PID_TAG = "verlflow.pid"
-PID_START_TAG = "verlflow.pid_start"
-HEARTBEAT_TAG = "verlflow.heartbeat"
-REAPED_TAG = "verlflow.reaped"
-ERROR_TAG = "verlflow.error"
 # Tags of an attempt that ended badly; a resumed run is running again, so they no longer hold.
-STALE_ON_RESUME = (ERROR_TAG, REAPED_TAG, "verlflow.exit_code")
+STALE_ON_RESUME = (ERROR_TAG, REAPED_TAG, EXIT_CODE_TAG)
 HEARTBEAT_S = float(os.environ.get("VERLFLOW_HEARTBEAT_S", "60"))
 # A run on another host is dead when its heartbeat is this old (many missed beats, not one slow write).
 STALE_AFTER_S = float(os.environ.get("VERLFLOW_STALE_AFTER_S", "900"))
@@ -114,7 +111,7 @@ def mark_alive(run_id: str) -> Heartbeat:
                 client.delete_tag(run_id, key)
         client.log_batch(run_id, tags=[RunTag(key, value) for key, value in tags.items()])
     except MlflowException as exc:
-        log.warning("could not mark run %s as alive: %s", run_id, str(exc).splitlines()[0])
+        log.warning("could not mark run %s as alive: %s", run_id, first_line(exc))
     return Heartbeat(run_id).start()
 
 
@@ -191,7 +188,7 @@ def reap_at_start() -> list[Reaped]:
     try:
         reaped = reap(current_experiment_ids())
     except MlflowException as exc:
-        log.warning("could not check for dead RUNNING runs: %s", str(exc).splitlines()[0])
+        log.warning("could not check for dead RUNNING runs: %s", first_line(exc))
         return []
     for item in reaped:
         log.warning("run %s was RUNNING without a process: marked FAILED (%s)", item.run_id, item.reason)

@@ -26,6 +26,8 @@ from pathlib import Path
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+from verlflow.util import first_line
+
 logger = logging.getLogger(__name__)
 
 RETRY_S = float(os.environ.get("VERLFLOW_METRICS_RETRY_S", "5"))
@@ -112,7 +114,7 @@ class MetricBuffer:
         if self.outage_started is None:
             self.outage_started = time.time()
             logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
-                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__, self.spill_path)
+                        first_line(exc, 200), self.spill_path)
         new = self.pending[self.spilled:]
         if new:
             self.spill_path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,17 +25,16 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.names import HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
 from verlflow.runs import lifecycle
 
-ARGS_TAG = "verlflow.train_args"
-RESUMED_RUN_TAG = "verlflow.resumed_run"
 ATTEMPT_METRIC = "attempt/e2e_s"
 CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trainer.default_local_dir
 
 
 def args_tag(args: Mapping[str, Any]) -> dict[str, str]:
     """The tag that lets ``--resume`` restart a run with the arguments it was started with."""
-    return {ARGS_TAG: json.dumps({k: v for k, v in args.items() if k != "resume"}, sort_keys=True)}
+    return {TRAIN_ARGS_TAG: json.dumps({k: v for k, v in args.items() if k != "resume"}, sort_keys=True)}
 
 
 def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,16 +49,16 @@ def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str,
     except MlflowException:
         raise VerlflowError(f"resume: no run with id '{run_id}' in this tracking store") from None
     tags = run.data.tags
-    if tags.get("verlflow.step") != "train":
+    if tags.get(STEP_TAG) != "train":
         raise VerlflowError(f"resume: run {run_id} is a '{tags.get('verlflow.step', 'non-verlflow')}' run, "
                             "not a train run")
     if run.info.status == "RUNNING":
         reason = lifecycle.why_dead(tags)
         if reason is None:
-            raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(lifecycle.PID_TAG, '?')} "
-                                f"on {tags.get(lifecycle.HOST_TAG, '?')}): stop it first, or reap it if it is dead")
+            raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(PID_TAG, '?')} "
+                                f"on {tags.get(HOST_TAG, '?')}): stop it first, or reap it if it is dead")
         lifecycle.reap([run.info.experiment_id], client=client)
-    recorded = json.loads(tags.get(ARGS_TAG, "{}"))
+    recorded = json.loads(tags.get(TRAIN_ARGS_TAG, "{}"))
     args = {k: (recorded[k] if k in recorded and given[k] == defaults[k] else v) for k, v in given.items()}
     folder = run.data.params.get(CHECKPOINT_PARAM)
     if folder and "trainer.default_local_dir=" not in str(args.get("overrides", "")):

@@ -3,8 +3,11 @@
     python -c "from verlflow.search.space import load_search_config as l; print(l('default').space)"
 
 A search config (``config/search/<name>.yaml``, or a user's ``.yaml`` path) says what a search optimises
-and over what. Every key is checked: an unknown key, an empty range (``low >= high``, no choices) or a
-parameter that is not a key of the installed verl's config is one clear line before any trial runs.
+and over what. Its shape is typed (:class:`SearchFile` and the dataclasses it holds, one comment per key),
+read by the same reader as recipes and profiles (:func:`verlflow.config.loading.build`): an unknown key at
+any level is one line naming the nearest valid key, a value of the wrong type one line naming key and value.
+Then the meaning is checked: an empty range (``low >= high``, no choices), an unknown direction or pruner,
+a parameter that is not a key of the installed verl's config — each one clear line before any trial runs.
 
 Ranges are absolute (``low``/``high``) or ``relative`` to the value the composed recipe already has, so
 one file serves the guide's recipe (lr 5e-7 → [1e-7, 2.5e-6]) and the smoke recipe (lr 1e-3 → [2e-4,
@@ -16,6 +19,7 @@ backend), so a choice that would break a trial minutes in is refused up front.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -25,31 +29,133 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from omegaconf import OmegaConf
 
 from verlflow import config
+from verlflow.config.loading import SEARCH_DIR, build, list_named, load_named_yaml, nearest
 from verlflow.errors import VerlflowError
 
-SEARCH_DIR = config.CONFIG_ROOT / "search"
 DIRECTIONS = ("maximize", "minimize")
 PRUNERS = ("median", "hyperband", "none")
 PARAM_TYPES = ("float", "int", "categorical")
 
-# Every key a search config may hold: section → field → default (None: required, no default).
-SCHEMA: dict[str, dict[str, Any]] = {
-    "objective": {"metric": None, "direction": None},
-    "sampler": {"seed": 0, "n_startup_trials": 5},
-    "pruner": {"default": "median", "median": {}, "hyperband": {}},
-    "storage": {"heartbeat_interval": 30, "grace_period": 120, "max_retry": 2},
-    "trial": {"overrides": {}, "poll_interval": 5.0, "stop_timeout": 60.0},
-    "space": None,
-}
-PRUNER_FIELDS = {
-    "median": {"n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"},
-    "hyperband": {"min_resource", "max_resource", "reduction_factor"},
-}
-PARAM_FIELDS = {"type", "low", "high", "relative", "log", "step", "choices"}
+
+# --- the file's schema: every key a search config may hold (config/search/default.yaml explains each) -------
+
+
+@dataclass
+class Objective:
+    """``objective:`` what a trial is judged by."""
+
+    # The metric whose last value is the trial's value and whose history drives pruning.
+    metric: str
+    # maximize | minimize.
+    direction: str
+
+
+@dataclass
+class Sampler:
+    """``sampler:`` Optuna's TPE sampler."""
+
+    # Trial k draws with seed + k: reproducible, and two workers never draw the same point.
+    seed: int = 0
+    # Random trials before TPE starts modelling the results.
+    n_startup_trials: int = 5
+
+
+@dataclass
+class MedianSettings:
+    """``pruner.median:`` arguments of Optuna's MedianPruner (None: Optuna's default)."""
+
+    # Trials that finish before any is pruned.
+    n_startup_trials: int | None = None
+    # Training steps of a trial before it can be pruned.
+    n_warmup_steps: int | None = None
+    # Steps between pruning checks.
+    interval_steps: int | None = None
+    # Trials reported at a step before the median there counts.
+    n_min_trials: int | None = None
+
+
+@dataclass
+class HyperbandSettings:
+    """``pruner.hyperband:`` arguments of Optuna's HyperbandPruner, in training steps (None: Optuna's default)."""
+
+    # Steps every trial gets before it can be pruned.
+    min_resource: int | None = None
+    # Steps of a full trial ("auto": the first trial's).
+    max_resource: int | str | None = None
+    # 1/reduction_factor of the trials go on to the next rung.
+    reduction_factor: int | None = None
+
+
+@dataclass
+class Pruner:
+    """``pruner:`` which pruner a search uses when ``-P pruner=`` is empty, and each pruner's settings."""
+
+    # median | hyperband | none.
+    default: str = "median"
+    median: MedianSettings = field(default_factory=MedianSettings)
+    hyperband: HyperbandSettings = field(default_factory=HyperbandSettings)
+
+
+@dataclass
+class Storage:
+    """``storage:`` how a lost trial (its worker killed) is found and retried."""
+
+    # Seconds between a running trial's heartbeats.
+    heartbeat_interval: int = 30
+    # Seconds without a heartbeat before the trial counts as lost.
+    grace_period: int = 120
+    # Retries of one lost trial before it stays failed.
+    max_retry: int = 2
+
+
+@dataclass
+class Trial:
+    """``trial:`` what every trial shares."""
+
+    # Fixed verl overrides of every trial (dotted verl key → value).
+    overrides: dict[str, Any] = field(default_factory=dict)
+    # Seconds between reads of a running trial's metric history (for pruning).
+    poll_interval: float = 5.0
+    # Seconds a pruned trial gets to end after SIGTERM before it is killed.
+    stop_timeout: float = 60.0
+
+
+@dataclass
+class SpaceEntry:
+    """``space.<dotted verl key>:`` one searched key, as written."""
+
+    # float | int | categorical.
+    type: str
+    # Absolute range (float and int).
+    low: int | float | None = None
+    high: int | float | None = None
+    # [low factor, high factor] × the composed recipe's value, instead of low/high.
+    relative: list[float] | None = None
+    # Sample on a log scale (float and int; not with a step).
+    log: bool = False
+    # Quantisation step (float and int).
+    step: int | float | None = None
+    # The values of a categorical parameter.
+    choices: list[Any] | None = None
+
+
+@dataclass(kw_only=True)
+class SearchFile:
+    """A search config file's top level, in the file's order."""
+
+    objective: Objective
+    sampler: Sampler = field(default_factory=Sampler)
+    pruner: Pruner = field(default_factory=Pruner)
+    storage: Storage = field(default_factory=Storage)
+    trial: Trial = field(default_factory=Trial)
+    # Dotted verl key → its range: at least one.
+    space: dict[str, SpaceEntry]
+
+
+# --- the checked config the search uses -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -93,17 +199,11 @@ class SearchConfig:
 
 def list_search_configs() -> list[str]:
     """Names of the shipped search configs (file stems under ``config/search``)."""
-    return sorted(p.stem for p in SEARCH_DIR.glob("*.yaml"))
+    return list_named(SEARCH_DIR)
 
 
 def _fail(where: str, message: str) -> VerlflowError:
     return VerlflowError(f"search config {where}: {message}")
-
-
-def _check_keys(where: str, data: dict[str, Any], valid: set[str] | dict[str, Any], what: str) -> None:
-    unknown = sorted(set(data) - set(valid))
-    if unknown:
-        raise _fail(where, f"unknown key '{what}{unknown[0]}': valid keys are {', '.join(sorted(valid))}")
 
 
 def _number(where: str, key: str, value: Any, *, integer: bool = False, positive: bool = False) -> float:
@@ -114,123 +214,91 @@ def _number(where: str, key: str, value: Any, *, integer: bool = False, positive
     return value
 
 
+def _given(settings: Any) -> dict[str, Any]:
+    """The settings a pruner block sets (the others stay Optuna's defaults)."""
+    return {k: v for k, v in dataclasses.asdict(settings).items() if v is not None}
+
+
 def load_search_config(name: str) -> SearchConfig:
-    """Load a shipped search config by name or a user's by ``.yaml`` path, checking every key and range."""
-    path = Path(name)
-    if not (path.suffix in (".yaml", ".yml") and path.is_file()):
-        path = SEARCH_DIR / f"{name}.yaml"
-        if not path.is_file():
-            known = ", ".join(list_search_configs())
-            raise VerlflowError(f"unknown search config '{name}': choose one of {known} or give a .yaml path")
-    where = str(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise _fail(where, f"not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise _fail(where, f"must hold a mapping, not {type(data).__name__}")
-    _check_keys(where, data, SCHEMA, "")
-    sections: dict[str, dict[str, Any]] = {}
-    for section, fields_ in SCHEMA.items():
-        if fields_ is None:
-            continue
-        given = data.get(section) or {}
-        if not isinstance(given, dict):
-            raise _fail(where, f"'{section}' must be a mapping")
-        _check_keys(where, given, fields_, f"{section}.")
-        merged = {**fields_, **given}
-        missing = [k for k, v in merged.items() if v is None]
-        if missing:
-            raise _fail(where, f"'{section}.{missing[0]}' is required")
-        sections[section] = merged
+    """Load a shipped search config by name or a user's by ``.yaml`` path, checking every key and range.
 
-    objective, sampler, pruner = sections["objective"], sections["sampler"], sections["pruner"]
-    storage, trial = sections["storage"], sections["trial"]
-    if not isinstance(objective["metric"], str) or not objective["metric"]:
-        raise _fail(where, f"'objective.metric' must be a metric name, got {objective['metric']!r}")
-    if objective["direction"] not in DIRECTIONS:
-        raise _fail(where, f"'objective.direction' is '{objective['direction']}': use maximize or minimize")
-    if pruner["default"] not in PRUNERS:
-        raise _fail(where, f"'pruner.default' is '{pruner['default']}': use one of {', '.join(PRUNERS)}")
-    pruner_settings = {}
-    for kind, valid in PRUNER_FIELDS.items():
-        settings = pruner[kind] or {}
-        if not isinstance(settings, dict):
-            raise _fail(where, f"'pruner.{kind}' must be a mapping")
-        _check_keys(where, settings, valid, f"pruner.{kind}.")
-        pruner_settings[kind] = dict(settings)
-    if not isinstance(trial["overrides"], dict):
-        raise _fail(where, "'trial.overrides' must be a mapping of dotted verl keys to values")
-
-    space_data = data.get("space")
-    if not isinstance(space_data, dict) or not space_data:
+    Why up front: a typo or an empty range found here costs nothing; found in trial 7 it costs the six
+    trials before it, or — silently ignored — the whole search.
+    """
+    found = load_named_yaml("search config", name, SEARCH_DIR)
+    where = str(found.path)
+    spec = build(SearchFile, found.data, where=f"search config {where}")
+    objective, storage, trial = spec.objective, spec.storage, spec.trial
+    if not objective.metric:
+        raise _fail(where, f"'objective.metric' must be a metric name, got {objective.metric!r}")
+    if objective.direction not in DIRECTIONS:
+        raise _fail(where, f"'objective.direction' is '{objective.direction}': use maximize or minimize")
+    if spec.pruner.default not in PRUNERS:
+        raise _fail(where, f"'pruner.default' is '{spec.pruner.default}': use one of {', '.join(PRUNERS)}")
+    if not spec.space:
         raise _fail(where, "'space' must map at least one dotted verl key to its range")
+    for key, value in (("storage.heartbeat_interval", storage.heartbeat_interval),
+                       ("storage.grace_period", storage.grace_period),
+                       ("trial.poll_interval", trial.poll_interval), ("trial.stop_timeout", trial.stop_timeout)):
+        _number(where, key, value, positive=True)
     return SearchConfig(
-        name=path.stem,
-        path=path,
-        metric=objective["metric"],
-        direction=objective["direction"],
-        seed=int(_number(where, "sampler.seed", sampler["seed"], integer=True)),
-        n_startup_trials=int(_number(where, "sampler.n_startup_trials", sampler["n_startup_trials"],
-                                     integer=True)),
-        pruner_default=pruner["default"],
-        pruner_settings=pruner_settings,
-        heartbeat_interval=int(_number(where, "storage.heartbeat_interval", storage["heartbeat_interval"],
-                                       integer=True, positive=True)),
-        grace_period=int(_number(where, "storage.grace_period", storage["grace_period"],
-                                 integer=True, positive=True)),
-        max_retry=int(_number(where, "storage.max_retry", storage["max_retry"], integer=True)),
-        trial_overrides=dict(trial["overrides"]),
-        poll_interval=float(_number(where, "trial.poll_interval", trial["poll_interval"], positive=True)),
-        stop_timeout=float(_number(where, "trial.stop_timeout", trial["stop_timeout"], positive=True)),
-        space=[_param_spec(where, key, spec) for key, spec in space_data.items()],
-        raw=data,
+        name=found.name,
+        path=found.path,
+        metric=objective.metric,
+        direction=objective.direction,
+        seed=spec.sampler.seed,
+        n_startup_trials=spec.sampler.n_startup_trials,
+        pruner_default=spec.pruner.default,
+        pruner_settings={"median": _given(spec.pruner.median), "hyperband": _given(spec.pruner.hyperband)},
+        heartbeat_interval=storage.heartbeat_interval,
+        grace_period=storage.grace_period,
+        max_retry=storage.max_retry,
+        trial_overrides=dict(trial.overrides),
+        poll_interval=trial.poll_interval,
+        stop_timeout=trial.stop_timeout,
+        space=[_param_spec(where, key, entry) for key, entry in spec.space.items()],
+        raw=found.data,
     )
 
 
-def _param_spec(where: str, key: str, spec: Any) -> ParamSpec:
+def _param_spec(where: str, key: str, entry: SpaceEntry) -> ParamSpec:
     """Check one ``space`` entry; its range must be non-empty (relative ranges are checked once applied)."""
-    if not isinstance(spec, dict):
-        raise _fail(where, f"'space.{key}' must be a mapping with 'type' and a range")
-    _check_keys(where, spec, PARAM_FIELDS, f"space.{key}.")
-    kind = spec.get("type")
+    kind = entry.type
     if kind not in PARAM_TYPES:
         raise _fail(where, f"'space.{key}.type' is {kind!r}: use one of {', '.join(PARAM_TYPES)}")
     if kind == "categorical":
-        extra = sorted(set(spec) & {"low", "high", "relative", "log", "step"})
+        extra = [name for name in ("low", "high", "relative", "step") if getattr(entry, name) is not None]
+        extra += ["log"] if entry.log else []
         if extra:
             raise _fail(where, f"'space.{key}.{extra[0]}' does not apply to a categorical parameter")
-        choices = spec.get("choices")
-        if not isinstance(choices, list) or not choices:
+        choices = entry.choices
+        if not choices:
             raise _fail(where, f"'space.{key}.choices' is empty: list at least one value")
         if len(set(map(repr, choices))) != len(choices):
             raise _fail(where, f"'space.{key}.choices' lists a value twice: {choices}")
         return ParamSpec(name=key, type=kind, choices=tuple(choices))
-    if "choices" in spec:
+    if entry.choices is not None:
         raise _fail(where, f"'space.{key}.choices' applies to type categorical only")
-    has_abs, has_rel = "low" in spec or "high" in spec, "relative" in spec
+    has_abs, has_rel = entry.low is not None or entry.high is not None, entry.relative is not None
     if has_abs == has_rel:
         raise _fail(where, f"'space.{key}' needs either low and high, or relative: [low factor, high factor]")
-    log = spec.get("log", False)
-    if not isinstance(log, bool):
-        raise _fail(where, f"'space.{key}.log' must be true or false")
-    step = spec.get("step")
+    log, step = entry.log, entry.step
     if step is not None:
         _number(where, f"space.{key}.step", step, integer=kind == "int", positive=True)
         if log:
             raise _fail(where, f"'space.{key}' cannot have both log: true and a step")
     if has_rel:
-        factors = spec["relative"]
-        if not (isinstance(factors, list) and len(factors) == 2):
+        factors = entry.relative
+        if len(factors) != 2:
             raise _fail(where, f"'space.{key}.relative' must be [low factor, high factor], got {factors!r}")
         lo, hi = (_number(where, f"space.{key}.relative", f, positive=True) for f in factors)
         if lo >= hi:
             raise _fail(where, f"'space.{key}.relative' is an empty range: {lo} >= {hi}")
         return ParamSpec(name=key, type=kind, relative=(float(lo), float(hi)), log=log, step=step)
-    if "low" not in spec or "high" not in spec:
+    if entry.low is None or entry.high is None:
         raise _fail(where, f"'space.{key}' needs both low and high")
-    lo = _number(where, f"space.{key}.low", spec["low"], integer=kind == "int")
-    hi = _number(where, f"space.{key}.high", spec["high"], integer=kind == "int")
+    lo = _number(where, f"space.{key}.low", entry.low, integer=kind == "int")
+    hi = _number(where, f"space.{key}.high", entry.high, integer=kind == "int")
     if lo >= hi:
         raise _fail(where, f"'space.{key}' is an empty range: low {lo} >= high {hi}")
     if log and lo <= 0:
@@ -243,12 +311,10 @@ Distributions = dict[str, optuna.distributions.BaseDistribution]
 
 def check_space_keys(search: SearchConfig) -> None:
     """Every searched key must be a key of the installed verl's config (one line naming the nearest)."""
-    import difflib
-
     known = config.verl_default_keys()
     for spec in search.space:
         if spec.name not in known:
-            near = difflib.get_close_matches(spec.name, known, n=3, cutoff=0.6)
+            near = nearest(spec.name, known, n=3)
             hint = f"; nearest valid keys: {', '.join(near)}" if near else ""
             raise _fail(str(search.path), f"unknown key 'space.{spec.name}': not a key of the installed "
                                           f"verl's config{hint}")

@@ -34,8 +34,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from verlflow import config, steps, tracking
+from verlflow import config, tracking, train
 from verlflow.errors import VerlflowError
+from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
 from verlflow.search.space import (
     PRUNERS,
     SearchConfig,
@@ -98,7 +99,7 @@ def run_search(
     check_storage_url(storage)
     search = load_search_config(search_config)
     check_space_keys(search)
-    recipe, dev, profile, backend = steps.choose_train_setup(recipe, device, "auto", "auto")
+    recipe, dev, profile, backend = train.choose_train_setup(recipe, device, "auto", "auto")
     for split in ("train", "test"):
         if not (Path(data_dir) / f"{split}.parquet").is_file():
             raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `mlflow run . "
@@ -108,7 +109,7 @@ def run_search(
     def compose_trial(values: dict[str, Any]) -> config.ComposedConfig:
         merged = {**search.trial_overrides, **values}
         overrides = shlex.join(config.hydra_overrides(merged))
-        return steps.compose_train_config(recipe, profile, data_dir, "", overrides)
+        return train.compose_train_config(recipe, profile, data_dir, "", overrides)
 
     base = compose_trial({})
     dists = distributions(search, base)
@@ -122,13 +123,13 @@ def run_search(
         direction=search.direction,
         sampler=TrialSeededSampler(search.seed, search.n_startup_trials),
         pruner=make_pruner(pruner_name, search.pruner_settings),
-        identity={"verlflow.recipe": base.recipe_name, "verlflow.objective": search.metric,
-                  "verlflow.space": space_fingerprint(dists)},
+        identity={RECIPE_TAG: base.recipe_name, OBJECTIVE_TAG: search.metric,
+                  SPACE_TAG: space_fingerprint(dists)},
     )
     shown_storage = describe_storage(storage, study_name)
     tags = {
         **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
-        "verlflow.step": "search",
+        STEP_TAG: "search",
         "optuna.study_name": study_name,
         "optuna.storage": shown_storage,
         "search.config": search.name,
@@ -227,13 +228,9 @@ def log_plots(study: optuna.Study, run_id: str) -> list[str]:
 
 def register_best(best_run_id: str, run_id: str) -> Any:
     """Register the best trial's checkpoint as the challenger (the pipeline's registry); tag the outcome."""
+    from verlflow.models.registry import run_register
+
     client = MlflowClient()
-    try:
-        from verlflow.models.registry import run_register
-    except ImportError:
-        log.warning("search: verlflow.models.registry is not available; best run %s not registered", best_run_id)
-        client.set_tag(run_id, "search.registered", "false: verlflow.models.registry not available")
-        return None
     # Workers of one study each summarise at their end: register the best run once, not once per worker.
     try:
         existing = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")

@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import storage_url_with_password
+from verlflow.names import ERROR_TAG, SPACE_TAG
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class StaleTrialHandler:
                 if attr == RUN_ID_ATTR:
                     client.set_tag(run_id, "optuna.state", "FAIL")
                 if client.get_run(run_id).info.status == "RUNNING":
-                    client.set_tag(run_id, "verlflow.error", reason)
+                    client.set_tag(run_id, ERROR_TAG, reason)
                     client.set_terminated(run_id, status)
         self._retry(study, trial)
 
@@ -282,7 +283,7 @@ def open_study(*, study_name: str, storage: BaseStorage, direction: str, sampler
         if key not in existing:
             study.set_user_attr(key, value)
         elif existing[key] != value:
-            what = "search space" if key == "verlflow.space" else key
+            what = "search space" if key == SPACE_TAG else key
             raise VerlflowError(f"study '{study_name}' was created with another {what} "
                                 f"({str(existing[key])[:80]}): give another study_name to start a new study")
     return study

@@ -34,8 +34,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from verlflow import config
-from verlflow.cli import EXIT_BAD_INPUT
-from verlflow.errors import VerlflowError
+from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
+from verlflow.names import STEP_TAG
 from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
 
 # Linux: the train subprocess gets SIGTERM when its worker dies (even by SIGKILL), so a killed worker
@@ -128,7 +128,7 @@ class TrialRunner:
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
             MLFLOW_RUN_NAME: name,
             # Set again by the train step; here so that a trial killed while starting still reads as one.
-            "verlflow.step": "train",
+            STEP_TAG: "train",
             "optuna.study_name": self.study_name,
             "optuna.trial_number": str(trial.number),
             **{f"optuna.param.{key}": str(value) for key, value in params.items()},

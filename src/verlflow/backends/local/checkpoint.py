@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from verlflow.backends.layout import complete_steps, newest_step, step_dir, step_of, write_tracker
 from verlflow.errors import VerlflowError
 from verlflow.models.tinymodel import make_tokenizer_config_portable
 
-TRACKER = "latest_checkpointed_iteration.txt"
 STATE_FILE = "trainer_state.pt"
 HF_SUBDIR = Path("actor") / "huggingface"
-_STEP_DIR = re.compile(r"global_step_(\d+)")
-
-
-def step_dir(root: str | os.PathLike[str], step: int) -> Path:
-    """``<root>/global_step_<step>``."""
-    return Path(root) / f"global_step_{step}"
 
 
 def hf_dir(checkpoint: str | os.PathLike[str]) -> Path:
@@ -83,23 +76,16 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
-    tracker_tmp = root / f".{TRACKER}.tmp"
-    tracker_tmp.write_text(f"{step}\n")
-    os.replace(tracker_tmp, root / TRACKER)
+    write_tracker(root, step)
     if keep and keep > 0:
-        for old in sorted(_checkpoints(root))[:-keep]:
+        for old in complete_steps(root, _is_complete)[:-keep]:
             shutil.rmtree(step_dir(root, old), ignore_errors=True)
     return hf_dir(final)
 
 
-def _checkpoints(root: Path) -> list[int]:
-    """Steps with a complete checkpoint under ``root``."""
-    steps = []
-    for child in root.glob("global_step_*"):
-        match = _STEP_DIR.fullmatch(child.name)
-        if match and (child / STATE_FILE).is_file() and (hf_dir(child) / "config.json").is_file():
-            steps.append(int(match.group(1)))
-    return steps
+def _is_complete(checkpoint: Path) -> bool:
+    """A local-trainer checkpoint holds its trainer state and a loadable Hugging Face folder."""
+    return (checkpoint / STATE_FILE).is_file() and (hf_dir(checkpoint) / "config.json").is_file()
 
 
 def find_resume_checkpoint(root: str | os.PathLike[str], mode: str, resume_from: str | None) -> Path | None:
@@ -108,20 +94,14 @@ def find_resume_checkpoint(root: str | os.PathLike[str], mode: str, resume_from:
         return None
     if mode == "resume_path":
         path = Path(str(resume_from)).expanduser()
-        if not (path / STATE_FILE).is_file() or not (hf_dir(path) / "config.json").is_file():
+        if not _is_complete(path):
             raise VerlflowError(
                 f"trainer.resume_from_path={resume_from} is not a local-trainer checkpoint: give a "
                 f"global_step_<N> folder holding {STATE_FILE} and {HF_SUBDIR}"
             )
         return path
-    root = Path(root)
-    tracker = root / TRACKER
-    if tracker.is_file():
-        text = tracker.read_text().strip()
-        if text.isdigit() and int(text) in _checkpoints(root):
-            return step_dir(root, int(text))
-    steps = _checkpoints(root) if root.is_dir() else []
-    return step_dir(root, max(steps)) if steps else None
+    step = newest_step(root, _is_complete)
+    return None if step is None else step_dir(root, step)
 
 
 def load_state(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
@@ -132,7 +112,7 @@ def load_state(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
 
 def checkpoint_step(checkpoint: str | os.PathLike[str]) -> int:
     """N of a ``global_step_<N>`` folder."""
-    match = _STEP_DIR.fullmatch(Path(checkpoint).name)
-    if not match:
+    step = step_of(checkpoint)
+    if step is None:
         raise VerlflowError(f"checkpoint folder '{checkpoint}' is not named global_step_<N>")
-    return int(match.group(1))
+    return step

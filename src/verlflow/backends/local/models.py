@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 
 from verlflow.backends.local.settings import LocalSettings
 from verlflow.errors import VerlflowError
+from verlflow.util import first_line, hub_unreachable
 
 
 def torch_device(name: str) -> torch.device:
@@ -39,9 +39,6 @@ def apply_thread_count(env: dict[str, str]) -> None:
         torch.set_num_threads(int(threads))
 
 
-HUB_PROBE_TIMEOUT_S = 3.0
-
-
 @functools.lru_cache(maxsize=8)
 def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
     """Extra ``from_pretrained`` arguments for a hub id, decided in seconds rather than after retries.
@@ -51,7 +48,9 @@ def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
     """
     if Path(path).is_dir() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         return ()
-    problem = _hub_unreachable(path)
+    from huggingface_hub import constants
+
+    problem = hub_unreachable(f"{constants.ENDPOINT}/api/models/{path}")
     if problem is None:
         return ()
     from huggingface_hub import try_to_load_from_cache
@@ -64,27 +63,6 @@ def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def _hub_unreachable(repo_id: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
-    """None when the hub answers one request for ``repo_id`` in time (in a thread: DNS can hang)."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import get_session
-
-    url = f"{constants.ENDPOINT}/api/models/{repo_id}"
-    outcome: list[str | None] = []
-
-    def probe() -> None:
-        try:
-            status = get_session().head(url, timeout=timeout).status_code
-            outcome.append(f"HTTP {status}" if status >= 500 else None)
-        except Exception as exc:  # any transport error means the hub is out of reach
-            outcome.append(_first_line(exc))
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 1.0)
-    return outcome[0] if outcome else f"no answer from {url} within {timeout:g} s"
-
-
 def load_tokenizer(path: str, s: LocalSettings, resolved: Any) -> Any:
     """The tokenizer, left-padded, with a chat template and a pad token (verl's hf_tokenizer rules)."""
     from transformers import AutoTokenizer
@@ -93,7 +71,7 @@ def load_tokenizer(path: str, s: LocalSettings, resolved: Any) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code,
                                                   **dict(hub_load_kwargs(path)))
     except (OSError, ValueError) as exc:
-        raise VerlflowError(f"cannot load the tokenizer of '{path}': {_first_line(exc)}") from None
+        raise VerlflowError(f"cannot load the tokenizer of '{path}': {first_line(exc)}") from None
     custom = resolved.actor_rollout_ref.model.get("custom_chat_template")
     if custom:
         tokenizer.chat_template = custom
@@ -114,7 +92,7 @@ def load_model(path: str, s: LocalSettings, device: torch.device) -> Any:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=s.trust_remote_code,
                                                      **dict(hub_load_kwargs(path)))
     except (OSError, ValueError) as exc:
-        raise VerlflowError(f"cannot load model '{path}': {_first_line(exc)}") from None
+        raise VerlflowError(f"cannot load model '{path}': {first_line(exc)}") from None
     if s.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.to(device)
@@ -139,7 +117,3 @@ def build_optimizer_and_scheduler(model: Any, s: LocalSettings, total_steps: int
     raise VerlflowError(f"actor_rollout_ref.actor.optim.lr_scheduler_type={kind} is not supported locally: "
                         "use constant or cosine")
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]

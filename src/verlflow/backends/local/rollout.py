@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from verlflow.errors import VerlflowError
+from verlflow.util import first_line
 
 RewardFn = Callable[..., Any]
 
@@ -232,5 +233,5 @@ def reward_fn_from_config(resolved: Any) -> RewardFn:
     try:
         custom = get_custom_reward_fn(config)
     except (FileNotFoundError, AttributeError, RuntimeError) as exc:
-        raise VerlflowError(f"cannot load reward.custom_reward_function: {str(exc).splitlines()[0]}") from None
+        raise VerlflowError(f"cannot load reward.custom_reward_function: {first_line(exc)}") from None
     return custom or default_reward_fn()

@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verlflow.errors import VerlflowError
+from verlflow.util import first_line
 
 ACTOR = "actor_rollout_ref.actor."
 ROLLOUT = "actor_rollout_ref.rollout."
@@ -79,12 +80,30 @@ REASONS = (
     ("*use_torch_compile*", "the local trainer runs eagerly"),
 )
 
-CRITIC_FREE_ESTIMATORS = (
-    "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "opo", "gpg",
-    "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-)
 DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "npu": "npu"}
 
+
+
+def _critic_free_estimator(resolved: Any) -> str:
+    """The advantage estimator, refused when verl says it trains a critic (the local trainer has none)."""
+    import warnings
+
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.utils import need_critic
+
+    adv = str(resolved.algorithm.adv_estimator)
+    with warnings.catch_warnings():  # need_critic warns that a critic-free estimator disables the critic
+        warnings.simplefilter("ignore")
+        critic = need_critic(resolved)
+    if critic:
+        raise VerlflowError(f"algorithm.adv_estimator={adv} needs a critic, which the local trainer has not: "
+                            "use a critic-free estimator such as grpo or rloo")
+    try:
+        core_algos.get_adv_estimator_fn(adv)
+    except ValueError:
+        raise VerlflowError(f"algorithm.adv_estimator={adv} is not an estimator of the installed verl: "
+                            "use grpo or rloo") from None
+    return adv
 
 @dataclass
 class LocalSettings:
@@ -160,12 +179,7 @@ def read_settings(cfg: Any) -> LocalSettings:
         max(1, rollout.log_prob_max_token_len_per_gpu // seq_len) if rollout.log_prob_use_dynamic_bsz else micro)
     ref_micro = ref.log_prob_micro_batch_size_per_gpu or (
         max(1, ref.log_prob_max_token_len_per_gpu // seq_len) if ref.log_prob_use_dynamic_bsz else micro)
-    adv = str(r.algorithm.adv_estimator)
-    if adv not in CRITIC_FREE_ESTIMATORS:
-        raise VerlflowError(
-            f"algorithm.adv_estimator={adv} needs a critic, which the local trainer has not: "
-            f"use one of {', '.join(CRITIC_FREE_ESTIMATORS)}"
-        )
+    adv = _critic_free_estimator(r)
     device = DEVICES.get(str(trainer.device))
     if device is None:
         raise VerlflowError(f"trainer.device={trainer.device} is unknown: use cpu, cuda or npu")
@@ -191,7 +205,7 @@ def read_settings(cfg: Any) -> LocalSettings:
         shuffle=bool(data.shuffle),
         data_seed=int(data.seed) if data.get("seed") is not None else 1,
         train_max_samples=int(data.train_max_samples),
-        val_max_samples=int(cfg.verlflow.get("val_limit") or data.val_max_samples),
+        val_max_samples=int(cfg.verlflow.val_limit or data.val_max_samples),
         chat_template_kwargs=dict(data.get("apply_chat_template_kwargs") or {}),
         train_files=_one_file(data.train_files),
         val_files=_one_file(data.val_files),
@@ -297,7 +311,7 @@ def _dataclass(node: DictConfig) -> Any:
     try:
         return omega_conf_to_dataclass(node)
     except (ValueError, AssertionError, TypeError) as exc:
-        raise VerlflowError(f"verl rejects the config: {str(exc).splitlines()[0]}") from None
+        raise VerlflowError(f"verl rejects the config: {first_line(exc)}") from None
 
 
 @functools.lru_cache(maxsize=1)

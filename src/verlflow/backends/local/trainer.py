@@ -51,14 +51,13 @@ from verlflow.backends.local.rollout import (
 )
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.errors import VerlflowError
+from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
+from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_TAG = "verlflow.checkpoint_dir"
-IGNORED_TAG = "verlflow.ignored_keys"
 # Run folders (checkpoints under <root>/<run_id>/checkpoints) unless the recipe's verlflow.output_dir says.
 DEFAULT_OUTPUT_ROOT = "outputs/local"
-RESUMED_TAG = "verlflow.resumed_from"
 # Rows of the samples table per logged step (a 2560-response step would make an unreadable table).
 MAX_SAMPLE_ROWS = 64
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -111,7 +110,7 @@ def with_run_folder(cfg: Any, run_id: str) -> Any:
     if key in cfg.overrides:
         folder = Path(str(OmegaConf.select(cfg.resolved, key))).expanduser().resolve()
     else:
-        root = Path(str(cfg.verlflow.get("output_dir") or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
+        root = Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
         folder = root / run_id / "checkpoints"
     resolved = copy.deepcopy(cfg.resolved)
     OmegaConf.update(resolved, key, str(folder))
@@ -135,7 +134,7 @@ class LocalTrainer:
         """Log what is ignored and the run's params/tags, then load data, models, optimizer, state."""
         from transformers.utils import logging as hf_logging
 
-        from verlflow.models.tinymodel import resolve_model_path
+        from verlflow.models.model_path import resolve_model_path
 
         hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
         self._log_run_description()
@@ -166,12 +165,12 @@ class LocalTrainer:
 
         for key, value in self.s.ignored.items():
             log.warning("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
-        mlflow.set_tag(IGNORED_TAG, ",".join(self.s.ignored) or "none")
+        mlflow.set_tag(IGNORED_KEYS_TAG, ",".join(self.s.ignored) or "none")
         try:
             tracking.log_verl_params(self.cfg.to_container())
         except mlflow.exceptions.MlflowException as exc:
             raise VerlflowError(
-                f"run {self.run_id} already holds params of a different config ({str(exc).splitlines()[0][:200]}): "
+                f"run {self.run_id} already holds params of a different config ({first_line(exc, 200)}): "
                 "resume in a new run"
             ) from None
         mlflow.log_text(_to_yaml(self.cfg.resolved), "config/resolved.yaml")
@@ -181,7 +180,7 @@ class LocalTrainer:
         tracking.log_device_profile(device.collect_device_profile(kind, environ=environ))
 
     def _prompts(self, split: str) -> PromptSet:
-        from verlflow.data import read_split
+        from verlflow.data.gsm8k import read_split
 
         if self.data_dir is not None:
             frame = read_split(self.data_dir, split)
@@ -211,7 +210,7 @@ class LocalTrainer:
         ckpt.set_rng_state(state["rng"])
         self.global_step = int(state["global_step"])
         self.last_saved = ckpt.hf_dir(found)
-        mlflow.set_tag(RESUMED_TAG, str(Path(found).resolve()))
+        mlflow.set_tag(RESUMED_FROM_TAG, str(Path(found).resolve()))
         origin = state.get("run_id")
         other = f" (written by run {origin})" if origin and origin != self.run_id else ""
         log.warning("resuming from %s%s at step %d of %d", found, other, self.global_step, self.total_steps)
@@ -254,7 +253,7 @@ class LocalTrainer:
         tracking.flush_metrics()  # the summaries read the per-step history back
         summaries = tracking.log_run_summaries(self.run_id, started_at)
         final = self.last_saved.resolve()
-        mlflow.set_tag(CHECKPOINT_TAG, str(final))
+        mlflow.set_tag(CHECKPOINT_DIR_TAG, str(final))
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 
@@ -361,7 +360,7 @@ class LocalTrainer:
             mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
         except MlflowException as exc:
             log.warning("samples of step %d not logged (tracking store unavailable: %s); training goes on",
-                        step, str(exc).splitlines()[0][:200])
+                        step, first_line(exc, 200))
 
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free

@@ -43,8 +43,22 @@ from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
 from verlflow.device import detect as device
-from verlflow.errors import VerlflowError
-from verlflow.problems import Problem, raise_problems
+from verlflow.errors import Problem, VerlflowError, raise_problems
+from verlflow.names import (
+    CHECKPOINT_DIR_TAG,
+    CHECKPOINT_SOURCE_TAG,
+    DEVICE_PROFILE_HOST_TAG,
+    DRY_RUN_TAG,
+    EXIT_CODE_TAG,
+    JEMALLOC_TAG,
+    LAUNCHER_TAG,
+    PREFLIGHT_TAG,
+    RAY_JOB_ID_TAG,
+    ROLLOUT_TRACES_TAG,
+    VALIDATED_TAG,
+    VERL_ERROR_TAG,
+)
+from verlflow.util import mask_secret
 
 DEVICE_WORD = {"npu": "NPU", "gpu": "CUDA GPU", "cpu": "CPU"}
 NODE_HINT = {"npu": "run on an A3 node", "gpu": "run on an H20 node", "cpu": "use backend=local"}
@@ -66,10 +80,6 @@ class VerlTrainResult:
     checkpoint_dir: str | None
     # The Ray job's submission id when launched with ray_address.
     ray_job_id: str | None = None
-
-
-def _as_bool(value: Any) -> bool:
-    return value is True or str(value).strip().lower() in ("true", "1", "yes")
 
 
 def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Probe | None = None,
@@ -150,16 +160,16 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
     profile = device.collect_device_profile(cfg.profile.device, environ={**os.environ, **plan.env})
     tracking.log_device_profile(profile)
     tags = {
-        "verlflow.dry_run": str(dry_run).lower(),
-        "verlflow.launcher": f"ray:{ray_address}" if ray_address else "local",
+        DRY_RUN_TAG: str(dry_run).lower(),
+        LAUNCHER_TAG: f"ray:{ray_address}" if ray_address else "local",
         "verlflow.launch_module": plan.launch_module,
         "verlflow.output_dir": str(plan.run_dir),
     }
     if ray_address:
-        tags["verlflow.device_profile_host"] = "the submitting host, not the Ray cluster"
+        tags[DEVICE_PROFILE_HOST_TAG] = "the submitting host, not the Ray cluster"
     jemalloc = [lib for lib in plan.preload if verl_command.is_jemalloc(lib)]
     if jemalloc and not ray_address:
-        tags["verlflow.jemalloc"] = "missing" if set(jemalloc) & set(verl_command.missing_preloads(plan)) else "enabled"
+        tags[JEMALLOC_TAG] = "missing" if set(jemalloc) & set(verl_command.missing_preloads(plan)) else "enabled"
     mlflow.set_tags(tags)
     mlflow.log_text(OmegaConf.to_yaml(resolved), "config/resolved.yaml")
     mlflow.log_text(command, "config/command.txt")
@@ -186,7 +196,7 @@ class _Watch:
             self.tail.append(line.strip())
         if line.strip() in (verl_command.JEMALLOC_ENABLED_LINE, verl_command.JEMALLOC_MISSING_LINE):
             state = "enabled" if line.strip() == verl_command.JEMALLOC_ENABLED_LINE else "missing"
-            MlflowClient().set_tag(self.run_id, "verlflow.jemalloc", state)
+            MlflowClient().set_tag(self.run_id, JEMALLOC_TAG, state)
 
     def reason(self) -> str:
         errors = [ln for ln in self.tail if "Error" in ln or "error:" in ln]
@@ -197,17 +207,40 @@ def train_verl(
     cfg: config.ComposedConfig,
     *,
     run_id: str,
-    data_dir: str,
     dry_run: bool,
     ray_address: str,
     started_at: float,
 ) -> VerlTrainResult:
     """Train ``cfg`` with verl inside the active MLflow run ``run_id`` (see the module docstring).
 
-    ``data_dir`` is already in ``cfg`` (``data.train_files``/``val_files``); it is named in errors only.
     A failed launch raises :class:`VerlflowError` (run FAILED), a signal :class:`RunInterrupted` (KILLED).
     """
     client = MlflowClient()
+    plan, spec, command = _prepare_launch(client, cfg, run_id, dry_run=dry_run, ray_address=ray_address)
+    if dry_run:
+        job = verl_launch.validate_with_verl(plan)
+        mlflow.log_dict(job, "config/verl_job.yaml")
+        mlflow.set_tag(VALIDATED_TAG, "verl main_ppo --cfg job")
+        print("verlflow: dry run: verl composes this command line; not launched:\n")
+        print(command)
+        return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
+                               run_dir=str(plan.run_dir), checkpoint_dir=None)
+    rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
+    tracking.log_run_summaries(run_id, started_at)
+    tensorboard = plan.env.get("TENSORBOARD_DIR")
+    if tensorboard and Path(tensorboard).is_dir():
+        mlflow.log_artifacts(tensorboard, "logs/tensorboard")
+    hf_dir = _merge_final_checkpoint(plan)
+    return VerlTrainResult(run_id=run_id, dry_run=False, command=command, returncode=rc, run_dir=str(plan.run_dir),
+                           checkpoint_dir=str(hf_dir), ray_job_id=spec["submission_id"] if spec else None)
+
+
+def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: str, *, dry_run: bool,
+                    ray_address: str) -> tuple[LaunchPlan, dict | None, str]:
+    """Plan the launch, validate it with verl, log it, and refuse it when it cannot work here.
+
+    Returns the plan, the Ray job spec (None for a local launch) and the command text a user could rerun.
+    """
     run = client.get_run(run_id)
     experiment = client.get_experiment(run.info.experiment_id).name
     plan = verl_command.build_plan(cfg, run_id=run_id, experiment_name=experiment, run_name=run.info.run_name or "",
@@ -215,40 +248,38 @@ def train_verl(
     # The forced keys are validated too: verl composes exactly what will be launched.
     resolved = config.validate_against_verl(plan.overrides)
     spec = verl_launch.ray_job_spec(plan, run_id=run_id) if ray_address else None
-    ray_line = (verl_launch.ray_submit_command(spec, ray_address, mask=verl_command.mask_secret)
-                if spec else None)
+    ray_line = verl_launch.ray_submit_command(spec, ray_address, mask=mask_secret) if spec else None
     command = plan.command_text(ray_command=ray_line)
     record_launch(cfg, plan, resolved, dry_run=dry_run, ray_address=ray_address, command=command)
     _print_plan(plan, ray_address=ray_address)
-    skip_preflight = _as_bool(cfg.verlflow.get("skip_preflight", False))
+    skip_preflight = cfg.verlflow.skip_preflight
     if ray_address and not skip_preflight:
         print("verlflow: Ray job: the model and data paths are the cluster's; they are not checked from here")
     check_launch(cfg, plan, resolved, check_device=not (dry_run or ray_address or skip_preflight),
                  check_files=not (skip_preflight or ray_address))
+    if not dry_run:
+        if ray_address:
+            mlflow.set_tag(PREFLIGHT_TAG, "not run (Ray job: the devices are the cluster's)")
+        elif skip_preflight:
+            mlflow.set_tag(PREFLIGHT_TAG, "skipped (verlflow.skip_preflight)")
+        else:
+            mlflow.set_tag(PREFLIGHT_TAG, "passed")
+    return plan, spec, command
 
-    if dry_run:
-        job = verl_launch.validate_with_verl(plan)
-        mlflow.log_dict(job, "config/verl_job.yaml")
-        mlflow.set_tag("verlflow.validated", "verl main_ppo --cfg job")
-        print("verlflow: dry run: verl composes this command line; not launched:\n")
-        print(command)
-        return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
-                               run_dir=str(plan.run_dir), checkpoint_dir=None)
 
-    if ray_address:
-        mlflow.set_tag("verlflow.preflight", "not run (Ray job: the devices are the cluster's)")
-    elif skip_preflight:
-        mlflow.set_tag("verlflow.preflight", "skipped (verlflow.skip_preflight)")
-    else:
-        mlflow.set_tag("verlflow.preflight", "passed")
+def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict | None,
+            ray_address: str) -> int:
+    """Run verl (locally, or as the Ray job ``spec`` at ``ray_address``) and keep its log and traces with the run.
 
+    Returns verl's exit status (0); a non-zero one raises :class:`VerlflowError` with verl's last error line.
+    """
     log_path = plan.run_dir / "verl.log"
     watch = _Watch(run_id)
     print(f"verlflow: launching verl for run {run_id}; output in {log_path}", flush=True)
     launched_ms = int(time.time() * 1000)
     try:
         if spec is not None:
-            mlflow.set_tag("verlflow.ray_job_id", spec["submission_id"])
+            mlflow.set_tag(RAY_JOB_ID_TAG, spec["submission_id"])
             rc = verl_launch.run_ray_job(spec, ray_address, log_path, on_line=watch)
         else:
             rc = verl_launch.run_local(plan, log_path, on_line=watch)
@@ -257,27 +288,26 @@ def train_verl(
             mlflow.log_artifact(str(log_path), "logs")
         if plan.overrides.get(f"{verl_command.TRACE}.backend") == "mlflow":
             linked = verl_traces.link_rollout_traces(client, run_id, since_ms=launched_ms)
-            mlflow.set_tag("verlflow.rollout_traces", str(linked))
-    mlflow.set_tag("verlflow.exit_code", str(rc))
+            mlflow.set_tag(ROLLOUT_TRACES_TAG, str(linked))
+    mlflow.set_tag(EXIT_CODE_TAG, str(rc))
     if rc != 0:
-        mlflow.set_tag("verlflow.verl_error", watch.reason())
+        mlflow.set_tag(VERL_ERROR_TAG, watch.reason())
         raise VerlflowError(f"verl exited with status {rc}: {watch.reason()} (full output: logs/verl.log)")
+    return rc
 
-    tracking.log_run_summaries(run_id, started_at)
-    tensorboard = plan.env.get("TENSORBOARD_DIR")
-    if tensorboard and Path(tensorboard).is_dir():
-        mlflow.log_artifacts(tensorboard, "logs/tensorboard")
+
+def _merge_final_checkpoint(plan: LaunchPlan) -> Path:
+    """verl's last actor checkpoint → the run's Hugging Face folder (tagged), with the merger's log kept."""
     actor = verl_merge.last_actor_checkpoint(plan.checkpoint_dir)
     merge_log = plan.run_dir / "merge.log"
     try:
-        hf_dir = verl_merge.merge_actor_checkpoint(actor, plan.hf_dir, log_path=merge_log)
+        hf_dir = verl_merge.merge_actor_checkpoint(actor, plan.hf_dir, log_path=merge_log).resolve()
     finally:
         if merge_log.is_file():
             mlflow.log_artifact(str(merge_log), "logs")
-    mlflow.set_tags({"verlflow.checkpoint_dir": str(hf_dir.resolve()), "verlflow.checkpoint_source": str(actor)})
+    mlflow.set_tags({CHECKPOINT_DIR_TAG: str(hf_dir), CHECKPOINT_SOURCE_TAG: str(actor)})
     print(f"verlflow: final checkpoint {actor} merged into {hf_dir}")
-    return VerlTrainResult(run_id=run_id, dry_run=False, command=command, returncode=rc, run_dir=str(plan.run_dir),
-                           checkpoint_dir=str(hf_dir.resolve()), ray_job_id=spec["submission_id"] if spec else None)
+    return hf_dir
 
 
 __all__ = ["VerlTrainResult", "train_verl", "preflight", "check_launch", "record_launch"]

@@ -46,9 +46,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from verlflow import config
+from verlflow.config.schema import VerlflowBlock
 from verlflow.errors import VerlflowError
+from verlflow.util import mask_secret
 
-DEFAULT_LAUNCH_MODULE = "verl.trainer.main_ppo"
+DEFAULT_LAUNCH_MODULE = VerlflowBlock.launch_module
 # verl saves at step % save_freq == 0 or on the last step: a period no run reaches leaves only the last step.
 FINAL_ONLY_SAVE_FREQ = 1_000_000_000
 # Where per-run folders go unless the recipe's ``verlflow.output_dir`` says otherwise (relative to the cwd).
@@ -62,7 +64,6 @@ JEMALLOC_MISSING_LINE = "Running without jemalloc - consider installing it for b
 LAUNCH_MARKER = "verlflow: launching verl"
 # Printed on stdout right before exec when asked: verl's ``--cfg job`` output follows it.
 STDOUT_MARKER = "--- verlflow: verl output follows ---"
-_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "PRIVATE")
 
 
 @dataclass
@@ -169,12 +170,6 @@ def missing_preloads(plan: LaunchPlan) -> list[str]:
     return [lib for lib in plan.preload if not Path(lib).is_file()]
 
 
-def mask_secret(name: str, value: str) -> str:
-    """``value`` fit for a log: hidden when ``name`` looks secret, a URL's ``user:password@`` masked."""
-    if any(word in name.upper() for word in _SECRET_WORDS):
-        return "***"
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", value)
-
 
 def absolute_tracking_uri(uri: str) -> str:
     """A tracking URI that means the same store from any working directory.
@@ -226,10 +221,10 @@ def _absolute_path(value: Any) -> Any:
 
 def _model_path(value: Any) -> Any:
     """The model path verl gets: a tiny-model sentinel built, an existing relative folder absolute."""
-    from verlflow.models import tinymodel
+    from verlflow.models import model_path
 
-    if value in tinymodel.SENTINELS:
-        return tinymodel.resolve_model_path(value)
+    if value in model_path.SENTINELS:
+        return model_path.resolve_model_path(value)
     if isinstance(value, str) and value and not value.startswith("/") and Path(value).expanduser().is_dir():
         return str(Path(value).expanduser().resolve())
     return value
@@ -237,7 +232,7 @@ def _model_path(value: Any) -> Any:
 
 TRACE = "actor_rollout_ref.rollout.trace"
 # Rollouts traced per training step and agent-loop worker unless the recipe says otherwise.
-DEFAULT_TRACED_SAMPLES = 2
+DEFAULT_TRACED_SAMPLES = VerlflowBlock.rollout_traces
 
 
 def traced_samples(own: dict[str, Any]) -> int:
@@ -325,7 +320,7 @@ def build_plan(
     tracking_uri: str,
 ) -> LaunchPlan:
     """The launch of ``cfg`` for the MLflow run ``run_id``: forced overrides, env and folders (nothing runs)."""
-    root = Path(str(cfg.verlflow.get("output_dir") or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
+    root = Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
     run_dir = root / run_id
     overrides, notes = forced_overrides(cfg.overrides, project=experiment_name, experiment=run_name or run_id,
                                         run_dir=run_dir, traces=traced_samples(cfg.verlflow))

@@ -36,6 +36,7 @@ import yaml
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
 from verlflow.errors import VerlflowError
 from verlflow.tracking import RunInterrupted
+from verlflow.util import first_line
 
 # Seconds a signalled launch gets to exit (verl flushes its loggers) before SIGKILL.
 KILL_GRACE_S = 30.0
@@ -259,7 +260,7 @@ def run_ray_job(
     try:
         client = JobSubmissionClient(address)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError for a bad address
-        raise VerlflowError(f"cannot reach the Ray cluster at '{address}': {str(exc).splitlines()[0]}") from None
+        raise VerlflowError(f"cannot reach the Ray cluster at '{address}': {first_line(exc)}") from None
     job_id = client.submit_job(**spec)
     print(f"verlflow: submitted Ray job {job_id} to {address}", flush=True)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)

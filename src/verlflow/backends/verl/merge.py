@@ -13,14 +13,11 @@ records N in ``latest_checkpointed_iteration.txt``. :func:`last_actor_checkpoint
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
+from verlflow.backends.layout import newest_step, step_dir
 from verlflow.errors import VerlflowError
-
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-_STEP_DIR = re.compile(r"global_step_(\d+)$")
 
 
 def last_actor_checkpoint(checkpoint_dir: str | Path) -> Path:
@@ -30,22 +27,12 @@ def last_actor_checkpoint(checkpoint_dir: str | Path) -> Path:
     ``global_step_N`` with an ``actor/fsdp_config.json`` (async saves write no tracker).
     """
     root = Path(checkpoint_dir)
-    tracker = root / TRACKER_FILE
-    if tracker.is_file():
-        step = tracker.read_text().strip()
-        actor = root / f"global_step_{step}" / "actor"
-        if (actor / "fsdp_config.json").is_file():
-            return actor
-    steps = sorted(
-        (int(m.group(1)), p / "actor")
-        for p in (root.iterdir() if root.is_dir() else ())
-        if (m := _STEP_DIR.match(p.name)) and (p / "actor" / "fsdp_config.json").is_file()
-    )
-    if not steps:
+    step = newest_step(root, lambda folder: (folder / "actor" / "fsdp_config.json").is_file())
+    if step is None:
         raise VerlflowError(
             f"no verl checkpoint under {root} (expected global_step_N/actor/fsdp_config.json): did the run "
             "reach its last step? With a Ray job the folder must be on storage shared with the cluster")
-    return steps[-1][1]
+    return step_dir(root, step) / "actor"
 
 
 def merge_command(actor_dir: str | Path, target_dir: str | Path, *, python: str | None = None) -> list[str]:

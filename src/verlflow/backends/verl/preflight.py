@@ -37,7 +37,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verlflow.problems import NO_VALUE, Problem
+from verlflow.errors import NO_VALUE, Problem
+from verlflow.util import first_line
 
 ROLLOUT = "actor_rollout_ref.rollout"
 ACTOR = "actor_rollout_ref.actor"
@@ -224,7 +225,7 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
             try:
                 columns = set(pq.read_schema(path).names)
             except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, … for a file that is not parquet
-                problems.append(Problem(key, path, f"not a parquet file ({str(exc).splitlines()[0][:120]}): "
+                problems.append(Problem(key, path, f"not a parquet file ({first_line(exc, 120)}): "
                                                    "run `mlflow run . -e preprocess`"))
                 continue
             missing = [c for c in wanted if c not in columns]

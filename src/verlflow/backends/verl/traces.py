@@ -16,9 +16,11 @@ import logging
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow.names import RUN_ID_TAG
+from verlflow.util import filter_quote, first_line
+
 log = logging.getLogger(__name__)
 
-RUN_TAG = "verlflow.run_id"
 # MLflow links at most this many traces to a run per request.
 LINK_BATCH = 100
 
@@ -26,7 +28,7 @@ LINK_BATCH = 100
 def link_rollout_traces(client: MlflowClient, run_id: str, *, since_ms: int) -> int:
     """Link this launch's rollout traces to ``run_id`` and tag them; how many. Never fails the run."""
     run = client.get_run(run_id)
-    name = (run.info.run_name or run_id).replace("'", "\\'")
+    name = filter_quote(run.info.run_name or run_id)
     query = f"tags.experiment_name = '{name}' AND timestamp_ms >= {int(since_ms)}"
     trace_ids: list[str] = []
     try:
@@ -41,7 +43,7 @@ def link_rollout_traces(client: MlflowClient, run_id: str, *, since_ms: int) -> 
         for start in range(0, len(trace_ids), LINK_BATCH):
             client.link_traces_to_run(trace_ids[start:start + LINK_BATCH], run_id)
         for trace_id in trace_ids:
-            client.set_trace_tag(trace_id, RUN_TAG, run_id)
+            client.set_trace_tag(trace_id, RUN_ID_TAG, run_id)
     except MlflowException as exc:
-        log.warning("rollout traces not linked to run %s: %s", run_id, str(exc).splitlines()[0][:200])
+        log.warning("rollout traces not linked to run %s: %s", run_id, first_line(exc, 200))
     return len(trace_ids)

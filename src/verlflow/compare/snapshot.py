@@ -1,0 +1,37 @@
+"""One run as the comparison sees it: read once from the tracking store, then only computed on.
+
+:mod:`.step` fills :class:`RunSnapshot` objects; :mod:`.diff`, :mod:`.report`, :mod:`.plots` and
+:mod:`.utilisation` read them, so none of those modules talks to MLflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# How a table cell shows a value one run does not have.
+MISSING = "-"
+
+
+@dataclass
+class RunSnapshot:
+    """One run as read from the tracking store: identity, tags, params, latest metrics, histories."""
+
+    role: str  # "baseline" | "candidate"
+    run_id: str
+    name: str
+    status: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    # latest value of every metric (summaries such as timing_s_mean/* are logged once)
+    metrics: dict[str, float]
+    # metric key → [(step, value)] sorted by step, for the keys the report needs
+    histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # dataset name (context) → digest, from the run's logged inputs
+    datasets: dict[str, str] = field(default_factory=dict)
+    experiment_id: str = ""
+
+    @property
+    def label(self) -> str:
+        """``baseline: <name> (<device>)`` — how the run is named in tables and legends."""
+        device = self.tags.get("device.name") or self.tags.get("device.type") or "?"
+        return f"{self.role}: {self.name} ({device})"

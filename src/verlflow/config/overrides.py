@@ -1,0 +1,125 @@
+"""verl-style ``key=value`` overrides: parsed into typed values, rendered back as verl's Hydra reads them.
+
+    python -c "from verlflow.config.overrides import parse_overrides as p; print(p('a.b=5e-7 +c.d=[1,2] ~e'))"
+
+Overrides use verl's dotted form (``actor_rollout_ref.rollout.n=8``) with Hydra's prefixes: ``+key=value``
+adds a key verl's config does not have, ``++key=value`` adds or overrides, ``~key`` deletes. Nothing here
+knows verl's schema (that is :mod:`verlflow.config.verl_schema`): this module is the syntax only —
+parsing, flattening trees to dotted keys, and quoting values so Hydra reads them back unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+import yaml
+
+from verlflow.errors import VerlflowError
+
+# Hydra's override prefixes: add a new key, add-or-override, delete.
+ADD, FORCE_ADD, DELETE_PREFIX = "+", "++", "~"
+
+
+class _Delete:
+    """The value of a ``~key`` override: the key is removed from verl's config."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
+
+
+def flatten_tree(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten a nested mapping to dotted keys; lists stay values (verl's command-line form)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten_tree(value, f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    """Parse ``key=value`` overrides (a shell-quoted string or a list) into dotted key → typed value.
+
+    Values are read as YAML scalars/lists, so ``5e-7`` is a float, ``True`` a bool and
+    ``['console','mlflow']`` a list, as Hydra reads them on verl's command line. Hydra's prefixes stay
+    on the key (``+key``, ``++key``); ``~key`` maps to :data:`DELETE` (``~key=value`` to that value,
+    which Hydra deletes only when it matches).
+    """
+    if overrides is None:
+        return {}
+    items = shlex.split(overrides) if isinstance(overrides, str) else list(overrides)
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        bare = key.lstrip("+~")
+        if key.startswith(DELETE_PREFIX) and bare and key == DELETE_PREFIX + bare:
+            parsed[key] = _yaml_value(raw) if sep else DELETE
+            continue
+        if not sep or not bare or key not in (bare, ADD + bare, FORCE_ADD + bare):
+            raise VerlflowError(f"override '{item}' is not key=value, +key=value, ++key=value or ~key "
+                                "(e.g. actor_rollout_ref.rollout.n=8)")
+        parsed[key] = _yaml_value(raw)
+    return parsed
+
+
+def split_prefix(key: str) -> tuple[str, str]:
+    """``'++a.b'`` → ``('++', 'a.b')``: Hydra's prefix of an override key and the dotted key itself."""
+    bare = key.lstrip("+~")
+    return key[: len(key) - len(bare)], bare
+
+
+def _yaml_value(raw: str) -> Any:
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        return raw
+    # YAML 1.1 reads 5e-7 as a string where verl's Hydra reads a float.
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def to_hydra_value(value: Any) -> str:
+    """Render a value the way verl's Hydra command line expects it (``True``, ``5e-07``, ``['a','b']``).
+
+    A string Hydra would not read back unchanged as a bare word (a space, ``/`` next to other symbols,
+    non-ASCII letters: experiment names such as ``Qwen3 GRPO/A3 对比``) is quoted.
+    """
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_quoted(v) for v in value) + "]"
+    if isinstance(value, dict):
+        inner = ",".join(f"{k}:{to_hydra_value(v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    if isinstance(value, str) and not _BARE_WORD.fullmatch(value) and not _INTERPOLATION.fullmatch(value):
+        return hydra_quote(value)
+    return str(value)
+
+
+# Strings Hydra reads back unchanged without quotes: words, numbers-as-text, absolute/relative paths, URLs.
+_BARE_WORD = re.compile(r"[A-Za-z0-9_\-+.:/@%]*")
+_INTERPOLATION = re.compile(r"\$\{[^{}]*\}")
+
+
+def hydra_quote(text: str) -> str:
+    """``text`` as a Hydra quoted string: single quotes, with ``'`` and ``${`` escaped."""
+    escaped = text.replace("'", "\\'").replace("${", "\\${")
+    return f"'{escaped}'"
+
+
+def _quoted(value: Any) -> str:
+    return hydra_quote(value) if isinstance(value, str) else to_hydra_value(value)

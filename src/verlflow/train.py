@@ -1,0 +1,175 @@
+"""The train step: resolve what the user asked for, open the run, hand over to a backend.
+
+    mlflow run . --env-manager local -e train -P device=cpu
+
+``train`` chooses recipe, profile and backend from the device when they are ``auto``:
+
+| device | recipe                | profile | backend |
+| ------ | --------------------- | ------- | ------- |
+| npu    | qwen3-4b-gsm8k-grpo   | a3      | verl    |
+| gpu    | qwen3-4b-gsm8k-grpo   | h20     | verl    |
+| cpu    | smoke                 | cpu     | local   |
+| cpu    | smoke (backend=verl)  | cpu-verl| verl    |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+
+from verlflow import config, tracking
+from verlflow.device import detect as device
+from verlflow.device import system_metrics
+from verlflow.errors import VerlflowError
+from verlflow.input_checks import check_config_counts
+from verlflow.names import DATA_DIGEST_TAG, MODEL_NAME_TAG, STEP_TAG
+from verlflow.runs import naming as run_names
+
+log = logging.getLogger(__name__)
+
+GUIDE_RECIPE = "qwen3-4b-gsm8k-grpo"
+SMOKE_RECIPE = "smoke"
+PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
+# verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
+VERL_CPU_PROFILE = "cpu-verl"
+BACKENDS = ("auto", "verl", "local")
+
+
+def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, str, str, str]:
+    """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table)."""
+    if backend not in BACKENDS:
+        raise VerlflowError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
+    dev = device.detect_device(device_name)
+    if recipe == "auto":
+        recipe = SMOKE_RECIPE if dev == "cpu" else GUIDE_RECIPE
+    if backend == "auto":
+        backend = "local" if dev == "cpu" else "verl"
+    if profile == "auto":
+        profile = VERL_CPU_PROFILE if (dev, backend) == ("cpu", "verl") else PROFILE_FOR_DEVICE[dev]
+    return recipe, dev, profile, backend
+
+
+def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,
+                         check_counts: bool = True):
+    """Compose the training config with the data files and model the step parameters point at.
+
+    ``check_counts=False`` leaves the count checks to the verl preflight, which lists them with the rest.
+    """
+    extra = {
+        "data.train_files": str(Path(data_dir) / "train.parquet"),
+        "data.val_files": str(Path(data_dir) / "test.parquet"),
+    }
+    if model:
+        extra["actor_rollout_ref.model.path"] = model
+    cfg = config.compose(recipe, profile, overrides, extra=extra)
+    if check_counts:
+        check_config_counts(cfg.resolved)
+    return cfg
+
+
+def check_train_inputs(cfg: config.ComposedConfig, data_dir: str) -> None:
+    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes)."""
+    from verlflow.input_checks import check_model_folder, check_parquet_split
+
+    for split in ("train", "test"):
+        path = Path(data_dir) / f"{split}.parquet"
+        if path.exists():
+            check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
+    check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))
+
+
+def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
+    """Tags a train run carries for the registry: its step, model name and the digest of its data."""
+    from verlflow.data.gsm8k import data_dir_digest
+
+    tags = {STEP_TAG: "train"}
+    if cfg.verlflow.model_name:
+        tags[MODEL_NAME_TAG] = cfg.verlflow.model_name
+    digest = data_dir_digest(data_dir)
+    if digest:
+        tags[DATA_DIGEST_TAG] = digest
+    return tags
+
+
+def run_train(
+    recipe: str,
+    device: str,
+    profile: str,
+    data_dir: str,
+    model: str,
+    overrides: str,
+    backend: str,
+    dry_run: bool,
+    ray_address: str,
+    resume: str = "",
+):
+    """Train with GRPO (step ``train``): verl on npu/gpu, the local trainer on cpu or when asked.
+
+    ``resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
+    """
+    from verlflow.runs import resume as resuming
+
+    started_at = time.time()
+    args = {"recipe": recipe, "device": device, "profile": profile, "data_dir": data_dir, "model": model,
+            "overrides": overrides, "backend": backend, "dry_run": dry_run, "ray_address": ray_address}
+    if resume:
+        defaults = {p.name: p.default for p in _train_params()}
+        defaults["dry_run"] = False
+        args = resuming.prepare_resume(resume, args, defaults)
+        args.pop("resume")
+        recipe, device, profile, data_dir, model, overrides, backend, dry_run, ray_address = args.values()
+    recipe, dev, profile, backend = choose_train_setup(recipe, device, profile, backend)
+    cfg = compose_train_config(recipe, profile, data_dir, model, overrides, check_counts=backend == "local")
+    if cfg.profile.device != dev:
+        raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
+    interval = system_metrics.sampling_interval(cfg.verlflow)
+    check_train_inputs(cfg, data_dir)
+    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(args)}
+    if backend == "local":
+        if dry_run or ray_address:
+            raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
+        from verlflow.backends.local import trainer as local
+
+        tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
+        from verlflow.runs import metric_buffer
+
+        spill_root = Path(str(cfg.verlflow.output_dir or local.DEFAULT_OUTPUT_ROOT))
+        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+            with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
+                return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
+    from verlflow.backends.verl import backend as verl_backend
+
+    tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
+    # A dry run launches nothing: no system metrics to sample.
+    interval = None if dry_run else interval
+    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+        return verl_backend.train_verl(
+            cfg, run_id=run.info.run_id, dry_run=dry_run,
+            ray_address=ray_address, started_at=since,
+        )
+
+
+@contextlib.contextmanager
+def _train_run(cfg, tags, recipe, profile, started_at, interval):
+    """The train run, named for the UI, timed across resumed attempts, with system metrics sampled while it trains.
+
+    Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
+    """
+    from verlflow.runs import resume as resuming
+
+    with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
+            resuming.attempt_clock(run.info.run_id, started_at) as since:
+        run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
+        environ = {**os.environ, **cfg.profile.env}
+        with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
+                                      environ=environ):
+            yield run, since
+
+
+def _train_params():
+    from verlflow.steps import STEPS
+
+    return STEPS["train"].params

@@ -1,0 +1,68 @@
+"""Small helpers several subpackages need, each written once: error lines, secrets, filters, the hub probe.
+
+Nothing here knows about recipes, runs or devices; a helper moves here when a second module needs it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+# A name containing one of these words holds a secret: never logged, shown masked.
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PWD", "CREDENTIAL", "AUTH",
+                "COOKIE", "HEADER", "PRIVATE", "CERT")
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-blank line of an exception's message (or its type name), at most ``limit`` characters.
+
+    Library errors often carry pages of context; a user-facing error or a warning shows one line.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable or parameter called ``name`` probably holds a secret."""
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def mask_url_password(value: str) -> str:
+    """``value`` with any URL's ``user:password@`` replaced by ``***@`` (tracking and storage URLs carry them)."""
+    return _URL_USERINFO.sub("***@", value)
+
+
+def mask_secret(name: str, value: str) -> str:
+    """``value`` fit for a log: hidden when ``name`` looks secret, a URL's ``user:password@`` masked."""
+    return "***" if looks_secret(name) else mask_url_password(value)
+
+
+def filter_quote(value: str) -> str:
+    """``value`` escaped for a single-quoted string in an MLflow search filter (``tags.`k` = '<here>'``)."""
+    return value.replace("'", "\\'")
+
+
+def hub_unreachable(url: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when the Hugging Face hub answers one HEAD request for ``url`` in time, else why not.
+
+    Asked before a hub download so an offline machine fails in seconds instead of after minutes of
+    retries. Runs in a thread: client timeouts do not bound a hanging DNS lookup.
+    """
+    from huggingface_hub.utils import get_session
+
+    outcome: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            status = get_session().head(url, timeout=timeout).status_code
+            outcome.append(f"{url}: HTTP {status}" if status >= 500 else None)
+        except Exception as exc:  # httpx transport errors, proxy errors: the hub is out of reach
+            outcome.append(f"{url}: {first_line(exc)}")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    return outcome[0] if outcome else f"{url}: no answer within {timeout:g} s"
