@@ -1,4 +1,4 @@
-"""`mlflow run . -e compare` → `verlflow compare` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e compare` → `verlflow compare` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

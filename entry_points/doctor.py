@@ -1,4 +1,4 @@
-"""`mlflow run . -e doctor` → `verlflow doctor` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e doctor` → `verlflow doctor` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

@@ -1,4 +1,4 @@
-"""`mlflow run . -e evaluate` → `verlflow evaluate` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e evaluate` → `verlflow evaluate` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

@@ -1,4 +1,4 @@
-"""`mlflow run . -e main` → `verlflow main` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e main` → `verlflow main` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

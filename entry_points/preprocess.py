@@ -1,4 +1,4 @@
-"""`mlflow run . -e preprocess` → `verlflow preprocess` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e preprocess` → `verlflow preprocess` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

@@ -1,4 +1,4 @@
-"""`mlflow run . -e promote` → `verlflow promote` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e promote` → `verlflow promote` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

@@ -1,4 +1,4 @@
-"""`mlflow run . -e register` → `verlflow register` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e register` → `verlflow register` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

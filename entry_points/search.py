@@ -1,4 +1,4 @@
-"""`mlflow run . -e search` → `verlflow search` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e search` → `verlflow search` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

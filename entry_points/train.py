@@ -1,4 +1,4 @@
-"""`mlflow run . -e train` → `verlflow train` (see verlflow.cli.STEPS)."""
+"""`mlflow run . -e train` → `verlflow train` (see verlflow.steps.STEPS)."""
 import sys
 
 from verlflow.cli import main

@@ -66,6 +66,13 @@ CURVES: list[tuple[str, str]] = [
 ]
 
 
+def candidate_over_baseline(baseline: float | None, candidate: float | None) -> float | None:
+    """The ratio every §6 table shows; None when either figure is missing or the baseline is 0."""
+    if baseline is None or candidate is None or baseline == 0:
+        return None
+    return candidate / baseline
+
+
 @dataclass
 class TimingRow:
     """One §6.3 line: a timing figure of both runs and candidate / baseline."""
@@ -78,9 +85,7 @@ class TimingRow:
     @property
     def ratio(self) -> float | None:
         """candidate / baseline (the guide's "1.58倍"), None when either is missing or baseline is 0."""
-        if self.baseline is None or self.candidate is None or self.baseline == 0:
-            return None
-        return self.candidate / self.baseline
+        return candidate_over_baseline(self.baseline, self.candidate)
 
 
 @dataclass
@@ -286,11 +291,27 @@ def render_markdown(
 ) -> str:
     """The whole report as Markdown: warning, runs, §6.1, §6.3, §6.2 with parity, §6.4 (``utilisation``,
     rendered by :mod:`verlflow.compare.utilisation`), config diff; ``compare_link``: MLflow's compare-runs page."""
-    out: list[str] = [f"# Comparison: {candidate.name} vs {baseline.name}", ""]
+    sections = [
+        _header(baseline, candidate, diff, parity, threshold, tracking_uri, compare_link),
+        _runs_section(baseline, candidate),
+        ["## 6.1 Versions", "",
+         table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)), ""],
+        _timings_section(timings),
+        _curves_section(parity, threshold, grid_image, curve_images or {}),
+        [utilisation.rstrip(), ""] if utilisation else [],
+        _diff_section(diff),
+    ]
+    return "\n".join(line for section in sections for line in section).rstrip() + "\n"
+
+
+def _header(baseline: RunSnapshot, candidate: RunSnapshot, diff: ConfigDiff, parity: Sequence[ParityRow],
+            threshold: float, tracking_uri: str, compare_link: str) -> list[str]:
+    """Title, the loud recipe warning when recipes differ, the verdict and where the runs live."""
+    out = [f"# Comparison: {candidate.name} vs {baseline.name}", ""]
     warning = recipe_warning(diff)
     if warning:
         out += [f"**{warning}**", ""]
-    out += [
+    return out + [
         f"- {parity_summary(parity, threshold)}",
         f"- tracking store: `{tracking_uri}`",
         *([f"- side by side in MLflow: {compare_link}"] if compare_link else []),
@@ -298,62 +319,32 @@ def render_markdown(
         "",
     ]
 
-    out += [
-        "## Runs",
-        "",
-        table(
-            ["", "baseline", "candidate"],
-            [
-                ("run name", baseline.name, candidate.name),
-                ("run id", f"`{baseline.run_id}`", f"`{candidate.run_id}`"),
-                ("status", baseline.status, candidate.status),
-                (
-                    "recipe",
-                    baseline.tags.get(RECIPE_TAG, MISSING),
-                    candidate.tags.get(RECIPE_TAG, MISSING),
-                ),
-                (
-                    "profile",
-                    baseline.tags.get(PROFILE_TAG, MISSING),
-                    candidate.tags.get(PROFILE_TAG, MISSING),
-                ),
-                (
-                    "backend",
-                    baseline.tags.get(BACKEND_TAG, MISSING),
-                    candidate.tags.get(BACKEND_TAG, MISSING),
-                ),
-            ],
-        ),
-        "",
-    ]
+
+def _runs_section(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
+    """Which two runs: names, ids, status, recipe, profile, backend; a note when one did not finish."""
+    rows = [("run name", baseline.name, candidate.name),
+            ("run id", f"`{baseline.run_id}`", f"`{candidate.run_id}`"),
+            ("status", baseline.status, candidate.status)]
+    rows += [(label, baseline.tags.get(tag, MISSING), candidate.tags.get(tag, MISSING))
+             for label, tag in (("recipe", RECIPE_TAG), ("profile", PROFILE_TAG), ("backend", BACKEND_TAG))]
+    out = ["## Runs", "", table(["", "baseline", "candidate"], rows), ""]
     unfinished = [r for r in (baseline, candidate) if r.status != "FINISHED"]
     if unfinished:
-        out += [
-            f"Note: {', '.join(f'{r.role} is {r.status}' for r in unfinished)}; its figures may be partial.",
-            "",
-        ]
+        out += [f"Note: {', '.join(f'{r.role} is {r.status}' for r in unfinished)}; its figures may be partial.", ""]
+    return out
 
-    out += [
-        "## 6.1 Versions",
-        "",
-        table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)),
-        "",
-    ]
 
-    out += [
-        "## 6.3 Performance (seconds)",
-        "",
-        table(
-            ["figure", "metric", "baseline", "candidate", "candidate / baseline"],
-            [
-                (r.label, f"`{r.key}`", _fmt_seconds(r.baseline), _fmt_seconds(r.candidate), _ratio(r))
-                for r in timings
-            ],
-        ),
-        "",
-    ]
+def _timings_section(timings: Sequence[TimingRow]) -> list[str]:
+    """§6.3: each timing figure of both runs and their ratio."""
+    rows = [(r.label, f"`{r.key}`", _fmt_seconds(r.baseline), _fmt_seconds(r.candidate), _ratio(r)) for r in timings]
+    return ["## 6.3 Performance (seconds)", "",
+            table(["figure", "metric", "baseline", "candidate", "candidate / baseline"], rows), ""]
 
-    out += ["## 6.2 Curves and precision parity", ""]
+
+def _curves_section(parity: Sequence[ParityRow], threshold: float, grid_image: str | None,
+                    images: Mapping[str, str]) -> list[str]:
+    """§6.2: the curves image and the parity verdict of each curve."""
+    out = ["## 6.2 Curves and precision parity", ""]
     if grid_image:
         out += [f"![curves]({grid_image})", ""]
     out += [
@@ -362,30 +353,16 @@ def render_markdown(
         f"GRPO reward ≤ 4%).",
         "",
     ]
-    images = curve_images or {}
-    out += [
-        table(
-            ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "verdict", "note"],
-            [
-                (
-                    r.title,
-                    f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`",
-                    describe_steps(r.steps),
-                    _percent(r.mean_relative_difference),
-                    _fmt_number(r.max_absolute_difference),
-                    _verdict(r),
-                    r.note,
-                )
-                for r in parity
-            ],
-        ),
-        "",
-    ]
+    rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`", describe_steps(r.steps),
+             _percent(r.mean_relative_difference), _fmt_number(r.max_absolute_difference), _verdict(r), r.note)
+            for r in parity]
+    header = ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "verdict", "note"]
+    return out + [table(header, rows), ""]
 
-    if utilisation:
-        out += [utilisation.rstrip(), ""]
 
-    out += ["## Config diff", ""]
+def _diff_section(diff: ConfigDiff) -> list[str]:
+    """The settings that differ, grouped by what a difference means."""
+    out = ["## Config diff", ""]
     groups = [
         ("Recipe (outside the device profile — should be empty)", diff.recipe),
         ("Device profile (expected to differ)", diff.profile),
@@ -393,11 +370,7 @@ def render_markdown(
         ("Launch parameters", diff.launch),
     ]
     for title, rows in groups:
-        out += [f"### {title}", ""]
-        out += [
-            table(["key", "baseline", "candidate"], [(f"`{r.key}`", r.baseline, r.candidate) for r in rows])
-            if rows
-            else "no difference",
-            "",
-        ]
-    return "\n".join(out).rstrip() + "\n"
+        body = (table(["key", "baseline", "candidate"], [(f"`{r.key}`", r.baseline, r.candidate) for r in rows])
+                if rows else "no difference")
+        out += [f"### {title}", "", body, ""]
+    return out

@@ -57,6 +57,7 @@ from verlflow.compare.utilisation import (
     utilisation_rows,
 )
 from verlflow.errors import VerlflowError
+from verlflow.input_checks import check_output_dir
 from verlflow.names import PROFILE_TAG, STEP_TAG, TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 from verlflow.runs import naming as run_names
 
@@ -365,6 +366,35 @@ def build_report(
     return report, versions, timings, diff, parity
 
 
+def _checked_runs(baseline: str, candidate: str, output_dir: str, threshold: float) -> tuple[Run, Run]:
+    """The two runs the user named, after the parameters were checked: one line for any mistake."""
+    if not 0 < threshold < 1:
+        raise VerlflowError(f"parity threshold must be a fraction between 0 and 1 (0.02 = 2%), got {threshold}")
+    if output_dir:
+        check_output_dir(output_dir, "output_dir")
+    base_run, cand_run = resolve_run(baseline, "baseline"), resolve_run(candidate, "candidate")
+    if base_run.info.run_id == cand_run.info.run_id:
+        raise VerlflowError(f"baseline and candidate are the same run ({base_run.info.run_id}): give two runs")
+    return base_run, cand_run
+
+
+def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingRow], diff: ConfigDiff,
+                    parity: list[ParityRow], threshold: float) -> None:
+    """The comparison on its own run: verdict tags, the report as the run's note, files, ratio metrics."""
+    note = report if len(report) <= NOTE_LIMIT else report[:NOTE_LIMIT] + "\n\n… full report: compare/report.md"
+    mlflow.set_tags({
+        "compare.recipes_differ": str(diff.recipes_differ).lower(),
+        "compare.parity": parity_summary(parity, threshold),
+        NOTE_TAG: note,
+        COMPARE_LINK_TAG: link,
+    })
+    for name in ("report.md", "comparison.json", "curves.png", UTILISATION_IMAGE):
+        if (out_dir / name).is_file():
+            mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
+    mlflow.log_artifacts(str(out_dir / "curves"), f"{ARTIFACT_DIR}/curves")
+    mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
+
+
 def run_compare(
     baseline: str,
     candidate: str,
@@ -378,21 +408,8 @@ def run_compare(
     also keeps the files locally ('' = only as artifacts). A recipe difference outside the device
     profile is reported first and loudly, and the report still goes on.
     """
-    if not 0 < threshold < 1:
-        raise VerlflowError(
-            f"parity threshold must be a fraction between 0 and 1 (0.02 = 2%), got {threshold}"
-        )
-    if output_dir:
-        from verlflow.input_checks import check_output_dir
-
-        check_output_dir(output_dir, "output_dir")
-    base_run, cand_run = resolve_run(baseline, "baseline"), resolve_run(candidate, "candidate")
-    if base_run.info.run_id == cand_run.info.run_id:
-        raise VerlflowError(
-            f"baseline and candidate are the same run ({base_run.info.run_id}): give two runs"
-        )
+    base_run, cand_run = _checked_runs(baseline, candidate, output_dir, threshold)
     base, cand = read_runs(base_run, cand_run)
-
     tags = {
         STEP_TAG: "compare",
         "compare.baseline_run_id": base.run_id,
@@ -406,25 +423,9 @@ def run_compare(
             if warning:
                 print(warning)
             print(report)
-            note = (
-                report
-                if len(report) <= NOTE_LIMIT
-                else report[:NOTE_LIMIT] + "\n\n… full report: compare/report.md"
-            )
-            mlflow.set_tags(
-                {
-                    "compare.recipes_differ": str(diff.recipes_differ).lower(),
-                    "compare.parity": parity_summary(parity, threshold),
-                    NOTE_TAG: note,
-                    COMPARE_LINK_TAG: compare_link(base, cand),
-                }
-            )
-            print(f"MLflow compare-runs page: {compare_link(base, cand)}")
-            for name in ("report.md", "comparison.json", "curves.png", UTILISATION_IMAGE):
-                if (out_dir / name).is_file():
-                    mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
-            mlflow.log_artifacts(str(out_dir / "curves"), f"{ARTIFACT_DIR}/curves")
-            mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
+            link = compare_link(base, cand)
+            print(f"MLflow compare-runs page: {link}")
+            _log_comparison(out_dir, report, link, timings, diff, parity, threshold)
         return ComparisonResult(
             run_id=run.info.run_id,
             baseline=base,

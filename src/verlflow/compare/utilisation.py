@@ -25,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from verlflow.compare.plots import STYLES
-from verlflow.compare.report import table
+from verlflow.compare.report import candidate_over_baseline, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
 from verlflow.device.system_metrics import DEFAULT_INTERVAL_S
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG
@@ -148,9 +148,7 @@ class UtilisationRow:
     @property
     def ratio(self) -> float | None:
         """candidate / baseline, None when either is missing or baseline is 0."""
-        if self.baseline is None or self.candidate is None or self.baseline == 0:
-            return None
-        return self.candidate / self.baseline
+        return candidate_over_baseline(self.baseline, self.candidate)
 
 
 def utilisation_rows(baseline: RunUtilisation, candidate: RunUtilisation) -> list[UtilisationRow]:

@@ -76,7 +76,7 @@ def compose(
     user's behalf (data files, model path), applied between the profile and the user's overrides, so a
     user's explicit override still wins.
     """
-    recipe_name, own, verl_tree = load_recipe(recipe)
+    recipe_name, block, verl_tree = load_recipe(recipe)
     prof = load_profile(profile)
 
     merged: dict[str, Any] = flatten_tree(verl_tree)
@@ -91,7 +91,7 @@ def compose(
             profile_updates[key.removeprefix(PROFILE_PREFIX)] = value
         else:
             _merge_user_override(merged, key, value)
-    own = with_overrides(own, own_updates, what="recipe", prefix=OWN_PREFIX)
+    block = with_overrides(block, own_updates, what="recipe", prefix=OWN_PREFIX)
     prof = with_overrides(prof, profile_updates, what="profile", prefix=PROFILE_PREFIX, fixed=PROFILE_OVERRIDE_FIXED)
     resolved = validate_against_verl(merged)
-    return ComposedConfig(recipe_name=recipe_name, profile=prof, verlflow=own, overrides=merged, resolved=resolved)
+    return ComposedConfig(recipe_name=recipe_name, profile=prof, verlflow=block, overrides=merged, resolved=resolved)

@@ -276,8 +276,8 @@ def load_recipe(name: str) -> tuple[str, VerlflowBlock, dict[str, Any]]:
     """
     recipe = load_named_yaml("recipe", name, RECIPES_DIR)
     tree = dict(recipe.data)
-    own = tree.pop(OWN_BLOCK, None) or {}
-    block = build(VerlflowBlock, own, what="recipe", prefix=f"{OWN_BLOCK}.", where=f"recipe file {recipe.path}")
+    raw_block = tree.pop(OWN_BLOCK, None) or {}
+    block = build(VerlflowBlock, raw_block, what="recipe", prefix=f"{OWN_BLOCK}.", where=f"recipe file {recipe.path}")
     return recipe.name, block, tree
 
 

@@ -56,7 +56,7 @@ class VerlflowBlock(Mapping):
     """The recipe's ``verlflow:`` block: settings verlflow itself reads (verl never sees them).
 
     Set in a recipe file under ``verlflow:`` or on the command line as ``verlflow.<key>=…``. Read fields as
-    attributes (``cfg.verlflow.output_dir``); the read-only mapping interface (``own.get(key, default)``)
+    attributes (``cfg.verlflow.output_dir``); the read-only mapping interface (``block.get(key, default)``)
     serves helpers that also take a plain dict.
     """
 

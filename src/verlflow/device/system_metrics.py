@@ -36,12 +36,12 @@ INTERVAL_KEY = "system_metrics_interval"
 DEFAULT_INTERVAL_S = VerlflowBlock.system_metrics_interval
 
 
-def sampling_interval(own: Mapping[str, Any]) -> float | None:
+def sampling_interval(block: Mapping[str, Any]) -> float | None:
     """Seconds between samples from a recipe's ``verlflow:`` block; None when set to 0 (off).
 
     A value that is not a number >= 0 is one clear error before anything is launched.
     """
-    raw = own.get(INTERVAL_KEY, DEFAULT_INTERVAL_S)
+    raw = block.get(INTERVAL_KEY, DEFAULT_INTERVAL_S)
     try:
         value = float(raw)
     except (TypeError, ValueError):

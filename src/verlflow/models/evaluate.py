@@ -247,38 +247,47 @@ def run_evaluate(
             answers = generate_vllm(model, prompts, budget)
         else:
             answers = generate_hf(model, prompts, budget, batch_size)
-        responses = [text for text, _ in answers]
-        truths = [str(p["reward_model"]["ground_truth"]) for p in problems]
-        scored = score(responses, truths)
-        n = len(problems)
-        result = EvalResult(
-            run_id=run.info.run_id, model_uri=model_uri,
-            accuracy=sum(s["correct"] for s in scored) / n,
-            accuracy_flexible=sum(s["correct_flexible"] for s in scored) / n,
-            num_samples=n, response_length_mean=sum(length for _, length in answers) / n,
-            backend=engine, max_new_tokens=budget, source_run_id=model.source_run_id,
-            model_name=model.registered_name, model_version=model.version,
-        )
-        mlflow.log_metrics({
-            metrics.EVAL_ACCURACY: result.accuracy,
-            metrics.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
-            metrics.EVAL_NUM_SAMPLES: n,
-            metrics.EVAL_RESPONSE_LENGTH: result.response_length_mean,
-        })
-        mlflow.log_table({
-            "question": [_question(p) for p in problems],
-            "response": responses,
-            "extracted_answer": [s["extracted_answer"] or "" for s in scored],
-            "ground_truth": truths,
-            "correct": [s["correct"] for s in scored],
-            "correct_flexible": [s["correct_flexible"] for s in scored],
-            "response_length": [length for _, length in answers],
-        }, artifact_file=PREDICTIONS_TABLE)
+        result = _score_and_log(problems, answers, run_id=run.info.run_id, model_uri=model_uri, model=model,
+                                engine=engine, budget=budget)
         if model.registered_name:
             _tag_version(model, result)
     where = f"{model.registered_name} v{model.version}" if model.registered_name else model_uri
     print(f"evaluate: {where}: accuracy {result.accuracy:.4f} (flexible {result.accuracy_flexible:.4f}) on "
-          f"{n} {split} problems, mean response {result.response_length_mean:.1f} tokens (run {result.run_id})")
+          f"{result.num_samples} {split} problems, mean response {result.response_length_mean:.1f} tokens "
+          f"(run {result.run_id})")
+    return result
+
+
+def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]], *, run_id: str, model_uri: str,
+                   model: ResolvedModel, engine: str, budget: int) -> EvalResult:
+    """Score the answers with verl's scorer; log the accuracy metrics and a table of every prediction."""
+    responses = [text for text, _ in answers]
+    truths = [str(p["reward_model"]["ground_truth"]) for p in problems]
+    scored = score(responses, truths)
+    n = len(problems)
+    result = EvalResult(
+        run_id=run_id, model_uri=model_uri,
+        accuracy=sum(s["correct"] for s in scored) / n,
+        accuracy_flexible=sum(s["correct_flexible"] for s in scored) / n,
+        num_samples=n, response_length_mean=sum(length for _, length in answers) / n,
+        backend=engine, max_new_tokens=budget, source_run_id=model.source_run_id,
+        model_name=model.registered_name, model_version=model.version,
+    )
+    mlflow.log_metrics({
+        metrics.EVAL_ACCURACY: result.accuracy,
+        metrics.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
+        metrics.EVAL_NUM_SAMPLES: n,
+        metrics.EVAL_RESPONSE_LENGTH: result.response_length_mean,
+    })
+    mlflow.log_table({
+        "question": [_question(p) for p in problems],
+        "response": responses,
+        "extracted_answer": [s["extracted_answer"] or "" for s in scored],
+        "ground_truth": truths,
+        "correct": [s["correct"] for s in scored],
+        "correct_flexible": [s["correct_flexible"] for s in scored],
+        "response_length": [length for _, length in answers],
+    }, artifact_file=PREDICTIONS_TABLE)
     return result
 
 

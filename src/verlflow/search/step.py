@@ -90,21 +90,8 @@ def run_search(
     data_dir: str = "data/gsm8k",
 ) -> SearchResult:
     """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``)."""
-    from verlflow.input_checks import check_storage_url
-
-    if n_trials < 1:
-        raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")
-    if pruner and pruner not in PRUNERS:
-        raise VerlflowError(f"unknown pruner '{pruner}': use one of {', '.join(PRUNERS)} ('' = the search config's)")
-    check_storage_url(storage)
-    search = load_search_config(search_config)
-    check_space_keys(search)
+    search = _checked_search(n_trials, pruner, storage, search_config, data_dir)
     recipe, dev, profile, backend = train.choose_train_setup(recipe, device, "auto", "auto")
-    for split in ("train", "test"):
-        if not (Path(data_dir) / f"{split}.parquet").is_file():
-            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `mlflow run . "
-                                f"--env-manager local -e preprocess -P source=synthetic "
-                                f"-P output_dir={data_dir}` first")
 
     def compose_trial(values: dict[str, Any]) -> config.ComposedConfig:
         merged = {**search.trial_overrides, **values}
@@ -129,14 +116,7 @@ def run_search(
     shown_storage = describe_storage(storage, study_name)
     tags = {
         **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
-        STEP_TAG: "search",
-        "optuna.study_name": study_name,
-        "optuna.storage": shown_storage,
-        "search.config": search.name,
-        "search.objective": search.metric,
-        "search.direction": search.direction,
-        "search.pruner": pruner_name,
-        "optuna.trials_at_start": str(len(study.trials)),
+        **_search_tags(search, study, shown_storage, pruner_name),
     }
     with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags) as run:
         parent_id = run.info.run_id
@@ -158,6 +138,39 @@ def run_search(
         result = summarize(study, parent_id, search, shown_storage)
     _print_result(result, search)
     return result
+
+
+def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str, data_dir: str) -> SearchConfig:
+    """The search config, after every step parameter was checked: one line for any mistake, before a trial."""
+    from verlflow.input_checks import check_storage_url
+
+    if n_trials < 1:
+        raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")
+    if pruner and pruner not in PRUNERS:
+        raise VerlflowError(f"unknown pruner '{pruner}': use one of {', '.join(PRUNERS)} ('' = the search config's)")
+    check_storage_url(storage)
+    search = load_search_config(search_config)
+    check_space_keys(search)
+    for split in ("train", "test"):
+        if not (Path(data_dir) / f"{split}.parquet").is_file():
+            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `mlflow run . "
+                                f"--env-manager local -e preprocess -P source=synthetic "
+                                f"-P output_dir={data_dir}` first")
+    return search
+
+
+def _search_tags(search: SearchConfig, study: optuna.Study, storage: str, pruner_name: str) -> dict[str, str]:
+    """Tags of the search's parent run: the study, where it is stored, and what it optimises."""
+    return {
+        STEP_TAG: "search",
+        "optuna.study_name": study.study_name,
+        "optuna.storage": storage,
+        "search.config": search.name,
+        "search.objective": search.metric,
+        "search.direction": search.direction,
+        "search.pruner": pruner_name,
+        "optuna.trials_at_start": str(len(study.trials)),
+    }
 
 
 def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: str) -> SearchResult:

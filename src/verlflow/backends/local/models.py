@@ -63,12 +63,12 @@ def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def load_tokenizer(path: str, s: LocalSettings, resolved: Any) -> Any:
+def load_tokenizer(path: str, settings: LocalSettings, resolved: Any) -> Any:
     """The tokenizer, left-padded, with a chat template and a pad token (verl's hf_tokenizer rules)."""
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code,
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=settings.trust_remote_code,
                                                   **dict(hub_load_kwargs(path)))
     except (OSError, ValueError) as exc:
         raise VerlflowError(f"cannot load the tokenizer of '{path}': {first_line(exc)}") from None
@@ -84,26 +84,29 @@ def load_tokenizer(path: str, s: LocalSettings, resolved: Any) -> Any:
     return tokenizer
 
 
-def load_model(path: str, s: LocalSettings, device: torch.device) -> Any:
+def load_model(path: str, settings: LocalSettings, device: torch.device) -> Any:
     """The causal LM in float32 on ``device`` (gradient checkpointing when the config enables it)."""
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=s.trust_remote_code,
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                     trust_remote_code=settings.trust_remote_code,
                                                      **dict(hub_load_kwargs(path)))
     except (OSError, ValueError) as exc:
         raise VerlflowError(f"cannot load model '{path}': {first_line(exc)}") from None
-    if s.gradient_checkpointing:
+    if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.to(device)
 
 
-def build_optimizer_and_scheduler(model: Any, s: LocalSettings, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
+def build_optimizer_and_scheduler(
+    model: Any, settings: LocalSettings, total_steps: int,
+) -> tuple[torch.optim.Optimizer, Any]:
     """verl's optimizer factory on the actor's ``optim`` config, and its warmup + constant/cosine schedule."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
     from verl.workers.config.optimizer import build_optimizer
 
-    optim = s.actor.optim
+    optim = settings.actor.optim
     optimizer = build_optimizer(model.parameters(), optim)
     warmup = optim.lr_warmup_steps if optim.lr_warmup_steps and optim.lr_warmup_steps > 0 else int(
         optim.lr_warmup_steps_ratio * total_steps)

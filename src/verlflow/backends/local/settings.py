@@ -165,29 +165,20 @@ class LocalSettings:
 
 def read_settings(cfg: Any) -> LocalSettings:
     """Read and check the local trainer's settings from a ``ComposedConfig`` (one-line errors)."""
-    r: DictConfig = cfg.resolved
-    data, actor, rollout, trainer = r.data, r.actor_rollout_ref.actor, r.actor_rollout_ref.rollout, r.trainer
+    resolved: DictConfig = cfg.resolved
+    data, actor = resolved.data, resolved.actor_rollout_ref.actor
+    rollout, trainer = resolved.actor_rollout_ref.rollout, resolved.trainer
     n = int(rollout.n)
     mini = int(actor.ppo_mini_batch_size)
     seq_len = int(data.max_prompt_length) + int(data.max_response_length)
     explicit = actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size
     micro = int(explicit or _fixed_micro(actor.use_dynamic_bsz, actor.ppo_max_token_len_per_gpu, seq_len, mini * n))
     _check_batches(int(data.train_batch_size), mini, micro, n, int(actor.ppo_epochs))
-    ref = r.actor_rollout_ref.ref
     # Log-prob passes only chunk the batch: any size works, no divisibility needed.
-    log_prob_micro = rollout.log_prob_micro_batch_size_per_gpu or (
-        max(1, rollout.log_prob_max_token_len_per_gpu // seq_len) if rollout.log_prob_use_dynamic_bsz else micro)
-    ref_micro = ref.log_prob_micro_batch_size_per_gpu or (
-        max(1, ref.log_prob_max_token_len_per_gpu // seq_len) if ref.log_prob_use_dynamic_bsz else micro)
-    adv = _critic_free_estimator(r)
-    device = DEVICES.get(str(trainer.device))
-    if device is None:
-        raise VerlflowError(f"trainer.device={trainer.device} is unknown: use cpu, cuda or npu")
-    resume_mode = str(trainer.resume_mode)
-    if resume_mode not in ("auto", "disable", "resume_path"):
-        raise VerlflowError(f"trainer.resume_mode={resume_mode} is unknown: use auto, disable or resume_path")
-    if resume_mode == "resume_path" and not trainer.resume_from_path:
-        raise VerlflowError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<global_step_N folder>")
+    log_prob_micro = _log_prob_micro(rollout, seq_len, micro)
+    ref_micro = _log_prob_micro(resolved.actor_rollout_ref.ref, seq_len, micro)
+    adv = _critic_free_estimator(resolved)
+    device, resume_mode = _device_and_resume(trainer)
     overridden = cfg.overrides
     grad_clip = actor.optim.clip_grad if (
         f"{ACTOR}optim.clip_grad" in overridden and f"{ACTOR}grad_clip" not in overridden
@@ -209,10 +200,10 @@ def read_settings(cfg: Any) -> LocalSettings:
         chat_template_kwargs=dict(data.get("apply_chat_template_kwargs") or {}),
         train_files=_one_file(data.train_files),
         val_files=_one_file(data.val_files),
-        model_path=str(r.actor_rollout_ref.model.path),
-        tokenizer_path=r.actor_rollout_ref.model.tokenizer_path,
-        gradient_checkpointing=bool(r.actor_rollout_ref.model.enable_gradient_checkpointing),
-        trust_remote_code=bool(r.actor_rollout_ref.model.trust_remote_code),
+        model_path=str(resolved.actor_rollout_ref.model.path),
+        tokenizer_path=resolved.actor_rollout_ref.model.tokenizer_path,
+        gradient_checkpointing=bool(resolved.actor_rollout_ref.model.enable_gradient_checkpointing),
+        trust_remote_code=bool(resolved.actor_rollout_ref.model.trust_remote_code),
         n=n,
         sampling=_sampling(rollout),
         val_n=int(val.n),
@@ -226,8 +217,8 @@ def read_settings(cfg: Any) -> LocalSettings:
         grad_clip=float(grad_clip),
         use_ref=bool(actor.use_kl_loss),
         adv_estimator=adv,
-        norm_adv_by_std_in_grpo=bool(r.algorithm.norm_adv_by_std_in_grpo),
-        algorithm=_dataclass(r.algorithm),
+        norm_adv_by_std_in_grpo=bool(resolved.algorithm.norm_adv_by_std_in_grpo),
+        algorithm=_dataclass(resolved.algorithm),
         total_epochs=int(trainer.total_epochs),
         total_training_steps=int(trainer.total_training_steps) if trainer.total_training_steps else None,
         test_freq=int(trainer.test_freq),
@@ -238,8 +229,30 @@ def read_settings(cfg: Any) -> LocalSettings:
         default_local_dir=str(trainer.default_local_dir),
         max_ckpt_to_keep=trainer.max_actor_ckpt_to_keep,
         device=device,
-        ignored=ignored_keys(overridden, r),
+        ignored=ignored_keys(overridden, resolved),
     )
+
+
+def _log_prob_micro(role: Any, seq_len: int, micro: int) -> int:
+    """Sequences per log-prob chunk of a rollout/ref role: its own size, its token budget, or the update's."""
+    if role.log_prob_micro_batch_size_per_gpu:
+        return int(role.log_prob_micro_batch_size_per_gpu)
+    if role.log_prob_use_dynamic_bsz:
+        return max(1, int(role.log_prob_max_token_len_per_gpu) // seq_len)
+    return micro
+
+
+def _device_and_resume(trainer: Any) -> tuple[str, str]:
+    """The torch device type for ``trainer.device`` and a checked ``trainer.resume_mode``."""
+    device = DEVICES.get(str(trainer.device))
+    if device is None:
+        raise VerlflowError(f"trainer.device={trainer.device} is unknown: use cpu, cuda or npu")
+    resume_mode = str(trainer.resume_mode)
+    if resume_mode not in ("auto", "disable", "resume_path"):
+        raise VerlflowError(f"trainer.resume_mode={resume_mode} is unknown: use auto, disable or resume_path")
+    if resume_mode == "resume_path" and not trainer.resume_from_path:
+        raise VerlflowError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<global_step_N folder>")
+    return device, resume_mode
 
 
 def _check_batches(train_bs: int, mini: int, micro: int, n: int, epochs: int) -> None:

@@ -121,7 +121,7 @@ class LocalTrainer:
     """One GRPO run: setup → train → save → cleanup. Attributes hold the run's live state."""
 
     def __init__(self, cfg: Any, settings: LocalSettings, *, data_dir: str | Path | None, run_id: str):
-        self.cfg, self.s, self.data_dir, self.run_id = cfg, settings, data_dir, run_id
+        self.cfg, self.settings, self.data_dir, self.run_id = cfg, settings, data_dir, run_id
         self.global_step = 0
         self.logged_through = -1  # steps <= this are already in the run (a resumed run): not re-logged
         self.ref_model: Any = None
@@ -138,24 +138,24 @@ class LocalTrainer:
 
         hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
         self._log_run_description()
-        self.device = torch_device(self.s.device)
+        self.device = torch_device(self.settings.device)
         apply_thread_count(self.cfg.profile.env)
-        torch.manual_seed(self.s.rollout_seed)
-        model_path = resolve_model_path(self.s.model_path)
-        self.tokenizer = load_tokenizer(self.s.tokenizer_path or model_path, self.s, self.cfg.resolved)
+        torch.manual_seed(self.settings.rollout_seed)
+        model_path = resolve_model_path(self.settings.model_path)
+        self.tokenizer = load_tokenizer(self.settings.tokenizer_path or model_path, self.settings, self.cfg.resolved)
         self.train_prompts = self._prompts("train")
         self.val_prompts = self._prompts("test")
-        self.steps_per_epoch = len(self.train_prompts) // self.s.train_batch_size
+        self.steps_per_epoch = len(self.train_prompts) // self.settings.train_batch_size
         if self.steps_per_epoch == 0:
             raise VerlflowError(
                 f"the train split has {len(self.train_prompts)} usable prompts, fewer than "
-                f"data.train_batch_size={self.s.train_batch_size}: lower it or preprocess more rows"
+                f"data.train_batch_size={self.settings.train_batch_size}: lower it or preprocess more rows"
             )
-        self.total_steps = self.s.total_training_steps or self.steps_per_epoch * self.s.total_epochs
-        self.model = load_model(model_path, self.s, self.device)
-        if self.s.use_ref:
+        self.total_steps = self.settings.total_training_steps or self.steps_per_epoch * self.settings.total_epochs
+        self.model = load_model(model_path, self.settings, self.device)
+        if self.settings.use_ref:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.s, self.total_steps)
+        self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.settings, self.total_steps)
         self.reward_fn = reward_fn_from_config(self.cfg.resolved)
         self._resume()
 
@@ -163,9 +163,9 @@ class LocalTrainer:
         from verlflow import tracking
         from verlflow.device import detect as device
 
-        for key, value in self.s.ignored.items():
+        for key, value in self.settings.ignored.items():
             log.warning("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
-        mlflow.set_tag(IGNORED_KEYS_TAG, ",".join(self.s.ignored) or "none")
+        mlflow.set_tag(IGNORED_KEYS_TAG, ",".join(self.settings.ignored) or "none")
         try:
             tracking.log_verl_params(self.cfg.to_container())
         except mlflow.exceptions.MlflowException as exc:
@@ -174,7 +174,7 @@ class LocalTrainer:
                 "resume in a new run"
             ) from None
         mlflow.log_text(_to_yaml(self.cfg.resolved), "config/resolved.yaml")
-        kind = {"cuda": "gpu"}.get(self.s.device, self.s.device)
+        kind = {"cuda": "gpu"}.get(self.settings.device, self.settings.device)
         # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
         environ = {**os.environ, **self.cfg.profile.env}
         tracking.log_device_profile(device.collect_device_profile(kind, environ=environ))
@@ -185,24 +185,26 @@ class LocalTrainer:
         if self.data_dir is not None:
             frame = read_split(self.data_dir, split)
         else:
-            frame = _read_parquet(self.s.train_files if split == "train" else self.s.val_files, split)
-        limit = self.s.train_max_samples if split == "train" else self.s.val_max_samples
+            frame = _read_parquet(self.settings.train_files if split == "train" else self.settings.val_files, split)
+        limit = self.settings.train_max_samples if split == "train" else self.settings.val_max_samples
         if limit and limit > 0:
             frame = frame.head(limit)
         return encode_prompts(
-            frame, self.tokenizer, prompt_key=self.s.prompt_key, reward_fn_key=self.s.reward_fn_key,
-            max_prompt_length=self.s.max_prompt_length, filter_overlong=self.s.filter_overlong_prompts,
-            truncation=self.s.truncation, chat_template_kwargs=self.s.chat_template_kwargs, split=split,
+            frame, self.tokenizer, prompt_key=self.settings.prompt_key, reward_fn_key=self.settings.reward_fn_key,
+            max_prompt_length=self.settings.max_prompt_length, filter_overlong=self.settings.filter_overlong_prompts,
+            truncation=self.settings.truncation, chat_template_kwargs=self.settings.chat_template_kwargs, split=split,
         )
 
     def _resume(self) -> None:
         """Continue from the newest checkpoint (resume_mode=auto) with its weights, optimizer and RNG."""
-        found = ckpt.find_resume_checkpoint(self.s.default_local_dir, self.s.resume_mode, self.s.resume_from_path)
+        settings = self.settings
+        found = ckpt.find_resume_checkpoint(settings.default_local_dir, settings.resume_mode,
+                                            settings.resume_from_path)
         self.logged_through = last_logged_step(self.run_id)
         if found is None:
             return
         state = ckpt.load_state(found)
-        policy = load_model(str(ckpt.hf_dir(found)), self.s, self.device)
+        policy = load_model(str(ckpt.hf_dir(found)), self.settings, self.device)
         self.model.load_state_dict(policy.state_dict())
         del policy
         self.optimizer.load_state_dict(state["optimizer"])
@@ -224,7 +226,7 @@ class LocalTrainer:
         from verlflow import tracking
 
         metrics: dict[str, float] = {}
-        if self.s.val_before_train:
+        if self.settings.val_before_train:
             self._log(self._validate(), self.global_step)
         self.progress = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO", unit="step",
                              file=sys.stderr, dynamic_ncols=True)
@@ -233,15 +235,15 @@ class LocalTrainer:
             step = self.global_step
             last = step >= self.total_steps
             metrics, samples = self._train_step()
-            if self.s.test_freq > 0 and (last or step % self.s.test_freq == 0):
+            if self.settings.test_freq > 0 and (last or step % self.settings.test_freq == 0):
                 timing: dict[str, float] = {}
                 with _timer("testing", timing):
                     metrics.update(self._validate())
                 metrics["timing_s/testing"] = timing["testing"]
             self._log(metrics, step)
-            if last or (self.s.test_freq > 0 and step % self.s.test_freq == 0):
+            if last or (self.settings.test_freq > 0 and step % self.settings.test_freq == 0):
                 self._log_samples(samples, step)
-            if last or (self.s.save_freq > 0 and step % self.s.save_freq == 0):
+            if last or (self.settings.save_freq > 0 and step % self.settings.save_freq == 0):
                 self._save()
             self.progress.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
                                       step_s=f"{metrics['timing_s/step']:.1f}")
@@ -261,49 +263,51 @@ class LocalTrainer:
         """One GRPO step on the next ``train_batch_size`` prompts; returns (metrics, samples)."""
         from verl.trainer.ppo.core_algos import agg_loss
 
-        s, timing, metrics = self.s, {}, {}
+        settings, timing, metrics = self.settings, {}, {}
         prompts = self.train_prompts.take(self._batch_rows(self.global_step))
-        temperature = s.sampling.get("temperature", 1.0)
+        temperature = settings.sampling.get("temperature", 1.0)
         with _timer("step", timing):
             with _timer("gen", timing):
-                rollout = generate(self.model, self.tokenizer, prompts, n=s.n, sampling=s.sampling,
-                                   max_new_tokens=s.max_response_length, device=self.device)
+                rollout = generate(self.model, self.tokenizer, prompts, n=settings.n, sampling=settings.sampling,
+                                   max_new_tokens=settings.max_response_length, device=self.device)
             with _timer("reward", timing):
-                rollout.scores = score(rollout, prompts, s.n, self.reward_fn)
+                rollout.scores = score(rollout, prompts, settings.n, self.reward_fn)
             input_ids, attention_mask, mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
             length = mask.shape[1]
             batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": mask}
-            on_policy = is_on_policy(self.model, ppo_epochs=s.actor.ppo_epochs,
-                                     mini_batch=s.ppo_mini_batch_size * s.n, batch_size=len(input_ids))
+            on_policy = is_on_policy(self.model, ppo_epochs=settings.actor.ppo_epochs,
+                                     mini_batch=settings.ppo_mini_batch_size * settings.n, batch_size=len(input_ids))
             with _timer("old_log_prob", timing):
                 # On-policy (one epoch, one mini-batch) the update's first forward gives the old log-probs
                 # and the entropy, as in verl and TRL: no separate pass, this phase costs nothing.
                 if not on_policy:
                     batch["old_log_probs"], entropy = batched_log_probs(
-                        self.model, input_ids, attention_mask, length, temperature, s.log_prob_micro_batch,
-                        with_entropy=True, group=s.n)
+                        self.model, input_ids, attention_mask, length, temperature, settings.log_prob_micro_batch,
+                        with_entropy=True, group=settings.n)
                     metrics["actor/entropy"] = agg_loss(loss_mat=entropy, loss_mask=mask.bool(),
-                                                        loss_agg_mode=s.actor.loss_agg_mode).item()
+                                                        loss_agg_mode=settings.actor.loss_agg_mode).item()
             if self.ref_model is not None:
                 with _timer("ref", timing):
-                    batch["ref_log_prob"], _ = batched_log_probs(self.ref_model, input_ids, attention_mask, length,
-                                                                 temperature, s.ref_log_prob_micro_batch, group=s.n)
+                    batch["ref_log_prob"], _ = batched_log_probs(
+                        self.ref_model, input_ids, attention_mask, length, temperature,
+                        settings.ref_log_prob_micro_batch, group=settings.n)
             with _timer("adv", timing):
                 scores = rollout.token_level_scores()
                 # No KL in the reward (algorithm.use_kl_in_reward is not supported): rewards = scores.
                 advantages, returns = compute_advantages(
-                    s.adv_estimator, scores, mask, rollout.index,
-                    norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo, algorithm=s.algorithm)
+                    settings.adv_estimator, scores, mask, rollout.index,
+                    norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo, algorithm=settings.algorithm)
                 batch["advantages"] = advantages
             with _timer("update_actor", timing):
                 metrics.update(update_actor(
-                    self.model, self.optimizer, batch, actor=s.actor, mini_batch=s.ppo_mini_batch_size * s.n,
-                    micro_batch=s.ppo_micro_batch_size, grad_clip=s.grad_clip, temperature=temperature, group=s.n))
+                    self.model, self.optimizer, batch, actor=settings.actor,
+                    mini_batch=settings.ppo_mini_batch_size * settings.n, micro_batch=settings.ppo_micro_batch_size,
+                    grad_clip=settings.grad_clip, temperature=temperature, group=settings.n))
                 metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
                 self.scheduler.step()
         metrics.update(verl_batch_metrics(
-            rollout, scores, advantages, returns, timing, max_prompt_length=s.max_prompt_length,
-            max_response_length=s.max_response_length))
+            rollout, scores, advantages, returns, timing, max_prompt_length=settings.max_prompt_length,
+            max_response_length=settings.max_response_length))
         samples = {"step": [self.global_step] * len(rollout.response_texts), "prompt": rollout.prompt_texts,
                    "response": rollout.response_texts, "reward": rollout.scores.tolist()}
         return metrics, {k: v[:MAX_SAMPLE_ROWS] for k, v in samples.items()}
@@ -312,29 +316,29 @@ class LocalTrainer:
         """Prompt rows of a (1-based) step: epoch-seeded shuffles, so a resumed run sees the same order."""
         epoch, position = divmod(step - 1, self.steps_per_epoch)
         count = len(self.train_prompts)
-        if self.s.shuffle:
-            order = torch.randperm(count, generator=torch.Generator().manual_seed(self.s.data_seed + epoch))
+        if self.settings.shuffle:
+            order = torch.randperm(count, generator=torch.Generator().manual_seed(self.settings.data_seed + epoch))
         else:
             order = torch.arange(count)
-        size = self.s.train_batch_size
+        size = self.settings.train_batch_size
         return order[position * size:(position + 1) * size].tolist()
 
     def _validate(self) -> dict[str, float]:
         """Score ``val_kwargs`` samples on the val prompts; verl's ``val-core/<source>/reward/mean@N``."""
         from verl.trainer.ppo.metric_utils import process_validation_metrics
 
-        s = self.s
+        settings = self.settings
         # verl hands the whole val set to vLLM at once; transformers generates a training batch's worth at a time.
-        batch = s.val_batch_size or s.train_batch_size * s.n
+        batch = settings.val_batch_size or settings.train_batch_size * settings.n
         sources, uids, rewards = [], [], []
         for start in range(0, len(self.val_prompts), batch):
             rows = list(range(start, min(start + batch, len(self.val_prompts))))
             prompts = self.val_prompts.take(rows)
-            rollout = generate(self.model, self.tokenizer, prompts, n=s.val_n, sampling=s.val_sampling,
-                               max_new_tokens=s.max_response_length, device=self.device)
-            rewards += score(rollout, prompts, s.val_n, self.reward_fn).tolist()
-            sources += [prompts.data_sources[i // s.val_n] for i in range(len(rollout.response_texts))]
-            uids += [str(rows[i // s.val_n]) for i in range(len(rollout.response_texts))]
+            rollout = generate(self.model, self.tokenizer, prompts, n=settings.val_n, sampling=settings.val_sampling,
+                               max_new_tokens=settings.max_response_length, device=self.device)
+            rewards += score(rollout, prompts, settings.val_n, self.reward_fn).tolist()
+            sources += [prompts.data_sources[i // settings.val_n] for i in range(len(rollout.response_texts))]
+            uids += [str(rows[i // settings.val_n]) for i in range(len(rollout.response_texts))]
         return val_metric_names(process_validation_metrics(sources, uids, {"reward": rewards}))
 
     # ------------------------------------------------------------------ save / log
@@ -342,8 +346,8 @@ class LocalTrainer:
     def _save(self) -> None:
         state = {"global_step": self.global_step, "run_id": self.run_id, "optimizer": self.optimizer.state_dict(),
                  "lr_scheduler": self.scheduler.state_dict(), "rng": ckpt.rng_state()}
-        self.last_saved = ckpt.save_checkpoint(self.s.default_local_dir, self.global_step, self.model,
-                                               self.tokenizer, state, keep=self.s.max_ckpt_to_keep)
+        self.last_saved = ckpt.save_checkpoint(self.settings.default_local_dir, self.global_step, self.model,
+                                               self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         from verlflow import tracking

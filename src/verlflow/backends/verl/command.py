@@ -235,9 +235,9 @@ TRACE = "actor_rollout_ref.rollout.trace"
 DEFAULT_TRACED_SAMPLES = VerlflowBlock.rollout_traces
 
 
-def traced_samples(own: dict[str, Any]) -> int:
+def traced_samples(block: dict[str, Any]) -> int:
     """The recipe's ``verlflow.rollout_traces`` (samples traced per step and worker; 0 = off), checked."""
-    raw = own.get("rollout_traces", DEFAULT_TRACED_SAMPLES)
+    raw = block.get("rollout_traces", DEFAULT_TRACED_SAMPLES)
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
         raise VerlflowError(f"verlflow.rollout_traces={raw!r} must be an integer >= 0 (samples traced per step "
                             f"and worker; 0 = off)")
@@ -272,7 +272,7 @@ def forced_overrides(
 
     if "trainer.default_local_dir" not in out:
         out["trainer.default_local_dir"] = str(run_dir / "checkpoints")
-        notes.append("trainer.default_local_dir: this run's own folder (a fresh folder never resumes an old run)")
+        notes.append("trainer.default_local_dir: this run's block folder (a fresh folder never resumes an old run)")
     else:
         out["trainer.default_local_dir"] = _absolute_path(out["trainer.default_local_dir"])
 
@@ -297,9 +297,9 @@ def forced_overrides(
     return out, notes
 
 
-def launch_module_of(own: dict[str, Any]) -> str:
+def launch_module_of(block: dict[str, Any]) -> str:
     """The recipe's ``verlflow.launch_module``: a module name, or a ``.py`` file (made absolute)."""
-    module = str(own.get("launch_module") or DEFAULT_LAUNCH_MODULE)
+    module = str(block.get("launch_module") or DEFAULT_LAUNCH_MODULE)
     if module.endswith(".py"):
         path = Path(module).expanduser().resolve()
         if not path.is_file():

@@ -91,8 +91,8 @@ class HFRolloutServer:
 
     def update_weights(self, state_dict: dict[str, torch.Tensor]) -> int:
         """Load the trainer's new weights; returns how many tensors were loaded."""
-        own = self.model.state_dict()
-        loadable = {k: v.to(own[k].dtype) for k, v in state_dict.items() if k in own}
+        current = self.model.state_dict()
+        loadable = {k: v.to(current[k].dtype) for k, v in state_dict.items() if k in current}
         self.model.load_state_dict(loadable, strict=False)
         return len(loadable)
 
