@@ -1,7 +1,7 @@
 """verlflow's local GRPO trainer against TRL's GRPOTrainer on this CPU, same settings, alternating runs.
 
     pip install --no-deps --target .bench-site "trl==1.16.0"    # once; or: pip install -e ".[bench]"
-    python bench/grpo_vs_trl.py [--data ../shared/data/gsm8k] [--rounds 2] [--steps 12]
+    python bench/grpo_vs_trl.py [--data tests/fixtures/gsm8k] [--rounds 2] [--steps 12]
 
 Builds both models offline (verlflow's tiny Qwen3, and a 3.5 M Qwen3 on the same tokenizer), takes the
 first GSM8K train prompts from ``--data``, then per round and model runs both trainers, each in a fresh
@@ -59,7 +59,7 @@ def summarise(raw: dict) -> dict:
 def main() -> None:
     """Build, run alternating rounds, print the table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=setup.REPO.parent / "shared" / "data" / "gsm8k")
+    parser.add_argument("--data", type=Path, default=setup.REPO / "tests" / "fixtures" / "gsm8k")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "grpo_vs_trl.json")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("VERLFLOW_CACHE") or
                                                           Path.home() / ".cache" / "verlflow") / "bench")
@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.data / "train.jsonl").is_file() and not (args.data / "train.parquet").is_file():
         raise SystemExit(f"--data {args.data}: no train.jsonl or train.parquet there; give the GSM8K folder "
-                         "(e.g. --data /path/to/shared/data/gsm8k)")
+                         "(e.g. --data tests/fixtures/gsm8k, real GSM8K rows)")
     sys.path.insert(0, str(setup.REPO / "src"))
     models = setup.build_models(args.work)
     data_dir = setup.prepare_data(args.data.resolve(), args.work / "gsm8k")

@@ -2,7 +2,7 @@
 
     python bench/run_verlflow.py MODEL_DIR DATA_DIR STEPS on|off
 
-``on`` logs every step to MLflow as a normal run does; ``off`` replaces the per-step metric logging
+``on`` logs every step to MLflow as a train run does (through the metric buffer's background writer); ``off`` replaces the per-step metric logging
 with nothing (the run, its params and its checkpoint stay), to measure what tracking costs.
 Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
 and the seconds the trainer's thread spent in per-step logging.
@@ -41,6 +41,7 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
 
     from verlflow import config, tracking
     from verlflow.backends.local.trainer import train_local
+    from verlflow.runs import metric_buffer
 
     log_seconds: list[float] = []
     real_log = tracking.log_metrics
@@ -67,7 +68,9 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
         with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="tiny", profile="cpu")) as run:
             ends.append(time.perf_counter())
             cpu.append(time.process_time())
-            train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
+            # As the train step does: per-step metrics through the background writer.
+            with metric_buffer.buffering(run.info.run_id, os.path.join(work, "spill")):
+                train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
         logged = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
     return {
         "step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)],

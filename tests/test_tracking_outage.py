@@ -83,7 +83,7 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
 def test_points_logged_during_an_outage_are_replayed_with_their_step_and_time(server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
-    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5)
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5, write_every_s=0.2)
     stamps = {}
     for step in range(1, 41):
         if step == 11:
@@ -108,11 +108,11 @@ def test_points_logged_during_an_outage_are_replayed_with_their_step_and_time(se
 def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_command(server, tmp_path, capsys):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
-    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5)
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5, write_every_s=0.2)
     buffer.log({"loss": 0.5, "reward": 0.1}, 1)
     assert buffer.close(wait_s=30) == 0
     server.stop()
-    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5)
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.5, write_every_s=0.2)
     for step in (2, 3):
         buffer.log({"loss": 0.5 / step, "reward": 0.1 * step}, step)
     assert buffer.close(wait_s=2) == 4
