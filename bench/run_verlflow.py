@@ -2,8 +2,9 @@
 
     python bench/run_verlflow.py MODEL_DIR DATA_DIR STEPS on|off
 
-``on`` logs every step to MLflow as a train run does (through the metric buffer's background writer); ``off`` replaces the per-step metric logging
-with nothing (the run, its params and its checkpoint stay), to measure what tracking costs.
+``on`` logs every step to MLflow as a train run does (through the metric buffer's background writer);
+``off`` replaces the per-step metric logging with nothing (the run, its params and its checkpoint stay),
+to measure what tracking costs.
 Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
 and the seconds the trainer's thread spent in per-step logging.
 """

@@ -13,14 +13,10 @@ run both splits are logged as dataset inputs, with their row counts and a conten
 
 from __future__ import annotations
 
-from verlflow.util import hub_unreachable
-from verlflow.names import DATA_DIGEST_TAG
-
 import hashlib
 import json
 import os
 import re
-import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +25,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verlflow.errors import VerlflowError
 from verlflow.data.synthetic import synthetic_examples
+from verlflow.errors import VerlflowError
+from verlflow.names import DATA_DIGEST_TAG
+from verlflow.util import hub_unreachable
 
 PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"####\"."
 # Every row carries this data_source, synthetic ones too: verl picks its GSM8K scorer by it and

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from verlflow.names import DATA_DIR_TAG, STEP_TAG
-
 from pathlib import Path
 
 import mlflow
@@ -15,6 +13,7 @@ from verlflow import tracking
 from verlflow.data.gsm8k import preprocess
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_output_dir
+from verlflow.names import DATA_DIR_TAG, STEP_TAG
 
 
 def run_preprocess(source: str, output_dir: str, limit: int):
