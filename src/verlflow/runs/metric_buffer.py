@@ -5,9 +5,9 @@
 Training hands each step's metrics to :func:`log` and goes on at once. A daemon thread writes them with
 their original step and timestamp, gathering the steps of :data:`WRITE_EVERY_S` seconds into one write.
 When the server does not answer it keeps them, mirrors them to a JSONL spill file (so even a crash keeps
-them on disk), retries every :data:`RETRY_S`, and replays them in order once the server is back. At the end of the run :meth:`MetricBuffer.close` waits at most
-``VERLFLOW_METRICS_FLUSH_S`` seconds; what is still unwritten stays in the spill file and one line says
-the command that uploads it later.
+them on disk), retries every :data:`RETRY_S`, and replays them in order once the server is back. At the
+end of the run :meth:`MetricBuffer.close` waits at most ``VERLFLOW_METRICS_FLUSH_S`` seconds; what is
+still unwritten stays in the spill file and one line says the command that uploads it later.
 """
 
 from __future__ import annotations
