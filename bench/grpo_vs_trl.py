@@ -53,6 +53,9 @@ def summarise(raw: dict) -> dict:
         timing = raw["timing"][FIRST_STEP - 1:]
         out["phases"] = {k.removeprefix("timing_s/"): statistics.median(t[k] for t in timing) for k in timing[0]}
         out["log_s"] = statistics.median(raw["log_s"][FIRST_STEP - 1:])
+    if raw.get("writer_cpu_s") is not None and raw["step_s"]:
+        # The writer's CPU over the whole run, per step: what tracking takes from the cores training uses.
+        out["writer_cpu_step_s"] = raw["writer_cpu_s"] / len(raw["step_s"])
     return out
 
 
@@ -124,7 +127,8 @@ def table(runs: list[dict], models: list[str]) -> list[dict]:
                    # generated tokens per CPU second (process time, all threads), verlflow over TRL
                    "cpu_ratio": ours.get("tokens_per_cpu_s", 0) / max(theirs.get("tokens_per_cpu_s", 0), 1e-9),
                    "verlflow_tok_s": ours["tokens_per_s"], "ratio": ours["tokens_per_s"] / theirs["tokens_per_s"],
-                   "phases": ours["phases"], "log_share": ours["log_s"] / ours["step_s"]}
+                   "phases": ours["phases"], "log_share": ours["log_s"] / ours["step_s"],
+                   "writer_share": ours.get("writer_cpu_step_s", 0.0) / ours["step_s"]}
             if "verlflow-nolog" in pick:
                 row["logging_on_over_off"] = ours["step_s"] / pick["verlflow-nolog"]["step_s"]
             rows.append(row)
@@ -149,7 +153,8 @@ def print_table(report: dict) -> None:
         extra = (f", step time logging on / off = {row['logging_on_over_off']:.3f}"
                  if "logging_on_over_off" in row else "")
         print(f"  {row['model']:5s} round {row['round']}: per-step logging on the trainer's thread = "
-              f"{100 * row['log_share']:.2f}% of the step{extra}")
+              f"{100 * row['log_share']:.2f}% of the step; the metric writer's CPU = "
+              f"{100 * row['writer_share']:.2f}% of the step{extra}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 ``off`` replaces the per-step metric logging with nothing (the run, its params and its checkpoint stay),
 to measure what tracking costs.
 Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
-and the seconds the trainer's thread spent in per-step logging.
+the seconds the trainer's thread spent in per-step logging, and the CPU seconds the buffer's writer thread
+spent writing them.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
             ends.append(time.perf_counter())
             cpu.append(time.process_time())
             # As the train step does: per-step metrics through the background writer.
-            with metric_buffer.buffering(run.info.run_id, os.path.join(work, "spill")):
+            with metric_buffer.buffering(run.info.run_id, os.path.join(work, "spill")) as buffer:
                 train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
         logged = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
     return {
@@ -78,7 +79,7 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
         "cpu_s": [b - a for a, b in zip(cpu, cpu[1:], strict=False)],
         "tokens": [m["response_length/mean"] * setup.PROMPTS_PER_STEP * setup.GENERATIONS for m in per_step],
         "timing": [{k: v for k, v in m.items() if k.startswith("timing_s/")} for m in per_step],
-        "log_s": log_seconds, "logged_steps": len(logged),
+        "log_s": log_seconds, "logged_steps": len(logged), "writer_cpu_s": buffer.write_cpu_s,
     }
 
 

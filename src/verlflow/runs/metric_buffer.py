@@ -62,6 +62,7 @@ class MetricBuffer:
         self.spilled = 0  # points of `pending` already mirrored in the spill file
         self.enqueued = 0
         self.written = 0
+        self.write_cpu_s = 0.0  # CPU seconds the writer thread spent writing (what tracking costs the machine)
         self.outage_started: float | None = None
         self.longest_outage_s = 0.0
         self._closing = threading.Event()
@@ -107,7 +108,11 @@ class MetricBuffer:
             try:
                 while self.pending and not self._abandoned.is_set():  # batch by batch: none written twice
                     batch = self.pending[:_BATCH]
-                    self.client.log_batch(self.run_id, metrics=batch)
+                    started = time.thread_time()
+                    try:
+                        self.client.log_batch(self.run_id, metrics=batch)
+                    finally:
+                        self.write_cpu_s += time.thread_time() - started
                     self.pending = self.pending[len(batch):]
                     self.spilled = max(0, self.spilled - len(batch))
                     self.written += len(batch)
