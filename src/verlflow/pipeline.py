@@ -47,6 +47,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from verlflow import __version__, config, tracking
 from verlflow import names as metrics
+from verlflow.config.schema import VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision
 from verlflow.names import (
@@ -131,7 +132,8 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
 
     _, dev, profile, _ = train_step.choose_train_setup(recipe, device, "auto", "auto")
     composed = config.compose(recipe, profile, overrides)  # an unknown override key fails here, not later
-    source = source or composed.verlflow.data_source
+    # An empty data_source in a recipe means the default, as an absent one does.
+    source = source or composed.verlflow.data_source or VerlflowBlock.data_source
     name = model_name or composed.verlflow.model_name
     if not name:
         raise VerlflowError(f"recipe '{recipe}' names no verlflow.model_name: pass -P model_name=<name>")
