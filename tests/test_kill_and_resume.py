@@ -44,6 +44,8 @@ def _train_run(client: MlflowClient):
 @pytest.mark.slow
 def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_uri, tmp_path, monkeypatch):
     monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    # Each step written as it ends (not gathered for 2 s), so the test can signal while steps remain.
+    monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
     gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
     client = MlflowClient()
     client.search_experiments()  # create the store's tables before two processes race to
