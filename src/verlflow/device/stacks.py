@@ -21,9 +21,10 @@ from typing import Any
 
 import yaml
 
+from verlflow.config.loading import CONFIG_ROOT
 from verlflow.errors import VerlflowError
 
-STACKS_DIR = Path(__file__).parents[1] / "config" / "stacks"
+STACKS_DIR = CONFIG_ROOT / "stacks"
 
 
 @dataclass
