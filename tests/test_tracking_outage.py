@@ -128,6 +128,8 @@ def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_comma
 @pytest.mark.slow
 def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server, tmp_path, monkeypatch):
     monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    # Each step written as it ends (not gathered for 2 s), so the outage starts while steps remain.
+    monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
     gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
     steps = 8
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "

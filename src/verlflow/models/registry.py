@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -131,6 +132,22 @@ def checkpoint_of(run) -> Path:
     return path
 
 
+def point_alias(client: MlflowClient, name: str, alias: str, version: str | int, attempts: int = 5) -> None:
+    """Point ``alias`` of ``name`` at ``version``, riding out another process writing the same alias.
+
+    Two search workers may set ``challenger`` at the same moment; a SQLite store refuses the second insert
+    (a unique key). The write is idempotent, so it is simply retried; the last refusal is raised.
+    """
+    for attempt in range(attempts):
+        try:
+            client.set_registered_model_alias(name, alias, str(version))
+            return
+        except MlflowException:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
 def run_register(run_id: str, model_name: str) -> ModelVersion:
     """Register a train run's final checkpoint as a new model version with lineage; alias challenger → it."""
     train_run = tracking.get_run(run_id)
@@ -149,7 +166,7 @@ def run_register(run_id: str, model_name: str) -> ModelVersion:
             str(checkpoint), name=MODEL_ARTIFACT, task="text-generation", pip_requirements=pip_requirements(),
         )
         mv = mlflow.register_model(info.model_uri, name, tags=lineage)
-        MlflowClient().set_registered_model_alias(name, CHALLENGER, mv.version)
+        point_alias(MlflowClient(), name, CHALLENGER, mv.version)
         mlflow.set_tags({MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: info.model_uri})
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {CHALLENGER} → "
           f"{mv.version}")

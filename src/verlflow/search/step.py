@@ -270,7 +270,7 @@ def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -
     Each worker deletes its own version when a lower one of the same run exists, so however the
     registrations interleave exactly one version is left, and the challenger alias points at it.
     """
-    from verlflow.models.registry import CHALLENGER
+    from verlflow.models.registry import CHALLENGER, point_alias
 
     versions = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")
     first = min((v for v in versions if v.name == mine.name), key=lambda v: int(v.version), default=mine)
@@ -281,7 +281,7 @@ def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -
             client.delete_model_version(mine.name, mine.version)
         aliases = client.get_registered_model(mine.name).aliases
         if CHALLENGER not in aliases:
-            client.set_registered_model_alias(mine.name, CHALLENGER, first.version)
+            point_alias(client, mine.name, CHALLENGER, first.version)
     return first
 
 
