@@ -29,19 +29,21 @@ def response_log_probs(
     """Per-token log-probs (and entropies) of the last ``response_length`` tokens, logits / temperature.
 
     input_ids, attention_mask: (b, P+R) left-padded prompt + right-padded response → (b, R) each.
-    With ``group`` > 1 and rows that share their prompt in groups of ``group`` (GRPO's ``n`` samples),
-    each distinct prompt is computed once (:mod:`local_forward`); the result is the same.
+    Rows are packed (:mod:`forward`): with ``group`` > 1 and rows that share their prompt in groups of
+    ``group`` (GRPO's ``n`` samples), each distinct prompt is computed once; padding is never computed.
+    Models whose attention takes no custom mask run the plain padded forward; the result is the same.
     ``entropy_grad=False``: the entropy is a metric only, computed without building its graph.
     """
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    from verlflow.backends.local.forward import can_share_prompts, response_logits, rows_share_prompts
+    from verlflow.backends.local.forward import can_pack, packed_response_logits, rows_share_prompts
 
     prompt_length = input_ids.shape[1] - response_length
-    prompts = input_ids[:, :prompt_length]
-    if group > 1 and can_share_prompts(model) and rows_share_prompts(prompts, group):
-        logits = response_logits(model, prompts, attention_mask[:, :prompt_length], input_ids[:, prompt_length:],
-                                 attention_mask[:, prompt_length:], group)
+    prompts, prompt_mask = input_ids[:, :prompt_length], attention_mask[:, :prompt_length]
+    responses, response_mask = input_ids[:, prompt_length:], attention_mask[:, prompt_length:]
+    if can_pack(model, prompt_mask, response_mask):
+        shared = group if rows_share_prompts(prompts, group) and rows_share_prompts(prompt_mask, group) else 1
+        logits = packed_response_logits(model, prompts, prompt_mask, responses, response_mask, shared)
     else:
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -49,7 +51,6 @@ def response_log_probs(
         # The logit at position t predicts token t+1: (b, R, V) for the response tokens.
         logits = logits[:, -response_length - 1:-1, :]
     logits = logits.float() / temperature
-    responses = input_ids[:, -response_length:]
     log_probs = logprobs_from_logits(logits, responses)
     entropy = None
     if with_entropy:

@@ -3,17 +3,21 @@
     pytest tests/test_local_forward.py
 
 One token per forward for the whole batch, keys/values cached (nothing recomputed), the ``n``
-samples of a prompt sharing its prefill (:func:`local_forward.prefill`), and the loop stopping as
-soon as every row has produced an eos token. The sampling rules are ``model.generate``'s for the keys
-verl's rollout config maps to (temperature, then top-k, then top-p; greedy when ``do_sample`` is off).
+samples of a prompt sharing its prefill, and the loop stopping as soon as every row has produced an
+eos token. Llama-family models decode through :mod:`decode` (a preallocated cache, a few ops per
+layer); others through the Hugging Face forward and its cache (:func:`forward.prefill`). The
+sampling rules are ``model.generate``'s for the keys verl's rollout config maps to (temperature,
+then top-k, then top-p; greedy when ``do_sample`` is off).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from verlflow.backends.local import decode
 from verlflow.backends.local.forward import prefill
 
 # Sampling keys this loop implements; any other key makes the rollout fall back to ``model.generate``.
@@ -21,7 +25,7 @@ SUPPORTED_KEYS = frozenset({"do_sample", "temperature", "top_p", "top_k"})
 
 
 def next_tokens(logits: torch.Tensor, sampling: dict[str, Any]) -> torch.Tensor:
-    """(b,) next token ids from (b, V) logits: greedy, or temperature → top-k → top-p → multinomial."""
+    """(b,) next token ids from (b, V) logits: greedy, or temperature → top-k → top-p → a categorical draw."""
     if not sampling.get("do_sample", True):
         return logits.argmax(-1)
     scores = logits.float() / float(sampling.get("temperature", 1.0))
@@ -36,7 +40,22 @@ def next_tokens(logits: torch.Tensor, sampling: dict[str, Any]) -> torch.Tensor:
         # Drop a token when the ones ranked above it already reach top_p (the first is always kept).
         drop = (cumulative - ordered.softmax(-1)) >= top_p
         scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return torch.multinomial(scores.softmax(-1), 1).squeeze(-1)
+    return draw(scores.softmax(-1))
+
+
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """(b,) one token per row of (b, V) probabilities, by inverting each row's cumulative distribution.
+
+    The same draw as ``torch.multinomial(probs, 1)``, for one uniform number per row instead of
+    multinomial's V exponential ones (which cost more than the rest of a small model's decoding step).
+    A token of probability 0 is never drawn.
+    """
+    cumulative = probs.cumsum(-1)
+    uniform = torch.rand((len(probs), 1), dtype=cumulative.dtype, device=probs.device) * cumulative[:, -1:]
+    token = torch.searchsorted(cumulative, uniform, right=True).squeeze(-1)
+    # Rounding can put `uniform` on the total itself: take the last token that has probability.
+    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)
+    return torch.minimum(token, last)
 
 
 @torch.no_grad()
@@ -48,21 +67,37 @@ def sample_responses(
 
     prompts, prompt_mask: (U, P) left-padded distinct prompts; row ``i*n + j`` is prompt i's j-th sample.
     """
-    logits, cache = prefill(model, prompts, prompt_mask, n)
+    logits, step = start_decoding(model, prompts, prompt_mask, n, max_new_tokens)
     rows = len(logits)
-    mask = prompt_mask.repeat_interleave(n, dim=0)
-    position = mask.sum(-1, keepdim=True)  # (U*n, 1) where the first response token sits
     eos = torch.tensor(eos_ids, device=prompts.device)
     finished = torch.zeros(rows, dtype=torch.bool, device=prompts.device)
-    ones = torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)
     out: list[torch.Tensor] = []
-    for step in range(max_new_tokens):
+    for index in range(max_new_tokens):
         token = next_tokens(logits, sampling).masked_fill(finished, pad_id)
         out.append(token)
         finished |= torch.isin(token, eos)
-        if step == max_new_tokens - 1 or bool(finished.all()):
+        if index == max_new_tokens - 1 or bool(finished.all()):
             break
-        mask = torch.cat([mask, ones], dim=1)
-        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position + step,
-                       past_key_values=cache, use_cache=True).logits[:, -1, :]
+        logits = step(token)
     return torch.stack(out, dim=1)
+
+
+def start_decoding(
+    model: Any, prompts: torch.Tensor, prompt_mask: torch.Tensor, n: int, max_new_tokens: int,
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """Prefill the prompts; (first next-token logits (U*n, V), a function from (U*n,) tokens to the next logits)."""
+    if decode.supports(model):
+        decoder = decode.StaticCacheDecoder(model)
+        return decoder.prefill(prompts, prompt_mask, n, max_new_tokens), decoder.step
+    logits, cache = prefill(model, prompts, prompt_mask, n)
+    state = {"mask": prompt_mask.repeat_interleave(n, dim=0)}
+    position = state["mask"].sum(-1, keepdim=True)  # (U*n, 1) where the first response token sits
+    ones = torch.ones((len(logits), 1), dtype=prompt_mask.dtype, device=prompt_mask.device)
+
+    def hf_step(token: torch.Tensor) -> torch.Tensor:
+        offset = state["mask"].shape[1] - prompt_mask.shape[1]
+        state["mask"] = torch.cat([state["mask"], ones], dim=1)
+        return model(input_ids=token[:, None], attention_mask=state["mask"], position_ids=position + offset,
+                     past_key_values=cache, use_cache=True).logits[:, -1, :]
+
+    return logits, hf_step
