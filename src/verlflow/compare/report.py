@@ -55,6 +55,16 @@ GUIDE_TIMINGS: list[tuple[str, str]] = [
 ]
 
 # §6.2 of the guide: the curves, with a title a reader knows them by.
+# Where the report's curve images sit, relative to the report: the grid and one file per curve.
+GRID_IMAGE = "curves.png"
+CURVE_DIR = "curves"
+
+
+def curve_filename(key: str) -> str:
+    """File name of one metric's plot: ``critic/score/mean`` → ``critic_score_mean.png``."""
+    return key.replace("/", "_").replace(" ", "_") + ".png"
+
+
 CURVES: list[tuple[str, str]] = [
     (metrics.SCORE_MEAN, "reward (mean score)"),
     (metrics.VAL_ACCURACY, "validation accuracy"),

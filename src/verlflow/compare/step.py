@@ -34,13 +34,16 @@ from verlflow.compare.diff import (
     launch_param_names,
     profile_param_keys,
 )
-from verlflow.compare.plots import plot_curves
+from verlflow.compare.plot_worker import CurvePlotter
 from verlflow.compare.report import (
+    CURVE_DIR,
     CURVES,
     DEFAULT_EPS,
     DEFAULT_PARITY_THRESHOLD,
+    GRID_IMAGE,
     ParityRow,
     TimingRow,
+    curve_filename,
     parity_rows,
     parity_summary,
     recipe_warning,
@@ -60,6 +63,7 @@ from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_output_dir
 from verlflow.names import PROFILE_TAG, STEP_TAG, TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
 from verlflow.runs import naming as run_names
+from verlflow.util import gc_paused
 
 ARTIFACT_DIR = "compare"
 UTILISATION_IMAGE = "utilisation.png"
@@ -315,22 +319,27 @@ def build_report(
     *,
     threshold: float = DEFAULT_PARITY_THRESHOLD,
     eps: float = DEFAULT_EPS,
+    plotter: CurvePlotter | None = None,
 ) -> tuple[str, list[tuple[str, str, str]], list[TimingRow], ConfigDiff, list[ParityRow]]:
-    """Compute every part and write ``report.md``, ``comparison.json`` and the PNGs into ``out_dir``."""
+    """Compute every part and write ``report.md``, ``comparison.json`` and the PNGs into ``out_dir``.
+
+    ``plotter`` draws the curves in its worker process while the rest is computed (a new one when None).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    versions = version_rows(baseline, candidate)
-    timings = timing_rows(baseline, candidate)
-    extra_profiles = {
-        r.tags[PROFILE_TAG] for r in (baseline, candidate) if r.tags.get(PROFILE_TAG)
-    }
-    diff = config_diff(baseline, candidate, profile_param_keys(extra_profiles), launch_param_names())
+    plotter = plotter or CurvePlotter()
     parity = parity_rows(baseline, candidate, threshold, eps)
     notes = {
         r.key: f"{r.mean_relative_difference:.2%} {'PASS' if r.passed else 'FAIL'}"
         for r in parity
         if r.mean_relative_difference is not None
     }
-    grid, singles = plot_curves(CURVES, baseline, candidate, out_dir, notes)
+    plotter.submit(CURVES, baseline, candidate, out_dir, notes)
+    versions = version_rows(baseline, candidate)
+    timings = timing_rows(baseline, candidate)
+    extra_profiles = {
+        r.tags[PROFILE_TAG] for r in (baseline, candidate) if r.tags.get(PROFILE_TAG)
+    }
+    diff = config_diff(baseline, candidate, profile_param_keys(extra_profiles), launch_param_names())
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []
@@ -344,8 +353,8 @@ def build_report(
         parity=parity,
         threshold=threshold,
         tracking_uri=mlflow.get_tracking_uri(),
-        grid_image=grid.name,
-        curve_images={k: f"curves/{p.name}" for k, p in singles.items()},
+        grid_image=GRID_IMAGE,
+        curve_images={key: f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES},
         utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),
         compare_link=link,
     )
@@ -363,6 +372,7 @@ def build_report(
         "mlflow_compare": link,
     }
     (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
+    plotter.wait()
     return report, versions, timings, diff, parity
 
 
@@ -388,10 +398,10 @@ def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingR
         NOTE_TAG: note,
         COMPARE_LINK_TAG: link,
     })
-    for name in ("report.md", "comparison.json", "curves.png", UTILISATION_IMAGE):
+    for name in ("report.md", "comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
-    mlflow.log_artifacts(str(out_dir / "curves"), f"{ARTIFACT_DIR}/curves")
+    mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
     mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
 
 
@@ -408,8 +418,19 @@ def run_compare(
     also keeps the files locally ('' = only as artifacts). A recipe difference outside the device
     profile is reported first and loudly, and the report still goes on.
     """
-    base_run, cand_run = _checked_runs(baseline, candidate, output_dir, threshold)
-    base, cand = read_runs(base_run, cand_run)
+    # Started first: the worker loads matplotlib while the store opens and the runs are read.
+    plotter = CurvePlotter()
+    try:
+        return _compare(baseline, candidate, output_dir, threshold, plotter)
+    finally:
+        plotter.close()
+
+
+def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
+             plotter: CurvePlotter) -> ComparisonResult:
+    with gc_paused():  # opening the store imports SQLAlchemy's and MLflow's store modules
+        base_run, cand_run = _checked_runs(baseline, candidate, output_dir, threshold)
+        base, cand = read_runs(base_run, cand_run)
     tags = {
         STEP_TAG: "compare",
         "compare.baseline_run_id": base.run_id,
@@ -417,8 +438,9 @@ def run_compare(
     }
     with tempfile.TemporaryDirectory(prefix="verlflow-compare-") as tmp:
         out_dir = Path(output_dir) if output_dir else Path(tmp)
+        report, versions, timings, diff, parity = build_report(base, cand, out_dir, threshold=threshold,
+                                                               plotter=plotter)
         with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags) as run:
-            report, versions, timings, diff, parity = build_report(base, cand, out_dir, threshold=threshold)
             warning = recipe_warning(diff)
             if warning:
                 print(warning)

@@ -21,10 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
-from verlflow.compare.plots import STYLES
 from verlflow.compare.report import candidate_over_baseline, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
 from verlflow.device.system_metrics import DEFAULT_INTERVAL_S
@@ -207,6 +203,11 @@ def plot_utilisation(
     path: Path,
 ) -> Path:
     """``utilisation.png``: every §6.4 figure of both runs over minutes since their first sample."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from verlflow.compare.plots import STYLES
+
     figures = [(f, label) for f, label in FIGURES if any(f in u.series for u in used)]
     cols = 2
     rows = (len(figures) + cols - 1) // cols
