@@ -12,7 +12,6 @@ then top-k, then top-p; greedy when ``do_sample`` is off).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,8 +45,8 @@ def next_tokens(logits: torch.Tensor, sampling: dict[str, Any]) -> torch.Tensor:
 def draw(probs: torch.Tensor) -> torch.Tensor:
     """(b,) one token per row of (b, V) probabilities, by inverting each row's cumulative distribution.
 
-    The same draw as ``torch.multinomial(probs, 1)``, for one uniform number per row instead of
-    multinomial's V exponential ones (which cost more than the rest of a small model's decoding step).
+    A draw from the distribution ``torch.multinomial(probs, 1)`` draws from, for one uniform number per
+    row instead of multinomial's V exponential ones (which cost more than a small model's decoding step).
     A token of probability 0 is never drawn.
     """
     cumulative = probs.cumsum(-1)
@@ -67,7 +66,8 @@ def sample_responses(
 
     prompts, prompt_mask: (U, P) left-padded distinct prompts; row ``i*n + j`` is prompt i's j-th sample.
     """
-    logits, step = start_decoding(model, prompts, prompt_mask, n, max_new_tokens)
+    decoder = decode.StaticCacheDecoder(model) if decode.supports(model) else HuggingFaceDecoder(model)
+    logits = decoder.prefill(prompts, prompt_mask, n, max_new_tokens)
     rows = len(logits)
     eos = torch.tensor(eos_ids, device=prompts.device)
     finished = torch.zeros(rows, dtype=torch.bool, device=prompts.device)
@@ -78,26 +78,27 @@ def sample_responses(
         finished |= torch.isin(token, eos)
         if index == max_new_tokens - 1 or bool(finished.all()):
             break
-        logits = step(token)
+        logits = decoder.step(token)
     return torch.stack(out, dim=1)
 
 
-def start_decoding(
-    model: Any, prompts: torch.Tensor, prompt_mask: torch.Tensor, n: int, max_new_tokens: int,
-) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
-    """Prefill the prompts; (first next-token logits (U*n, V), a function from (U*n,) tokens to the next logits)."""
-    if decode.supports(model):
-        decoder = decode.StaticCacheDecoder(model)
-        return decoder.prefill(prompts, prompt_mask, n, max_new_tokens), decoder.step
-    logits, cache = prefill(model, prompts, prompt_mask, n)
-    state = {"mask": prompt_mask.repeat_interleave(n, dim=0)}
-    position = state["mask"].sum(-1, keepdim=True)  # (U*n, 1) where the first response token sits
-    ones = torch.ones((len(logits), 1), dtype=prompt_mask.dtype, device=prompt_mask.device)
+class HuggingFaceDecoder:
+    """:class:`decode.StaticCacheDecoder`'s interface over the model's own forward and cache (any architecture)."""
 
-    def hf_step(token: torch.Tensor) -> torch.Tensor:
-        offset = state["mask"].shape[1] - prompt_mask.shape[1]
-        state["mask"] = torch.cat([state["mask"], ones], dim=1)
-        return model(input_ids=token[:, None], attention_mask=state["mask"], position_ids=position + offset,
-                     past_key_values=cache, use_cache=True).logits[:, -1, :]
+    def __init__(self, model: Any):
+        self.model = model
 
-    return logits, hf_step
+    def prefill(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, n: int, max_new_tokens: int) -> torch.Tensor:
+        """Run the (U, P) left-padded prompts once; (U*n, V) logits of the next token."""
+        logits, self.cache = prefill(self.model, prompts, prompt_mask, n)
+        self.mask = prompt_mask.repeat_interleave(n, dim=0)
+        self.position = self.mask.sum(-1, keepdim=True)  # (U*n, 1) where the first response token sits
+        return logits
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append (rows,) tokens; (rows, V) logits of the token after."""
+        self.mask = torch.cat([self.mask, self.mask.new_ones((len(tokens), 1))], dim=1)
+        logits = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.position,
+                            past_key_values=self.cache, use_cache=True).logits[:, -1, :]
+        self.position = self.position + 1
+        return logits
