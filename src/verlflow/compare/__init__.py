@@ -4,5 +4,6 @@
 
 :mod:`.step` reads both runs once into :class:`~.snapshot.RunSnapshot` objects; everything after that is
 computation on snapshots: :mod:`.diff` (which settings differ and why), :mod:`.report` (§6.1 versions, §6.3
-time ratios, parity, the Markdown), :mod:`.plots` (§6.2 curves), :mod:`.utilisation` (§6.4 device use).
+time ratios, parity, the Markdown), :mod:`.plots` (§6.2 curves, drawn in :mod:`.plot_worker`'s process),
+:mod:`.utilisation` (§6.4 device use).
 """

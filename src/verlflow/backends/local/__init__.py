@@ -1,7 +1,8 @@
 """The local GRPO trainer: verl's GRPO math on one device (CPU by default), logged like a verl run.
 
 Read :mod:`.trainer` top to bottom (setup → train → save → cleanup); it calls, per step:
-:mod:`.rollout` (prompts → sampled responses → rewards, with :mod:`.sampling` and :mod:`.forward`),
-:mod:`.loss` (verl's advantages and PPO-clip loss), :mod:`.metrics` (verl's metric names). What it reads from
+:mod:`.rollout` (prompts → sampled responses → rewards; :mod:`.sampling` draws tokens, :mod:`.decode` runs
+Llama-family models fast while sampling), :mod:`.loss` (verl's advantages and PPO-clip loss, on
+:mod:`.forward`'s group-packed forward passes), :mod:`.metrics` (verl's metric names). What it reads from
 the composed config is :mod:`.settings`; models and optimizer :mod:`.models`; checkpoints :mod:`.checkpoint`.
 """
