@@ -7,8 +7,9 @@ Builds both models offline (verlflow's tiny Qwen3, and a 3.5 M Qwen3 on the same
 first GSM8K train prompts from ``--data``, then per round and model runs both trainers, each in a fresh
 process, alternating which goes first. Settings (bench_setup.py): fp32, 2 threads, 4 prompts x 4
 generations, <= 64 completion tokens, lr 5e-7, KL 0.001, 12 steps; a figure is the median of steps 3-12.
-It also runs the local trainer with per-step MLflow logging off (each round, each model), to show what
-tracking costs: the step-time ratio on / off and the metric writer thread's CPU time.
+Tracking's cost, each round and model: one more local-trainer run switches per-step MLflow logging on
+and off in blocks of steps (bench_setup.ALTERNATE), and the step times of the two kinds of block give
+the ratio on / off within one process; the metric writer thread's CPU time is reported too.
 Prints a table and writes everything to ``--out`` (JSON). TRL is imported only by bench/run_trl.py.
 """
 
@@ -60,6 +61,25 @@ def summarise(raw: dict) -> dict:
     return out
 
 
+def on_over_off(raw: dict, model: str) -> dict:
+    """Median step time of the logged blocks and of the unlogged ones, each block's first steps left out
+    (the writer is still writing the previous block then), and their ratio."""
+    block, settle, _ = setup.ALTERNATE[model]
+    kept = [(on, seconds) for index, (on, seconds) in enumerate(zip(raw["logged"], raw["step_s"], strict=False))
+            if index % block >= settle]
+    on = statistics.median(s for logged, s in kept if logged)
+    off = statistics.median(s for logged, s in kept if not logged)
+    return {"on_step_s": on, "off_step_s": off, "on_over_off": on / off}
+
+
+def describe(run: dict) -> str:
+    """One run's headline figures, for the progress lines."""
+    if "on_over_off" in run:
+        return (f"step logging on {run['on_step_s']:.3f} s, off {run['off_step_s']:.3f} s: "
+                f"on / off {run['on_over_off']:.3f}")
+    return f"step {run['step_s']:.2f} s  {run['tokens_per_s']:.0f} tok/s  cpu {run.get('cpu_step_s', 0):.2f} s/step"
+
+
 def main() -> None:
     """Build, run alternating rounds, print the table, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -72,7 +92,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(setup.MODELS), choices=setup.MODELS)
     parser.add_argument("--trl-site", default=str(setup.REPO / ".bench-site"),
                         help="a `pip install --target` folder holding trl (ignored when it does not exist)")
-    parser.add_argument("--no-tracking", action="store_true", help="skip the logging-off runs")
+    parser.add_argument("--no-tracking", action="store_true", help="skip the logging on/off runs")
     args = parser.parse_args()
     if not (args.data / "train.jsonl").is_file() and not (args.data / "train.parquet").is_file():
         raise SystemExit(f"--data {args.data}: no train.jsonl or train.parquet there; give the GSM8K folder "
@@ -88,18 +108,20 @@ def main() -> None:
         for name in args.models:
             order = ["verlflow", "trl"] if round_no % 2 == 0 else ["trl", "verlflow"]
             if not args.no_tracking:
-                order.append("verlflow-nolog")
+                order.append("verlflow-alternating")
             for trainer in order:
                 if trainer == "trl":
                     cmd = [str(HERE / "run_trl.py"), str(models[name]), str(data_dir), str(args.steps), trl_site]
+                elif trainer == "verlflow":
+                    cmd = [str(HERE / "run_verlflow.py"), str(models[name]), str(data_dir), str(args.steps), "on"]
                 else:
-                    logging_on = "on" if trainer == "verlflow" else "off"
-                    cmd = [str(HERE / "run_verlflow.py"), str(models[name]), str(data_dir), str(args.steps),
-                           logging_on]
+                    block, _, blocks = setup.ALTERNATE[name]
+                    cmd = [str(HERE / "run_verlflow.py"), str(models[name]), str(data_dir), str(block * blocks),
+                           f"alternate:{block}"]
                 raw = run_worker(cmd, setup.THREADS)
-                runs.append({"round": round_no, "model": name, "trainer": trainer, **summarise(raw), "raw": raw})
-                print(f"round {round_no + 1} {name:5s} {trainer:15s} step {runs[-1]['step_s']:.2f} s  "
-                      f"{runs[-1]['tokens_per_s']:.0f} tok/s  cpu {runs[-1].get('cpu_step_s', 0):.2f} s/step  "
+                figures = summarise(raw) if trainer != "verlflow-alternating" else on_over_off(raw, name)
+                runs.append({"round": round_no, "model": name, "trainer": trainer, **figures, "raw": raw})
+                print(f"round {round_no + 1} {name:5s} {trainer:21s} {describe(runs[-1])}  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.with_suffix(".partial.json").write_text(json.dumps(runs, indent=1))
@@ -132,8 +154,8 @@ def table(runs: list[dict], models: list[str]) -> list[dict]:
                    "writer_share": ours.get("writer_cpu_step_s", 0.0) / ours["step_s"],
                    # of all the CPU the training process used (both cores), the share the metric writer took
                    "writer_cpu_share": ours.get("writer_cpu_step_s", 0.0) / max(ours.get("cpu_step_s", 0.0), 1e-9)}
-            if "verlflow-nolog" in pick:
-                row["logging_on_over_off"] = ours["step_s"] / pick["verlflow-nolog"]["step_s"]
+            if "verlflow-alternating" in pick:
+                row["logging_on_over_off"] = pick["verlflow-alternating"]["on_over_off"]
             rows.append(row)
     return rows
 
@@ -153,7 +175,7 @@ def print_table(report: dict) -> None:
         print(f"  {row['model']:5s} round {row['round']}: {phases}")
     print("\ntracking (MLflow, SQLite store; the writer thread runs at the lowest CPU priority):")
     for row in report["table"]:
-        extra = (f"; step time logging on / off = {row['logging_on_over_off']:.3f}"
+        extra = (f"; step time logging on / off (alternating blocks) = {row['logging_on_over_off']:.3f}"
                  if "logging_on_over_off" in row else "")
         print(f"  {row['model']:5s} round {row['round']}: logging on the trainer's thread "
               f"{100 * row['log_share']:.2f}% of the step; the metric writer's CPU {100 * row['writer_share']:.2f}% "
@@ -162,7 +184,7 @@ def print_table(report: dict) -> None:
         ratios = [row["logging_on_over_off"] for row in report["table"]
                   if row["model"] == name and "logging_on_over_off" in row]
         if ratios:
-            print(f"  {name:5s} step time logging on / off, median of {len(ratios)} alternating pair(s): "
+            print(f"  {name:5s} step time logging on / off, median of {len(ratios)} round(s): "
                   f"{statistics.median(ratios):.3f}")
 
 

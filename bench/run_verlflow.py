@@ -1,10 +1,11 @@
 """One verlflow local-trainer run for the benchmark, in its own process, tracked in a SQLite store.
 
-    python bench/run_verlflow.py MODEL_DIR DATA_DIR STEPS on|off
+    python bench/run_verlflow.py MODEL_DIR DATA_DIR STEPS on|off|alternate:K
 
 ``on`` logs every step to MLflow as a train run does (through the metric buffer's background writer);
-``off`` replaces the per-step metric logging with nothing (the run, its params and its checkpoint stay),
-to measure what tracking costs.
+``off`` replaces the per-step metric logging with nothing (the run, its params and its checkpoint stay);
+``alternate:K`` switches between the two every K steps, starting on, so that one process (same memory
+layout, same load drift) measures what tracking costs: ``logged`` says which steps were logged.
 Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
 the seconds the trainer's thread spent in per-step logging, and the CPU seconds the buffer's writer thread
 spent writing them.
@@ -17,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import bench_setup as setup
 
@@ -37,7 +39,15 @@ def overrides(model_dir: str, steps: int, output_dir: str) -> list[str]:
     ]
 
 
-def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
+def logging_for(mode: str) -> Callable[[int], bool]:
+    """step → whether that step's metrics are logged, for the mode ``on``, ``off`` or ``alternate:K``."""
+    if mode.startswith("alternate:"):
+        block = int(mode.split(":", 1)[1])
+        return lambda step: ((step - 1) // block) % 2 == 0
+    return lambda step: mode == "on"
+
+
+def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
     """Train ``steps`` GRPO steps with the local trainer; per-step seconds, tokens, phases, logging time."""
     import mlflow
 
@@ -46,11 +56,13 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
     from verlflow.runs import metric_buffer
 
     log_seconds: list[float] = []
+    logged: list[bool] = []
     real_log = tracking.log_metrics
+    logging_on = logging_for(mode)
 
     def timed_log(metrics, step, **kwargs):
         start = time.perf_counter()
-        if logging_on:
+        if logging_on(step):
             real_log(metrics, step, **kwargs)
         log_seconds.append(time.perf_counter() - start)
 
@@ -60,6 +72,7 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
     per_step: list[dict] = []
 
     def on_step_end(step, metrics):
+        logged.append(logging_on(step))
         ends.append(time.perf_counter())
         cpu.append(time.process_time())
         per_step.append(dict(metrics))
@@ -73,17 +86,17 @@ def main(model_dir: str, data_dir: str, steps: int, logging_on: bool) -> dict:
             # As the train step does: per-step metrics through the background writer.
             with metric_buffer.buffering(run.info.run_id, os.path.join(work, "spill")) as buffer:
                 train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
-        logged = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
+        history = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
     return {
         "step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)],
         "cpu_s": [b - a for a, b in zip(cpu, cpu[1:], strict=False)],
         "tokens": [m["response_length/mean"] * setup.PROMPTS_PER_STEP * setup.GENERATIONS for m in per_step],
         "timing": [{k: v for k, v in m.items() if k.startswith("timing_s/")} for m in per_step],
-        "log_s": log_seconds, "logged_steps": len(logged), "writer_cpu_s": buffer.write_cpu_s,
+        "log_s": log_seconds, "logged": logged, "logged_steps": len(history), "writer_cpu_s": buffer.write_cpu_s,
     }
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TQDM_DISABLE", "1")
-    result = main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "on")
+    result = main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
     print("BENCH_RESULT " + json.dumps(result), flush=True)
