@@ -23,6 +23,11 @@ from verlflow.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, VerlflowError
 from verlflow.steps import STEPS, Param, Step
 from verlflow.util import gc_paused
 
+# When the process ends, spare the interpreter's last collection passes over every object (~0.8 s once
+# MLflow and SQLAlchemy are loaded). Registered on import, before any of them is imported, so it runs
+# after every exit hook they register.
+atexit.register(gc.freeze)
+
 
 def _parse_value(param: Param, raw: str):
     if param.kind == "int":
@@ -83,9 +88,6 @@ def run_step(name: str, values: dict[str, str]):
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: ``verlflow <step> --param value …``; exits 2 with one line on bad input."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # When the process ends, spare the interpreter's last collection passes over every object (~0.8 s
-    # after MLflow and SQLAlchemy are loaded): registered first, so it runs after every other exit hook.
-    atexit.register(gc.freeze)
     with gc_paused():
         args = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(args).items() if k != "step"}

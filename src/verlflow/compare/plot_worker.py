@@ -82,6 +82,12 @@ class CurvePlotter:
         """Stop the worker if it is still there (the comparison failed before collecting the curves)."""
         self._stop()
 
+    def __enter__(self) -> CurvePlotter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _stop(self) -> None:
         if self.process is not None:
             self.process.kill()

@@ -54,7 +54,6 @@ GUIDE_TIMINGS: list[tuple[str, str]] = [
     (f"{metrics.TIMING_MEAN_PREFIX}step", "mean step time (平均步骤时间)"),
 ]
 
-# §6.2 of the guide: the curves, with a title a reader knows them by.
 # Where the report's curve images sit, relative to the report: the grid and one file per curve.
 GRID_IMAGE = "curves.png"
 CURVE_DIR = "curves"
@@ -65,6 +64,7 @@ def curve_filename(key: str) -> str:
     return key.replace("/", "_").replace(" ", "_") + ".png"
 
 
+# §6.2 of the guide: the curves, with a title a reader knows them by.
 CURVES: list[tuple[str, str]] = [
     (metrics.SCORE_MEAN, "reward (mean score)"),
     (metrics.VAL_ACCURACY, "validation accuracy"),

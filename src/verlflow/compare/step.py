@@ -14,6 +14,7 @@ Histories are read in bulk: one request per curve for *both* runs (MLflow's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -326,7 +327,14 @@ def build_report(
     ``plotter`` draws the curves in its worker process while the rest is computed (a new one when None).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    plotter = plotter or CurvePlotter()
+    with contextlib.nullcontext(plotter) if plotter else CurvePlotter() as plotter:
+        return _write_report(baseline, candidate, out_dir, threshold, eps, plotter)
+
+
+def _write_report(
+    baseline: RunSnapshot, candidate: RunSnapshot, out_dir: Path, threshold: float, eps: float,
+    plotter: CurvePlotter,
+) -> tuple[str, list[tuple[str, str, str]], list[TimingRow], ConfigDiff, list[ParityRow]]:
     parity = parity_rows(baseline, candidate, threshold, eps)
     notes = {
         r.key: f"{r.mean_relative_difference:.2%} {'PASS' if r.passed else 'FAIL'}"
@@ -419,11 +427,8 @@ def run_compare(
     profile is reported first and loudly, and the report still goes on.
     """
     # Started first: the worker loads matplotlib while the store opens and the runs are read.
-    plotter = CurvePlotter()
-    try:
+    with CurvePlotter() as plotter:
         return _compare(baseline, candidate, output_dir, threshold, plotter)
-    finally:
-        plotter.close()
 
 
 def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
