@@ -8,8 +8,9 @@ first GSM8K train prompts from ``--data``, then per round and model runs both tr
 process, alternating which goes first. Settings (bench_setup.py): fp32, 2 threads, 4 prompts x 4
 generations, <= 64 completion tokens, lr 5e-7, KL 0.001, 12 steps; a figure is the median of steps 3-12.
 Tracking's cost, each round and model: one more local-trainer run switches per-step MLflow logging on
-and off in blocks of steps (bench_setup.ALTERNATE), and the step times of the two kinds of block give
-the ratio on / off within one process; the metric writer thread's CPU time is reported too.
+and off in blocks of steps (on, off, off, on, ...; bench_setup.ALTERNATE), and each pair of neighbouring
+blocks gives a ratio of step times on / off within one process; the figure is the median of those ratios.
+The metric writer thread's CPU time is reported too.
 Prints a table and writes everything to ``--out`` (JSON). TRL is imported only by bench/run_trl.py.
 """
 
@@ -62,21 +63,46 @@ def summarise(raw: dict) -> dict:
 
 
 def on_over_off(raw: dict, model: str) -> dict:
-    """Median step time of the logged blocks and of the unlogged ones, each block's first steps left out
-    (the writer is still writing the previous block then), and their ratio."""
+    """Tracking's cost from a run whose logging went on, off, off, on, ... in blocks of steps.
+
+    Per block, the median over its steps (its first ``settle`` left out: the writer is still writing the
+    previous block then, or has not written this one yet) of two figures, and per pair of neighbouring
+    blocks (one on, one off) their difference or ratio; the medians over pairs are the result:
+
+    - ``waited``: seconds training's threads were kept waiting, as Linux accounts them: the trainer's thread's
+      wall time minus its CPU time (waits for the GIL or for a core) plus torch's threads' waits for a core.
+      The writer can only slow training through these; the hypervisor's steal is in neither, so this stays
+      steady on a shared machine. ``tracking_share`` = that difference on / off plus the trainer's own
+      time in the logging call, over the step time: what tracking costs training.
+    - the step's wall time, whose ratio on / off is the direct figure but swings by +-10% per pair here.
+    """
     block, settle, _ = setup.ALTERNATE[model]
-    kept = [(on, seconds) for index, (on, seconds) in enumerate(zip(raw["logged"], raw["step_s"], strict=False))
-            if index % block >= settle]
-    on = statistics.median(s for logged, s in kept if logged)
-    off = statistics.median(s for logged, s in kept if not logged)
-    return {"on_step_s": on, "off_step_s": off, "on_over_off": on / off}
+    waited = [w - c + t for w, c, t in zip(raw["step_s"], raw["trainer_cpu_s"], raw["torch_wait_s"], strict=True)]
+    blocks = []
+    for start in range(0, len(raw["step_s"]) - block + 1, block):
+        kept = slice(start + settle, start + block)
+        blocks.append((raw["logged"][start], statistics.median(raw["step_s"][kept]),
+                       statistics.median(waited[kept])))
+    ratios, extra_waits = [], []
+    for first, second in zip(blocks[::2], blocks[1::2], strict=False):
+        on, off = (first, second) if first[0] else (second, first)
+        ratios.append(on[1] / off[1])
+        extra_waits.append((on[2] - off[2]) / off[1])
+    log_share = statistics.median(s for s, logged in zip(raw["log_s"], raw["logged"], strict=False) if logged) / \
+        statistics.median(raw["step_s"])
+    return {"on_step_s": statistics.median(b[1] for b in blocks if b[0]),
+            "off_step_s": statistics.median(b[1] for b in blocks if not b[0]),
+            "pair_ratios": ratios, "on_over_off": statistics.median(ratios), "pair_extra_waits": extra_waits,
+            "log_share": log_share, "tracking_share": statistics.median(extra_waits) + log_share}
 
 
 def describe(run: dict) -> str:
     """One run's headline figures, for the progress lines."""
     if "on_over_off" in run:
-        return (f"step logging on {run['on_step_s']:.3f} s, off {run['off_step_s']:.3f} s: "
-                f"on / off {run['on_over_off']:.3f}")
+        waits = " ".join(f"{100 * w:+.2f}%" for w in run["pair_extra_waits"])
+        pairs = " ".join(f"{r:.3f}" for r in run["pair_ratios"])
+        return (f"tracking costs training {100 * run['tracking_share']:.2f}% (extra waits per block pair {waits}); "
+                f"wall on / off {run['on_over_off']:.3f} (pairs {pairs})")
     return f"step {run['step_s']:.2f} s  {run['tokens_per_s']:.0f} tok/s  cpu {run.get('cpu_step_s', 0):.2f} s/step"
 
 
@@ -155,7 +181,12 @@ def table(runs: list[dict], models: list[str]) -> list[dict]:
                    # of all the CPU the training process used (both cores), the share the metric writer took
                    "writer_cpu_share": ours.get("writer_cpu_step_s", 0.0) / max(ours.get("cpu_step_s", 0.0), 1e-9)}
             if "verlflow-alternating" in pick:
-                row["logging_on_over_off"] = pick["verlflow-alternating"]["on_over_off"]
+                alternating = pick["verlflow-alternating"]
+                row["logging_on_over_off"] = alternating["on_over_off"]
+                row["logging_pair_ratios"] = alternating["pair_ratios"]
+                row["tracking_share"] = alternating["tracking_share"]
+                row["tracking_log_share"] = alternating["log_share"]
+                row["tracking_pair_waits"] = alternating["pair_extra_waits"]
             rows.append(row)
     return rows
 
@@ -173,20 +204,23 @@ def print_table(report: dict) -> None:
     for row in report["table"]:
         phases = "  ".join(f"{k} {v:.3f}" for k, v in row["phases"].items())
         print(f"  {row['model']:5s} round {row['round']}: {phases}")
-    print("\ntracking (MLflow, SQLite store; the writer thread runs at the lowest CPU priority):")
+    print("\ntracking (MLflow, SQLite store; the metric writer is a process at the lowest CPU priority):")
     for row in report["table"]:
-        extra = (f"; step time logging on / off (alternating blocks) = {row['logging_on_over_off']:.3f}"
-                 if "logging_on_over_off" in row else "")
-        print(f"  {row['model']:5s} round {row['round']}: logging on the trainer's thread "
-              f"{100 * row['log_share']:.2f}% of the step; the metric writer's CPU {100 * row['writer_share']:.2f}% "
-              f"of a step's wall time, {100 * row['writer_cpu_share']:.2f}% of the process's CPU{extra}")
+        if "tracking_share" not in row:
+            continue
+        print(f"  {row['model']:5s} round {row['round']}: tracking costs training {100 * row['tracking_share']:.2f}% "
+              f"of a step (logging call {100 * row['tracking_log_share']:.2f}%, extra waits of training's threads "
+              f"{100 * (row['tracking_share'] - row['tracking_log_share']):.2f}%); "
+              f"wall on / off {row['logging_on_over_off']:.3f}; "
+              f"the writer's own CPU {100 * row['writer_cpu_share']:.2f}% of the trainer's")
     for name in sorted({row["model"] for row in report["table"]}):
-        ratios = [row["logging_on_over_off"] for row in report["table"]
-                  if row["model"] == name and "logging_on_over_off" in row]
-        if ratios:
-            print(f"  {name:5s} step time logging on / off, median of {len(ratios)} round(s): "
-                  f"{statistics.median(ratios):.3f}")
-
+        rows = [row for row in report["table"] if row["model"] == name and "tracking_share" in row]
+        if rows:
+            ratios = [ratio for row in rows for ratio in row["logging_pair_ratios"]]
+            share = statistics.median(row["tracking_share"] for row in rows)
+            print(f"  {name:5s} all rounds: tracking costs training {100 * share:.2f}% (median of rounds); "
+                  f"wall on / off median {statistics.median(ratios):.3f} of {len(ratios)} block pairs "
+                  f"(range {min(ratios):.3f}-{max(ratios):.3f})")
 
 if __name__ == "__main__":
     main()

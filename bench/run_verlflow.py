@@ -4,8 +4,9 @@
 
 ``on`` logs every step to MLflow as a train run does (through the metric buffer's background writer);
 ``off`` replaces the per-step metric logging with nothing (the run, its params and its checkpoint stay);
-``alternate:K`` switches between the two every K steps, starting on, so that one process (same memory
-layout, same load drift) measures what tracking costs: ``logged`` says which steps were logged.
+``alternate:K`` switches between the two every K steps in the order on, off, off, on, on, off, off, on ...
+(so a steady drift of the machine's load favours neither), and one process (same memory layout) measures
+what tracking costs: ``logged`` says which steps were logged.
 Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
 the seconds the trainer's thread spent in per-step logging, and the CPU seconds the buffer's writer thread
 spent writing them.
@@ -17,8 +18,10 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import bench_setup as setup
 
@@ -43,8 +46,25 @@ def logging_for(mode: str) -> Callable[[int], bool]:
     """step → whether that step's metrics are logged, for the mode ``on``, ``off`` or ``alternate:K``."""
     if mode.startswith("alternate:"):
         block = int(mode.split(":", 1)[1])
-        return lambda step: ((step - 1) // block) % 2 == 0
+        return lambda step: ((step - 1) // block) % 4 in (0, 3)
     return lambda step: mode == "on"
+
+
+def runqueue_wait_s(skip: set[int]) -> float:
+    """Seconds this process's threads (but those in ``skip``) have waited for a core so far (Linux schedstat).
+
+    A thread that waits in the run queue was ready to compute while another thread held its core: what the
+    metric writer's CPU can take from training's threads. 0.0 where /proc has no schedstat.
+    """
+    total = 0
+    for task in Path("/proc/self/task").glob("*") if Path("/proc/self/task").is_dir() else []:
+        if int(task.name) in skip:
+            continue
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
 
 
 def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
@@ -69,12 +89,17 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
     tracking.log_metrics = timed_log
     ends: list[float] = []
     cpu: list[float] = []  # process CPU seconds (all threads): steadier than wall time on a shared machine
+    trainer_cpu: list[float] = []  # CPU seconds of the trainer's own thread (the one the callbacks run in)
+    waits: list[float] = []  # run-queue seconds of the trainer's other threads (torch's)
+    not_torch = {threading.get_native_id()}  # the trainer's thread, whose waits are in wall - CPU already
     per_step: list[dict] = []
 
     def on_step_end(step, metrics):
         logged.append(logging_on(step))
         ends.append(time.perf_counter())
         cpu.append(time.process_time())
+        trainer_cpu.append(time.thread_time())
+        waits.append(runqueue_wait_s(not_torch))
         per_step.append(dict(metrics))
 
     with tempfile.TemporaryDirectory() as work:
@@ -83,13 +108,17 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
         with tracking.tracked_run(tags=tracking.standard_tags(backend="local", recipe="tiny", profile="cpu")) as run:
             ends.append(time.perf_counter())
             cpu.append(time.process_time())
+            trainer_cpu.append(time.thread_time())
             # As the train step does: per-step metrics through the background writer.
             with metric_buffer.buffering(run.info.run_id, os.path.join(work, "spill")) as buffer:
+                waits.append(runqueue_wait_s(not_torch))
                 train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
         history = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
     return {
         "step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)],
         "cpu_s": [b - a for a, b in zip(cpu, cpu[1:], strict=False)],
+        "trainer_cpu_s": [b - a for a, b in zip(trainer_cpu, trainer_cpu[1:], strict=False)],
+        "torch_wait_s": [b - a for a, b in zip(waits, waits[1:], strict=False)],
         "tokens": [m["response_length/mean"] * setup.PROMPTS_PER_STEP * setup.GENERATIONS for m in per_step],
         "timing": [{k: v for k, v in m.items() if k.startswith("timing_s/")} for m in per_step],
         "log_s": log_seconds, "logged": logged, "logged_steps": len(history), "writer_cpu_s": buffer.write_cpu_s,
