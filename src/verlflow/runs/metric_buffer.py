@@ -156,8 +156,9 @@ def _write_until_closed(steps, run_id: str, tracking_uri: str, spill_path: str, 
                      write_now, abandon)
     # Set up (imports, client) at normal priority, while the trainer loads its model, so that the first
     # steps are written at once; then training first: the writer runs when a core is free.
-    with contextlib.suppress(OSError):
-        os.nice(19)
+    if hasattr(os, "nice"):  # not on Windows
+        with contextlib.suppress(OSError):
+            os.nice(19)
     writer.run()
 
 
