@@ -87,6 +87,11 @@ class MetricBuffer:
         return self._write_cpu.value
 
     @property
+    def writing(self) -> bool:
+        """Whether the writer process is still there to write (False once it has ended or died)."""
+        return self._process.is_alive()
+
+    @property
     def writer_pid(self) -> int | None:
         """The writer process's id (its CPU is not the trainer's)."""
         return self._process.pid
@@ -258,7 +263,7 @@ def flush(run_id: str, wait_s: float = FLUSH_WAIT_S) -> bool:
     deadline = time.monotonic() + wait_s
     while buffer is not None and buffer.written < buffer.enqueued:
         buffer.write_soon()
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or not buffer.writing:
             return False
         time.sleep(0.1)
     return True
