@@ -102,6 +102,9 @@ class MetricBuffer:
         self.enqueued += len(item[2])
         self._unwritten.append(item)
         self._queue.put(item)
+        self._forget_written()
+
+    def _forget_written(self) -> None:
         written = self.written
         while self._unwritten and self._forgotten + len(self._unwritten[0][2]) <= written:
             self._forgotten += len(self._unwritten.popleft()[2])
@@ -124,6 +127,7 @@ class MetricBuffer:
         if self._process.exitcode != 0:  # killed or failed: the spill file gets every step not reported written
             if not self._abandon.is_set():
                 logger.error("the metric writer process exited with code %s", self._process.exitcode)
+            self._forget_written()
             self.spill_path.unlink(missing_ok=True)
             _spill(self.spill_path, self.run_id, [point for item in self._unwritten for point in _points(item)])
             self._queue.cancel_join_thread()  # nobody reads the queue any more
@@ -134,6 +138,7 @@ class MetricBuffer:
             print(f"verlflow: {left} metric points could not reach the tracking server; upload them later with: "
                   f"python -m verlflow.runs.metric_buffer {self.spill_path}", file=sys.stderr, flush=True)
         return left
+
 
 def _points(item: Step) -> list[tuple[str, float, int, int]]:
     step, timestamp, values = item
