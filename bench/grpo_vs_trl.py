@@ -8,8 +8,9 @@ first GSM8K train prompts from ``--data``, then per round and model runs both tr
 process, alternating which goes first. Settings (bench_setup.py): fp32, 2 threads, 4 prompts x 4
 generations, <= 64 completion tokens, lr 5e-7, KL 0.001, 12 steps; a figure is the median of steps 3-12.
 Tracking's cost, each round and model: one more local-trainer run switches per-step MLflow logging on
-and off in blocks of steps (on, off, off, on, ...; bench_setup.ALTERNATE), and each pair of neighbouring
-blocks gives a ratio of step times on / off within one process; the figure is the median of those ratios.
+and off in blocks of steps (on, off, off, on, ...; bench_setup.ALTERNATE). Each pair of neighbouring
+blocks gives the extra time training's threads waited with logging on (see on_over_off), which with the
+logging call is the figure, and the step-time ratio on / off, which this VM's steal makes noisy.
 The metric writer thread's CPU time is reported too.
 Prints a table and writes everything to ``--out`` (JSON). TRL is imported only by bench/run_trl.py.
 """
@@ -221,6 +222,7 @@ def print_table(report: dict) -> None:
             print(f"  {name:5s} all rounds: tracking costs training {100 * share:.2f}% (median of rounds); "
                   f"wall on / off median {statistics.median(ratios):.3f} of {len(ratios)} block pairs "
                   f"(range {min(ratios):.3f}-{max(ratios):.3f})")
+
 
 if __name__ == "__main__":
     main()

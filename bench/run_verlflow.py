@@ -7,9 +7,9 @@
 ``alternate:K`` switches between the two every K steps in the order on, off, off, on, on, off, off, on ...
 (so a steady drift of the machine's load favours neither), and one process (same memory layout) measures
 what tracking costs: ``logged`` says which steps were logged.
-Prints one line ``BENCH_RESULT <json>``: per-step wall times, generated tokens, ``timing_s/*`` per step
-the seconds the trainer's thread spent in per-step logging, and the CPU seconds the buffer's writer thread
-spent writing them.
+Prints one line ``BENCH_RESULT <json>``: per-step wall times, process and trainer-thread CPU times, the
+run-queue waits of torch's threads, generated tokens, ``timing_s/*`` per step, the seconds the trainer's
+thread spent in per-step logging, and the CPU seconds the buffer's writer thread spent writing them.
 """
 
 from __future__ import annotations
