@@ -205,7 +205,7 @@ def print_table(report: dict) -> None:
     for row in report["table"]:
         phases = "  ".join(f"{k} {v:.3f}" for k, v in row["phases"].items())
         print(f"  {row['model']:5s} round {row['round']}: {phases}")
-    print("\ntracking (MLflow, SQLite store; the metric writer thread runs at the lowest CPU priority):")
+    print("\ntracking (MLflow, SQLite store; the metric writer is a process at the lowest CPU priority):")
     for row in report["table"]:
         if "tracking_share" not in row:
             continue

@@ -131,7 +131,7 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     # Each step written as it ends (not gathered for 2 s), so the outage starts while steps remain.
     monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
     gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
-    steps = 8
+    steps = 16
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'}")
     proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",

@@ -166,7 +166,7 @@ def log_metrics(metrics: Mapping[str, float], step: int) -> None:
     """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would).
 
     Inside :func:`verlflow.runs.metric_buffer.buffering` (every train run) the step is queued and written by the
-    buffer's background thread, so a training step never waits for the store; :func:`flush_metrics` waits
+    buffer's writer process, so a training step never waits for the store; :func:`flush_metrics` waits
     for it before the metrics are read back.
     """
     clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}

@@ -3,7 +3,7 @@
 - :mod:`.lifecycle`: a run's process (host, pid, heartbeat); signals end it KILLED; dead owners are reaped.
 - :mod:`.command`: ``verlflow runs`` — list RUNNING runs, ``--reap`` the dead ones.
 - :mod:`.probe`: fail fast on an unreachable tracking server, before a step opens a run.
-- :mod:`.metric_buffer`: per-step metrics through a background writer that survives a server outage.
+- :mod:`.metric_buffer`: per-step metrics through a background writer process that survives a server outage.
 - :mod:`.naming`: descriptive train run names and compare links.
 - :mod:`.resume`: continue a train run in place from its last checkpoint.
 
