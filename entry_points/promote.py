@@ -3,4 +3,5 @@ import sys
 
 from verlflow.cli import main
 
-main(["promote", *sys.argv[1:]])
+if __name__ == "__main__":  # run as a script only: a spawned process re-imports this module
+    main(["promote", *sys.argv[1:]])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,13 @@ def test_entry_point_files_forward_to_their_step():
     for name in STEPS:
         text = (ROOT / "entry_points" / f"{name}.py").read_text()
         assert f'main(["{name}", *sys.argv[1:]])' in text
+
+
+def test_entry_point_files_run_nothing_when_a_spawned_process_reimports_them():
+    # multiprocessing's spawn re-imports the parent's main script as __mp_main__ (the metric writer is such
+    # a process); a step that ran again there would start a second run.
+    for name in STEPS:
+        runpy.run_path(str(ROOT / "entry_points" / f"{name}.py"), run_name="__mp_main__")
 
 
 def test_readme_shows_the_entry_point_table():

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -74,6 +78,80 @@ def test_a_killed_writer_process_leaves_its_points_in_the_spill_file_for_upload(
     assert "python -m verlflow.runs.metric_buffer" in capsys.readouterr().err
     assert metric_buffer.upload_spill(tmp_path / "metrics.spill.jsonl") == 2
     assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2, 3]
+
+
+def test_a_sigterm_to_the_writer_ends_it_and_what_it_missed_goes_to_the_spill_file(tracking_uri, tmp_path):
+    # What a scheduler stopping the job does: every process of the group gets SIGTERM.
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    with metric_buffer.buffering(run_id, tmp_path) as buffer:
+        buffer.log({"loss": 1.0}, 1)
+        buffer.write_soon()
+        assert _wait_written(buffer, 1)
+        os.kill(buffer.writer_pid, signal.SIGTERM)
+        _wait_ended(buffer)
+        assert not buffer.writing
+        buffer.log({"loss": 0.5}, 2)
+    assert metric_buffer.upload_spill(tmp_path / "metrics.spill.jsonl") == 1
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2]
+
+
+# A user's script: it logs through a buffer, and has no `if __name__ == "__main__"` guard.
+_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from mlflow.tracking import MlflowClient
+    from verlflow.runs import metric_buffer
+
+    with Path(sys.argv[1]).open("a") as marker:
+        marker.write("ran\\n")
+    run_id = MlflowClient().create_run("0").info.run_id
+    print(run_id, flush=True)
+    with metric_buffer.buffering(run_id, Path(sys.argv[1]).parent) as buffer:
+        buffer.log({"loss": 1.0}, 1)
+        print(buffer.writer_pid, flush=True)
+        if sys.argv[2] == "die":
+            while buffer.written < 1:  # the first write goes at once, the next steps are gathered
+                time.sleep(0.05)
+            buffer.log({"loss": 0.5}, 2)
+            time.sleep(1)  # the step is in the queue's pipe, not yet written
+            os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def _run_script(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess, Path]:
+    script, marker = tmp_path / "user_script.py", tmp_path / "ran.txt"
+    script.write_text(_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), str(marker), how], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "VERLFLOW_METRICS_WRITE_S": "600"})
+    return result, marker
+
+
+def test_a_script_without_a_main_guard_runs_once_beside_its_writer_process(tracking_uri, tmp_path):
+    result, marker = _run_script(tmp_path, "end")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert marker.read_text().splitlines() == ["ran"]
+    run_id = result.stdout.split()[0]
+    assert [m.step for m in MlflowClient().get_metric_history(run_id, "loss")] == [1]
+
+
+def test_a_killed_trainer_leaves_no_writer_behind_and_its_queued_steps_written(tracking_uri, tmp_path):
+    result, _ = _run_script(tmp_path, "die")
+    assert result.returncode == -signal.SIGKILL
+    run_id, writer_pid = result.stdout.split()[:2]
+    deadline = time.monotonic() + 30
+    while _alive(writer_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(writer_pid)
+    assert sorted(m.step for m in MlflowClient().get_metric_history(run_id, "loss")) == [1, 2]
+
+
+def _alive(pid: str) -> bool:
+    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _wait_ended(buffer: metric_buffer.MetricBuffer, timeout_s: float = 30) -> None:

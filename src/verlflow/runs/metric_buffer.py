@@ -24,8 +24,10 @@ import logging
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import time
+import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -74,7 +76,8 @@ class MetricBuffer:
             target=_write_until_closed, name=f"verlflow-metrics-{run_id[:8]}", daemon=True,
             args=(self._queue, run_id, mlflow.get_tracking_uri(), str(self.spill_path), retry_s, write_every_s,
                   self._written, self._write_cpu, self._write_now, self._abandon))
-        self._process.start()
+        with _main_module_hidden():
+            self._process.start()
 
     @property
     def written(self) -> int:
@@ -124,10 +127,10 @@ class MetricBuffer:
         if self._process.is_alive():  # stuck in a call to the server: what it had taken is in the spill file
             self._process.kill()
             self._process.join()
-        if self._process.exitcode != 0:  # killed or failed: the spill file gets every step not reported written
-            if not self._abandon.is_set():
-                logger.error("the metric writer process exited with code %s", self._process.exitcode)
-            self._forget_written()
+        if self._process.exitcode != 0 and not self._abandon.is_set():
+            logger.error("the metric writer process exited with code %s", self._process.exitcode)
+        self._forget_written()
+        if self._unwritten:  # outage, killed or signalled writer: the spill file gets every step not reported written
             self.spill_path.unlink(missing_ok=True)
             _spill(self.spill_path, self.run_id, [point for item in self._unwritten for point in _points(item)])
             self._queue.cancel_join_thread()  # nobody reads the queue any more
@@ -138,6 +141,23 @@ class MetricBuffer:
             print(f"verlflow: {left} metric points could not reach the tracking server; upload them later with: "
                   f"python -m verlflow.runs.metric_buffer {self.spill_path}", file=sys.stderr, flush=True)
         return left
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start a spawned process without making it re-import the caller's ``__main__`` script.
+
+    spawn re-runs the parent's main script in the child (as ``__mp_main__``): a user's script without an
+    ``if __name__ == "__main__"`` guard would train a second time inside the writer. The writer needs nothing
+    from it (its target lives in this module), so while ``start()`` records what the child must import, the
+    main module is a bare one that names no file.
+    """
+    real_main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = real_main
 
 
 def _points(item: Step) -> list[tuple[str, float, int, int]]:
@@ -161,9 +181,12 @@ def _spill(path: Path, run_id: str, points: list) -> None:
 def _write_until_closed(steps, run_id: str, tracking_uri: str, spill_path: str, retry_s: float,
                         write_every_s: float, written, write_cpu, write_now, abandon) -> None:
     """The writer process: gather, write, and on failure spill and retry, until the stream ends."""
+    # A Ctrl-C to the terminal's process group is the trainer's to handle: it ends its run, then closes the stream.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     writer = _Writer(steps, run_id, tracking_uri, Path(spill_path), retry_s, write_every_s, written, write_cpu,
                      write_now, abandon)
+    signal.signal(signal.SIGTERM, writer.stop)
     # Set up (imports, client) at normal priority, while the trainer loads its model, so that the first
     # steps are written at once; then training first: the writer runs when a core is free.
     if hasattr(os, "nice"):  # not on Windows
@@ -188,6 +211,16 @@ class _Writer:
         self.closing = False  # the stream ended (None received, or the training process is gone)
         self.last_write = 0.0
         self.outage_started: float | None = None
+        self.trainer = multiprocessing.parent_process()  # alive until the training process ends, however it ends
+        self.stopped = False  # SIGTERM: write what was taken once, spill it if that fails, and exit
+
+    def stop(self, signum=None, frame=None) -> None:
+        """SIGTERM handler (a scheduler stopping the job, or the trainer's exit): end after one last write."""
+        self.closing = self.stopped = True
+
+    def trainer_gone(self) -> bool:
+        """Whether the training process has ended (then what it queued is written and the writer exits)."""
+        return self.trainer is not None and not self.trainer.is_alive()
 
     def take(self, wait_s: float = 0.0) -> None:
         """Move what is queued into ``pending``, waiting up to ``wait_s`` for the first step."""
@@ -202,7 +235,9 @@ class _Writer:
                 self.pending.extend(Metric(key, value, ts, step) for key, value, ts, step in _points(item))
                 item = self.steps.get_nowait()
         except queue.Empty:
-            return
+            # The queue never ends by itself (this process holds its write end too): a trainer killed
+            # outright shows only through its process sentinel.
+            self.closing = self.closing or self.trainer_gone()
         except (EOFError, OSError):  # the training process died: write what arrived, then stop
             self.closing = True
 
@@ -214,15 +249,19 @@ class _Writer:
                 if self.closing:
                     return
                 continue
-            wait = self.last_write + self.write_every_s - time.monotonic()
-            if wait > 0 and not self.closing:
-                self.write_now.wait(wait)
-                self.take()
+            gathered_until = self.last_write + self.write_every_s
+            while not self.closing and time.monotonic() < gathered_until:
+                if self.write_now.wait(min(1.0, gathered_until - time.monotonic())):
+                    break
+                self.closing = self.trainer_gone()
+            self.take()
             self.write_now.clear()
             try:
                 self.write_pending()
             except Exception as exc:  # any failure of the server or the network: keep, spill, retry
                 self.on_failure(exc)
+                if self.stopped:
+                    return
                 self.abandon.wait(min(1.0, self.retry_s) if self.closing else self.retry_s)
                 continue
             if self.outage_started is not None:
