@@ -40,6 +40,7 @@ RETRY_S = float(os.environ.get("VERLFLOW_METRICS_RETRY_S", "5"))
 # tracking store that takes CPU from training (2 cores: a write per 0.4 s step cost ~20% wall time).
 WRITE_EVERY_S = float(os.environ.get("VERLFLOW_METRICS_WRITE_S", "2"))
 FLUSH_WAIT_S = float(os.environ.get("VERLFLOW_METRICS_FLUSH_S", "120"))
+WRITER_NICE = int(os.environ.get("VERLFLOW_METRICS_NICE", "19"))
 _BATCH = 1000  # MLflow's log_batch limit on metrics per call
 # Given to verl, whose own MLflow logger writes in the training loop: ride out minutes of outage.
 VERL_HTTP_KNOBS = {
@@ -191,7 +192,7 @@ def _write_until_closed(steps, run_id: str, tracking_uri: str, spill_path: str, 
     # steps are written at once; then training first: the writer runs when a core is free.
     if hasattr(os, "nice"):  # not on Windows
         with contextlib.suppress(OSError):
-            os.nice(19)
+            os.nice(WRITER_NICE)
     writer.run()
 
 
@@ -260,7 +261,7 @@ class _Writer:
                 self.write_pending()
             except Exception as exc:  # any failure of the server or the network: keep, spill, retry
                 self.on_failure(exc)
-                if self.stopped:
+                if self.stopped or self.trainer_gone():  # nobody left to wait for the server: the spill file keeps them
                     return
                 self.abandon.wait(min(1.0, self.retry_s) if self.closing else self.retry_s)
                 continue
