@@ -11,7 +11,7 @@ Tracking's cost, each round and model: one more local-trainer run switches per-s
 and off in blocks of steps (on, off, off, on, ...; bench_setup.ALTERNATE). Each pair of neighbouring
 blocks gives the extra time training's threads waited with logging on (see on_over_off), which with the
 logging call is the figure, and the step-time ratio on / off, which this VM's steal makes noisy.
-The metric writer thread's CPU time is reported too.
+The metric writer process's CPU time is reported too.
 Prints a table and writes everything to ``--out`` (JSON). TRL is imported only by bench/run_trl.py.
 """
 

@@ -9,7 +9,7 @@
 what tracking costs: ``logged`` says which steps were logged.
 Prints one line ``BENCH_RESULT <json>``: per-step wall times, process and trainer-thread CPU times, the
 run-queue waits of torch's threads, generated tokens, ``timing_s/*`` per step, the seconds the trainer's
-thread spent in per-step logging, and the CPU seconds the buffer's writer thread spent writing them.
+thread spent in per-step logging, and the CPU seconds the buffer's writer process spent writing them.
 """
 
 from __future__ import annotations
