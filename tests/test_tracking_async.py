@@ -80,7 +80,8 @@ def test_a_killed_writer_process_leaves_its_points_in_the_spill_file_for_upload(
     assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2, 3]
 
 
-def test_a_sigterm_to_the_writer_ends_it_and_what_it_missed_goes_to_the_spill_file(tracking_uri, tmp_path):
+def test_a_sigterm_to_the_writer_ends_it_and_what_it_missed_goes_to_the_spill_file(tracking_uri, tmp_path,
+                                                                                    caplog):
     # What a scheduler stopping the job does: every process of the group gets SIGTERM.
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
@@ -92,6 +93,7 @@ def test_a_sigterm_to_the_writer_ends_it_and_what_it_missed_goes_to_the_spill_fi
         _wait_ended(buffer)
         assert not buffer.writing
         buffer.log({"loss": 0.5}, 2)
+        assert "metric writer process has ended" in caplog.text  # said at once, not only at the end
     assert metric_buffer.upload_spill(tmp_path / "metrics.spill.jsonl") == 1
     assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2]
 

@@ -66,6 +66,7 @@ class MetricBuffer:
         # Steps the writer has not yet reported written (it writes in order): if it dies they go to the spill file.
         self._unwritten: collections.deque[Step] = collections.deque()
         self._forgotten = 0  # points dropped from _unwritten once written
+        self._said_writer_ended = False
         # spawn, not fork: a forked child would inherit the trainer's threads' locks and its store connections
         context = multiprocessing.get_context("spawn")
         self._queue: multiprocessing.Queue[Step | None] = context.Queue()
@@ -107,6 +108,10 @@ class MetricBuffer:
         self._unwritten.append(item)
         self._queue.put(item)
         self._forget_written()
+        if not self._said_writer_ended and not self._process.is_alive():
+            self._said_writer_ended = True
+            logger.warning("the metric writer process has ended (exit code %s): metrics from step %d on are kept "
+                           "and go to %s when the run ends", self._process.exitcode, item[0], self.spill_path)
 
     def _forget_written(self) -> None:
         written = self.written
