@@ -73,6 +73,8 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
     print(f"SIGTERM to mlflow run -> run ended after {ended_after:.1f} s")  # fault figure, not asserted
     killed = client.get_run(run_id)
     assert killed.info.status == "KILLED"
+    # one train run: the metric writer process did not run the entry-point script again
+    assert [r.info.run_id for r in client.search_runs(["0"], "tags.`verlflow.step` = 'train'")] == [run_id]
     kept = sorted(m.step for m in client.get_metric_history(run_id, "timing_s/step"))
     assert 2 <= len(kept) < STEPS and kept == list(range(1, len(kept) + 1))
     _wait_for(lambda: None if lifecycle.process_alive(step_pid) else True, 30, "the step process to exit")
