@@ -67,10 +67,7 @@ def test_a_killed_writer_process_leaves_its_points_in_the_spill_file_for_upload(
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     with metric_buffer.buffering(run_id, tmp_path) as buffer:
-        buffer.log({"loss": 1.0}, 1)
-        buffer.write_soon()
-        assert _wait_written(buffer, 1)
-        os.kill(buffer.writer_pid, signal.SIGKILL)
+        _write_step_one_then_signal_the_writer(buffer, signal.SIGKILL)
         for step in (2, 3):
             buffer.log({"loss": 1.0 / step}, step)
         _wait_ended(buffer)
@@ -86,10 +83,7 @@ def test_a_sigterm_to_the_writer_ends_it_and_what_it_missed_goes_to_the_spill_fi
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     with metric_buffer.buffering(run_id, tmp_path) as buffer:
-        buffer.log({"loss": 1.0}, 1)
-        buffer.write_soon()
-        assert _wait_written(buffer, 1)
-        os.kill(buffer.writer_pid, signal.SIGTERM)
+        _write_step_one_then_signal_the_writer(buffer, signal.SIGTERM)
         _wait_ended(buffer)
         assert not buffer.writing
         buffer.log({"loss": 0.5}, 2)
@@ -146,6 +140,13 @@ def test_a_killed_trainer_leaves_no_writer_behind_and_its_queued_steps_written(t
         time.sleep(0.1)
     assert not _alive(writer_pid)
     assert sorted(m.step for m in MlflowClient().get_metric_history(run_id, "loss")) == [1, 2]
+
+
+def _write_step_one_then_signal_the_writer(buffer: metric_buffer.MetricBuffer, signum: int) -> None:
+    buffer.log({"loss": 1.0}, 1)
+    buffer.write_soon()
+    assert _wait_written(buffer, 1)
+    os.kill(buffer.writer_pid, signum)
 
 
 def _alive(pid: str) -> bool:

@@ -226,7 +226,7 @@ class _Writer:
 
     def trainer_gone(self) -> bool:
         """Whether the training process has ended (then what it queued is written and the writer exits)."""
-        return self.trainer is not None and not self.trainer.is_alive()
+        return not self.trainer.is_alive()
 
     def take(self, wait_s: float = 0.0) -> None:
         """Move what is queued into ``pending``, waiting up to ``wait_s`` for the first step."""
