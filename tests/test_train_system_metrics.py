@@ -21,8 +21,9 @@ from verlflow.train import run_train
 TESTS = Path(__file__).resolve().parent
 A3_16 = TESTS / "fixtures" / "device" / "npu-smi-info-a3-16chip.txt"
 FAST_SAMPLING = "verlflow.system_metrics_interval=1"
-# Long enough (tens of seconds on 2 cores) for 6 good and 3 failed NPU samples at 0.5 s, with room to spare.
-LONG_FAST_SAMPLED = "verlflow.system_metrics_interval=0.5 trainer.total_training_steps=60 trainer.test_freq=-1"
+# The 9 npu-smi calls (start check, 5 good and 3 failed samples) take ~1 s at 0.1 s; 60 steps take 5 s or more
+# (5 s on the fastest host seen). At 0.5 s the calls needed 4.5 s, and a fast host ended the run first.
+LONG_FAST_SAMPLED = "verlflow.system_metrics_interval=0.1 trainer.total_training_steps=60 trainer.test_freq=-1"
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,8 @@ def test_a_smoke_train_run_ends_with_npu_and_cpu_system_metrics_and_outlives_a_f
     assert run.info.status == "FINISHED"
     warned = warnings_about_system_metrics(caplog)
     assert len(warned) == 1 and "NPU system metrics stopped after 3 failed samples" in warned[0]
+    # a stopped monitor calls npu-smi no more: the start check, 5 good and 3 failed samples
+    assert len((tmp_path / "calls.txt").read_text().splitlines()) == 9
 
     metrics = run.data.metrics
     # every chip of the recorded A3 table, under MLflow's GPU naming, with the table's values
@@ -83,7 +86,7 @@ def test_a_smoke_train_run_ends_with_npu_and_cpu_system_metrics_and_outlives_a_f
     npu = client.get_metric_history(result.run_id, "system/npu_0_power_watts")
     assert len(npu) == 5 and len(cpu) > len(npu)
     assert all(run.info.start_time <= m.timestamp <= run.info.end_time for m in cpu)
-    assert run.data.tags["verlflow.system_metrics_interval_s"] == "0.5"
+    assert run.data.tags["verlflow.system_metrics_interval_s"] == "0.1"
     assert run.data.tags["verlflow.system_metrics"].endswith(",npu")
     # named for the UI: recipe · profile · stamp, and the step tag every step's run carries
     assert run.info.run_name.startswith("tiny · cpu · ") and run.data.tags["verlflow.step"] == "train"
