@@ -52,6 +52,8 @@ VERL_HTTP_KNOBS = {
 _active: dict[str, MetricBuffer] = {}
 # One step on the way to the writer: (step, timestamp in ms, [(key, value), ...]); None ends the stream.
 Step = tuple[int, int, list[tuple[str, float]]]
+# One metric point as the writer keeps and spills it: (key, value, timestamp in ms, step), MLflow Metric's order.
+Point = tuple[str, float, int, int]
 
 
 class MetricBuffer:
@@ -166,20 +168,18 @@ def _main_module_hidden() -> Iterator[None]:
         sys.modules["__main__"] = real_main
 
 
-def _points(item: Step) -> list[tuple[str, float, int, int]]:
+def _points(item: Step) -> list[Point]:
     step, timestamp, values = item
     return [(key, value, timestamp, step) for key, value in values]
 
 
-def _spill(path: Path, run_id: str, points: list) -> None:
-    """Append ``points`` ((key, value, timestamp, step) or MLflow Metrics) to the JSONL spill file."""
+def _spill(path: Path, run_id: str, points: list[Point]) -> None:
+    """Append ``points`` to the JSONL spill file."""
     if not points:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as out:
-        for point in points:
-            key, value, timestamp, step = (point if isinstance(point, tuple)
-                                           else (point.key, point.value, point.timestamp, point.step))
+        for key, value, timestamp, step in points:
             out.write(json.dumps({"run_id": run_id, "key": key, "value": value, "timestamp": timestamp,
                                   "step": step}) + "\n")
 
@@ -212,7 +212,7 @@ class _Writer:
         self.retry_s, self.write_every_s = retry_s, write_every_s
         self.written, self.write_cpu, self.write_now, self.abandon = written, write_cpu, write_now, abandon
         self.client = MlflowClient(tracking_uri)
-        self.pending: list = []  # MLflow Metrics taken from the queue, not yet written
+        self.pending: list[Point] = []  # taken from the queue, not yet written
         self.spilled = 0  # points of `pending` already mirrored in the spill file
         self.closing = False  # the stream ended (None received, or the training process is gone)
         self.last_write = 0.0
@@ -230,15 +230,13 @@ class _Writer:
 
     def take(self, wait_s: float = 0.0) -> None:
         """Move what is queued into ``pending``, waiting up to ``wait_s`` for the first step."""
-        from mlflow.entities import Metric
-
         try:
             item = self.steps.get(timeout=wait_s) if wait_s else self.steps.get_nowait()
             while True:
                 if item is None:
                     self.closing = True
                     return
-                self.pending.extend(Metric(key, value, ts, step) for key, value, ts, step in _points(item))
+                self.pending.extend(_points(item))
                 item = self.steps.get_nowait()
         except queue.Empty:
             # The queue never ends by itself (this process holds its write end too): a trainer killed
@@ -285,8 +283,10 @@ class _Writer:
 
     def write_pending(self) -> None:
         """Write ``pending`` batch by batch, so that none is written twice when a later batch fails."""
+        from mlflow.entities import Metric
+
         while self.pending and not self.abandon.is_set():
-            batch = self.pending[:_BATCH]
+            batch = [Metric(*point) for point in self.pending[:_BATCH]]
             started = time.process_time()
             try:
                 self.client.log_batch(self.run_id, metrics=batch)
