@@ -148,8 +148,8 @@ def run_train(
     from verlflow.backends.verl import backend as verl_backend
 
     # Before the run opens: a Ray cluster that is not there, too small, or unable to reach the store costs seconds.
-    ray_cluster.check_ray_launch(device=cfg.profile.device, nnodes=int(cfg.resolved.trainer.nnodes),
-                                 per_node=int(cfg.resolved.trainer.n_gpus_per_node), ray_address=ray_address,
+    ray_cluster.check_ray_launch(device=cfg.profile.device, nnodes=cfg.resolved.trainer.nnodes,
+                                 per_node=cfg.resolved.trainer.n_gpus_per_node, ray_address=ray_address,
                                  tracking_uri=mlflow.get_tracking_uri(), nodes=ray_nodes,
                                  check_resources=not cfg.verlflow.skip_preflight)
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)

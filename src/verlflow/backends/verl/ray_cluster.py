@@ -157,13 +157,15 @@ def tracking_problems(uri: str, nodes: list[RayNode], *, here: set[str], where: 
         f"{TRACKING_FIX}"))]
 
 
-def check_ray_launch(*, device: str, nnodes: int, per_node: int, ray_address: str, tracking_uri: str,
+def check_ray_launch(*, device: str, nnodes: Any, per_node: Any, ray_address: str, tracking_uri: str,
                      nodes: list[RayNode] | None = None, check_resources: bool = True) -> None:
     """Refuse, in one line per problem, a launch whose Ray cluster cannot run it (see the module docstring).
 
     ``nodes``: the cluster at ``ray_address`` as :func:`cluster_nodes` already listed it (asked again if None).
+    Sizes that are not whole numbers >= 1 are left to the preflight, which names them.
     """
-    if not ray_address and nnodes <= 1:
+    sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (nnodes, per_node))
+    if not ray_address and (not sizes_ok or nnodes <= 1):
         return  # verl starts its own single-node Ray here; the device preflight covers it
     if not ray_address:
         try:
@@ -179,7 +181,8 @@ def check_ray_launch(*, device: str, nnodes: int, per_node: int, ray_address: st
         where = f"the Ray cluster at {ray_address}"
     if not check_resources:
         return
-    problems = resource_problems(nodes, device=device, nnodes=nnodes, per_node=per_node, where=where)
+    problems = resource_problems(nodes, device=device, nnodes=nnodes, per_node=per_node, where=where) \
+        if sizes_ok else []
     problems += tracking_problems(tracking_uri, nodes, here=this_machines_ips(), where=where)
     raise_problems(problems, "the Ray launch")
 
