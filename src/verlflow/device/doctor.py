@@ -2,12 +2,15 @@
 
     verlflow doctor --device npu          # same as: mlflow run . --env-manager local -e doctor -P device=npu
 
-Prints one table row per item — device count against ``trainer.n_gpus_per_node``, driver / firmware / CANN
-files and whether CANN's ``set_env.sh`` was sourced, ``import torch_npu`` (or CUDA) with the first line of
-the real error, the versions of torch, torch_npu, vllm, vllm_ascend, ray, verl, transformers against the
-guide's §6.1 stack (``config/stacks``), jemalloc, and the HCCL/NCCL environment — then exits 0 when the
-launch can proceed and 2 (naming what blocks it) otherwise. Versions that differ from the guide's are shown,
-not blocking: the guide's numbers are a reference, not a requirement.
+Prints one table row per item — device count against ``trainer.n_gpus_per_node`` (when the listing tool fails,
+its own first error line, e.g. npu-smi's ``dcmi model initialized failed ... ret is -8020``), the accelerator
+model against the one the profile's stack describes (A3 vs an A2 / 910B node, H20 vs another GPU), driver /
+firmware / CANN files and whether CANN's ``set_env.sh`` was sourced, ``import torch_npu`` (or CUDA) with the
+first line of the real error, the versions of torch, torch_npu, vllm, vllm_ascend, ray, verl, transformers
+against the guide's §6.1 stack (``config/stacks``), jemalloc, and the HCCL/NCCL environment — then exits 0 when
+the launch can proceed and 2 (naming what blocks it, each with a fix pinned to the stack: torch_npu with its
+torch, vllm built from source on Ascend) otherwise. Versions that differ from the guide's are shown, not
+blocking: the guide's numbers are a reference, not a requirement.
 """
 
 from __future__ import annotations
@@ -177,8 +180,7 @@ def _count_fix(dev: str, visible: int, probe: hw.Probe, model: Row) -> str:
         failure = probe.failure(cmd)
         if failure and "not found on PATH" not in failure:
             return f"{' '.join(cmd[:2]) if dev == 'npu' else lister} failed: {failure}"
-        where = f"{failure}: " if failure else f"{lister} lists none: "
-        return f"no {word} on this machine ({where.rstrip(': ')}): run on an {model.guide or word} node"
+        return f"no {word} on this machine ({failure or lister + ' lists none'}): run on an {model.guide} node"
     override = f"pass -P overrides=\"trainer.n_gpus_per_node={visible}\""
     if model.note:
         return f"{model.note}; run on an {model.guide} node, or {override} to run here"
