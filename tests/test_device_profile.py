@@ -25,6 +25,7 @@ from verlflow.device.detect import (
     collect_device_profile,
     count_visible,
     detect_device,
+    first_error_line,
     module_installed,
     npu_board_command,
     npu_generation,
@@ -95,6 +96,11 @@ def board(text: str, **_) -> dict:
 
 def version_file(text: str, **_) -> dict:
     return parse_ascend_version_file(text)
+
+
+def tool_failure(text: str, **_) -> dict:
+    return {"chips": len(parse_npu_smi_info(text)), "gpus": len(parse_nvidia_smi_table(text)["gpus"]),
+            "error": first_error_line(text)}
 
 
 def npu_smi_v(text: str, **_) -> dict:
@@ -244,6 +250,13 @@ LOCAL_EXPECTED: dict[str, tuple] = {
     "npu-smi-info-910b2-2npu-aicore-dash.txt": (npu_info, {
         "chips": 2, "npus": 2, "names": ["910B2"], "hbm_total_mb": [65536], "max_hbm_used_mb": 29954,
         "driver": "23.0.7"}),
+    "npu-smi-info-fail-8020-device-used.txt": (tool_failure, {
+        "chips": 0, "error": "dcmi model initialized failed, because the device is used. ret is -8020"}),
+    "npu-smi-info-fail-8005-container.txt": (tool_failure, {
+        "chips": 0, "error": "dcmi module initialize failed. ret is -8005"}),
+    "nvidia-smi-fail-no-driver.txt": (tool_failure, {"gpus": 0, "error": (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.")}),
     "nvidia-smi-query-h20x8.csv.txt": (gpu_query, {
         "": {"count": 8, "names": ["NVIDIA H20"], "memory_total_mb": [97871.0], "first_used_mb": None,
              "driver": "535.161.03", "compute_cap": None}}),

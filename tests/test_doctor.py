@@ -6,13 +6,14 @@ the profiles and the guide's stacks are the shipped ones.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI_QUERY, Probe
+from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI, NVIDIA_SMI_QUERY, Probe
 from verlflow.device.doctor import diagnose, render
 from verlflow.device.stacks import load_stack
 
@@ -88,3 +89,98 @@ def test_on_this_cpu_machine_doctor_exits_2_naming_the_missing_device(device):
     assert f"verlflow doctor: error: the launch cannot proceed: {word}s visible: 0 (no {word} on this machine" \
         in done.stderr
     assert f"{word}s visible" in done.stdout.splitlines()[2]
+
+
+def _printed(sample: str) -> str:
+    """What the tool printed: the recorded sample less its provenance line."""
+    return (FIXTURES / sample).read_text().split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("smi", ["npu-smi-info-910b3-8npu-v25.2.0.txt", "npu-smi-info-910b2-8npu.txt"])
+def test_an_a2_node_is_named_as_not_the_a3_the_profile_describes(smi):
+    rows = _a3(smi)
+    by_item = {r.item: r for r in rows}
+    model = by_item["accelerator"]
+    assert model.found.endswith("(A2)") and model.found.startswith("Ascend910B") and model.guide == "A3"
+    assert model.ok is None  # another model differs; the device count is what blocks
+    assert "not the A3 the a3 profile describes" in model.note
+    count = by_item["NPUs visible"]
+    assert (count.found, count.ok) == ("8", False)
+    assert count.fix.startswith(f"this node has 8 × {model.found}, not the A3")
+    assert count.fix.endswith("run on an A3 node, or pass -P overrides=\"trainer.n_gpus_per_node=8\" to run here")
+
+
+def test_an_a3_and_an_h20_are_recognised_as_what_their_profiles_describe():
+    assert next(r for r in _a3("npu-smi-info-a3-16chip.txt") if r.item == "accelerator").ok is True
+    probe = Probe.recorded({" ".join(NVIDIA_SMI_QUERY): (FIXTURES / "nvidia-smi-query-h20x8.csv.txt").read_text()},
+                           torch_cuda="12.6")
+    rows = diagnose("gpu", "h20", probe=probe, environ={}, versions=_guide_versions("h20"),
+                    check_import=lambda *_: None)
+    assert [(r.found, r.ok) for r in rows if r.item == "accelerator"] == [("NVIDIA H20", True)]
+
+
+def test_another_nvidia_gpu_differs_from_the_h20():
+    table = (FIXTURES / "nvidia-smi-table-h200-575.txt").read_text()
+    probe = Probe.recorded({" ".join(NVIDIA_SMI): table}, torch_cuda="12.6")
+    rows = diagnose("gpu", "h20", probe=probe, environ={}, versions=_guide_versions("h20"),
+                    check_import=lambda *_: None)
+    model = next(r for r in rows if r.item == "accelerator")
+    assert "H200" in model.found and model.ok is None and "not the H20 the h20 profile describes" in model.note
+
+
+@pytest.mark.parametrize(("sample", "line"), [
+    ("npu-smi-info-fail-8020-device-used.txt",
+     "dcmi model initialized failed, because the device is used. ret is -8020"),
+    ("npu-smi-info-fail-8005-container.txt", "dcmi module initialize failed. ret is -8005"),
+])
+def test_a_failing_npu_smi_shows_its_own_error_not_no_npu(sample, line):
+    probe = Probe.recorded(failing={" ".join(NPU_SMI_INFO): _printed(sample)}, files=A3_FILES,
+                           modules=["torch_npu"], machine="aarch64")
+    rows = diagnose("npu", "a3", probe=probe, environ={}, versions=_guide_versions("a3"),
+                    check_import=lambda *_: None)
+    count = next(r for r in rows if r.item == "NPUs visible")
+    assert (count.found, count.ok, count.fix) == ("0", False, f"npu-smi info failed: {line}")
+
+
+def test_a_failing_nvidia_smi_shows_its_own_error():
+    text = _printed("nvidia-smi-fail-no-driver.txt")
+    probe = Probe.recorded(failing={" ".join(NVIDIA_SMI_QUERY): text, " ".join(NVIDIA_SMI): text},
+                           torch_cuda="12.6")
+    rows = diagnose("gpu", "h20", probe=probe, environ={}, versions=_guide_versions("h20"),
+                    check_import=lambda *_: None)
+    assert next(r for r in rows if r.item == "GPUs visible").fix == (
+        "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.")
+
+
+def test_fixes_are_pinned_to_the_guides_stack_and_a_missing_vllm_ascend_blocks():
+    versions = {k: v for k, v in _guide_versions("a3").items() if k not in ("torch_npu", "vllm", "vllm_ascend")}
+    rows = _a3("npu-smi-info-a3-16chip.txt", versions=versions)
+    fixes = {r.item: r.fix for r in rows if r.ok is False}
+    assert set(fixes) == {"torch_npu", "vllm", "vllm_ascend"}
+    assert fixes["torch_npu"] == "pip install torch==2.5.1 torch-npu==2.5.1.post1"  # torch_npu with its own torch
+    assert "-b v0.9.1" in fixes["vllm"] and "VLLM_TARGET_DEVICE=empty pip install" in fixes["vllm"]
+    assert "vllm-ascend" in fixes["vllm_ascend"] and "v0.9.1" in fixes["vllm_ascend"]
+    gpu = diagnose("gpu", "h20", probe=Probe.recorded(), environ={}, versions={}, check_import=lambda *_: "x")
+    assert next(r for r in gpu if r.item == "torch CUDA build").fix == (
+        "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu126")
+
+
+FAKES = Path(__file__).parent / "fakes"
+
+
+@pytest.mark.parametrize(("fake_env", "expected"), [
+    ({"FAKE_NPU_SMI_INFO": str(FIXTURES / "npu-smi-info-910b3-8npu-v25.2.0.txt")},
+     "NPUs visible: 8 (this node has 8 × Ascend910B3 (A2), not the A3 the a3 profile describes"),
+    ({"FAKE_NPU_SMI_FAIL_WITH": str(FIXTURES / "npu-smi-info-fail-8020-device-used.txt")},
+     "NPUs visible: 0 (npu-smi info failed: dcmi model initialized failed, because the device is used. ret is -8020)"),
+])
+def test_doctor_on_a_recorded_npu_smi_says_what_the_node_is(fake_env, expected):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_NPU_SMI")},
+           "PATH": f"{FAKES}:{os.environ['PATH']}", **fake_env}
+    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", "npu"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verlflow doctor: error: the launch cannot proceed: "), lines
+    assert expected in lines[0], lines[0]

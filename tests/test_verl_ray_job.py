@@ -3,7 +3,9 @@ its logs are followed, and SIGTERM stops the job and ends the run KILLED.
 
 A real single-node Ray cluster (``ray start --head``, with its dashboard for job submission) is started
 for the test in its own process group and stopped afterwards; the stand-in for verl's main module runs
-as the job's entrypoint. Its mode reaches the job only through the profile env → ``runtime_env``.
+as the job's entrypoint. Its mode reaches the job only through the profile env → ``runtime_env``. The head
+declares 8 GPUs (``--num-gpus 8``, an H20 node as Ray counts it): the pre-launch check asks the cluster for
+the ``trainer.nnodes × n_gpus_per_node`` the h20 profile wants, and nothing here uses a GPU.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def ray_head():
     gcs, dashboard = _free_port(), _free_port()
     proc = subprocess.Popen(
         ["ray", "start", "--head", "--block", "--port", str(gcs), "--dashboard-port", str(dashboard),
-         "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2",
+         "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2", "--num-gpus", "8",
          "--temp-dir", temp, "--disable-usage-stats"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"http://127.0.0.1:{dashboard}"
@@ -132,3 +134,34 @@ def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, t
     assert _job_status(ray_head, job_id) in ("STOPPED", "JobStatus.STOPPED")
     log = MlflowClient().download_artifacts(run.info.run_id, "logs/verl.log", str(tmp_path))
     assert "STANDIN_WAITING" in Path(log).read_text()
+
+
+def _dry_run(tmp_path, overrides: str, *, ray_address: str = "", env: dict[str, str] | None = None):
+    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "gpu", "--backend", "verl",
+            "--data_dir", str(tmp_path / "data"), "--dry_run", "true", "--overrides", overrides]
+    if ray_address:
+        argv += ["--ray_address", ray_address]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert MlflowClient().search_runs(["0"]) == []  # refused before a run opened
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_dry_run_asks_the_cluster_for_nnodes_times_n_gpus_per_node(tracking_uri, tmp_path, ray_head):
+    line = _dry_run(tmp_path, "trainer.nnodes=2", ray_address=ray_head)
+    assert line.startswith("verlflow train: error: trainer.nnodes=2: verl asks for trainer.nnodes × "
+                           f"n_gpus_per_node = 2 × 8 GPU (every node 8), but the Ray cluster at {ray_head} has 1 "
+                           "such node(s) ("), line
+    assert line.endswith(": 8 GPU): ask for what it has, or add nodes"), line
+    line = _dry_run(tmp_path, "trainer.n_gpus_per_node=16", ray_address=ray_head)
+    assert line.startswith("verlflow train: error: trainer.n_gpus_per_node=16: verl asks for"), line
+
+
+@pytest.mark.slow
+def test_several_nodes_without_ray_address_use_the_cluster_ray_finds_from_here(tracking_uri, tmp_path, ray_head):
+    env = {**os.environ, "RAY_ADDRESS": ray_head}  # what verl's ray.init() joins from this machine
+    line = _dry_run(tmp_path, "trainer.nnodes=2", env=env)
+    assert "trainer.nnodes=2: verl asks for" in line and "the Ray cluster verl would join from here has 1" in line

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from verlflow import config, tracking
+from verlflow.backends.verl import ray_cluster
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
@@ -122,6 +123,8 @@ def run_train(
         args.pop("resume")
         recipe, device, profile, data_dir, model, overrides, backend, dry_run, ray_address = args.values()
     recipe, dev, profile, backend = choose_train_setup(recipe, device, profile, backend)
+    # An address nobody answers at is refused before anything is composed (seconds, not a minute).
+    ray_nodes = ray_cluster.cluster_nodes(ray_address) if ray_address and backend == "verl" else None
     cfg = compose_train_config(recipe, profile, data_dir, model, overrides, check_counts=backend == "local")
     if cfg.profile.device != dev:
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
@@ -140,8 +143,15 @@ def run_train(
         with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
             with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
                 return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
+    import mlflow
+
     from verlflow.backends.verl import backend as verl_backend
 
+    # Before the run opens: a Ray cluster that is not there, too small, or unable to reach the store costs seconds.
+    ray_cluster.check_ray_launch(device=cfg.profile.device, nnodes=cfg.resolved.trainer.nnodes,
+                                 per_node=cfg.resolved.trainer.n_gpus_per_node, ray_address=ray_address,
+                                 tracking_uri=mlflow.get_tracking_uri(), nodes=ray_nodes,
+                                 check_resources=not cfg.verlflow.skip_preflight)
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
     # A dry run launches nothing: no system metrics to sample.
     interval = None if dry_run else interval

@@ -54,7 +54,7 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict
     """
     if overrides is None:
         return {}
-    items = shlex.split(overrides) if isinstance(overrides, str) else list(overrides)
+    items = _split(overrides) if isinstance(overrides, str) else list(overrides)
     parsed: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -67,7 +67,23 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict
             raise VerlflowError(f"override '{item}' is not key=value, +key=value, ++key=value or ~key "
                                 "(e.g. actor_rollout_ref.rollout.n=8)")
         parsed[key] = _yaml_value(raw)
+        if raw.lstrip()[:1] in ("[", "{") and isinstance(parsed[key], str):
+            kind = "list" if raw.lstrip()[0] == "[" else "mapping"
+            raise VerlflowError(f"override '{item}': {raw} is not a valid {kind}: close its brackets and quote "
+                                "values holding , : [ ] { } (e.g. trainer.logger=[console,mlflow])")
     return parsed
+
+
+def _split(text: str) -> list[str]:
+    """``text`` split into overrides as a shell would; an unbalanced quote or a lone trailing ``\\`` is one line."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:  # shlex says "No closing quotation" or "No escaped character"
+        if "escaped" in str(exc):
+            raise VerlflowError(f"overrides {text!r} end in a lone \\: write it as \\\\ or inside '…'") from None
+        raise VerlflowError(f"overrides {text!r} have an unbalanced quote: close every ' and \" you open (a value "
+                            "with spaces: trainer.experiment_name='my run'; a quote inside the other kind: "
+                            "\"it's\")") from None
 
 
 def split_prefix(key: str) -> tuple[str, str]:
@@ -94,8 +110,11 @@ def to_hydra_value(value: Any) -> str:
     """Render a value the way verl's Hydra command line expects it (``True``, ``5e-07``, ``['a','b']``).
 
     A string Hydra would not read back unchanged as a bare word (a space, ``/`` next to other symbols,
-    non-ASCII letters: experiment names such as ``Qwen3 GRPO/A3 对比``) is quoted.
+    non-ASCII letters: experiment names such as ``Qwen3 GRPO/A3 对比``) is quoted, and a :class:`LiteralText`
+    always is.
     """
+    if isinstance(value, LiteralText):
+        return hydra_quote(value)
     if isinstance(value, bool):
         return "True" if value else "False"
     if value is None:
@@ -116,9 +135,21 @@ _INTERPOLATION = re.compile(r"\$\{[^{}]*\}")
 
 
 def hydra_quote(text: str) -> str:
-    """``text`` as a Hydra quoted string: single quotes, with ``'`` and ``${`` escaped."""
-    escaped = text.replace("'", "\\'").replace("${", "\\${")
-    return f"'{escaped}'"
+    """``text`` as a Hydra single-quoted string that verl's Hydra and OmegaConf read back exactly.
+
+    Hydra's own quoting (``QuotedString.with_quotes``) escapes the quotes and the backslashes before them (a
+    trailing ``\\`` included); every ``${`` is escaped for OmegaConf, with the backslashes before it doubled,
+    so it stays text instead of becoming an interpolation.
+    """
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    escaped = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+    return QuotedString(text=escaped, quote=Quote.single).with_quotes()
+
+
+class LiteralText(str):
+    """A string verl must read back exactly as written (MLflow experiment and run names): always quoted, never
+    read as a number, a boolean, ``null`` or an interpolation."""
 
 
 def _quoted(value: Any) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from verlflow.device.parsers import (
     GpuInfo,
     NpuChip,
+    first_error_line,
     npu_generation,
     parse_ascend_version_file,
     parse_cpu_model,
@@ -46,7 +47,7 @@ __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect o
     "collect_device_profile", "capture_env", "package_versions", "parse_npu_smi_info",
     "parse_npu_smi_version", "parse_nvidia_smi_query", "parse_nvidia_smi_table",
     "parse_nvidia_smi_q_versions", "parse_ascend_version_file", "parse_key_values", "soc_name",
-    "npu_generation",
+    "npu_generation", "first_error_line", "command_failure",
 ]
 
 DEVICE_TYPES = ("npu", "gpu", "cpu")
@@ -80,6 +81,25 @@ def run_command(cmd: Sequence[str]) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def command_failure(cmd: Sequence[str]) -> str | None:
+    """Why ``cmd`` gave no output to parse: not installed, or its own first error line; None when it succeeds.
+
+    Asked only after :func:`run_command` came back empty, so a user sees npu-smi's ``dcmi model initialized
+    failed ... ret is -8020`` instead of "no NPU on this machine".
+    """
+    if shutil.which(cmd[0]) is None:
+        return f"{cmd[0]} not found on PATH"
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, errors="replace", timeout=60)
+    except subprocess.TimeoutExpired:
+        return f"{' '.join(cmd)} did not answer in 60 s"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{' '.join(cmd)} could not run: {exc}"
+    if done.returncode == 0:
+        return None
+    return first_error_line(done.stderr) or first_error_line(done.stdout) or f"exit status {done.returncode}"
 
 
 def read_text(path: str) -> str | None:
@@ -150,6 +170,8 @@ class Probe:
     read: Callable[[str], str | None] = read_text
     import_ok: Callable[[str], bool] = module_installed
     torch_cuda: Callable[[], str | None] = torch_cuda_version
+    # why a command gave nothing (see :func:`command_failure`); asked only when ``run`` returned None
+    failure: Callable[[Sequence[str]], str | None] = command_failure
     ascend_root: str = "/usr/local/Ascend"
     machine: str = field(default_factory=platform.machine)
     cpu_count: int = field(default_factory=_cpu_count)
@@ -161,16 +183,26 @@ class Probe:
         files: Mapping[str, str] | None = None,
         modules: Sequence[str] = (),
         *,
+        failing: Mapping[str, str] | None = None,
         torch_cuda: str | None = None,
         machine: str = "x86_64",
         cpu_count: int = 8,
         ascend_root: str = "/usr/local/Ascend",
     ) -> Probe:
-        """A machine that prints ``commands[" ".join(cmd)]`` and holds ``files[path]``;
-        any other command is missing, any other file absent, only ``modules`` installed."""
-        commands, files = dict(commands or {}), dict(files or {})
+        """A machine that prints ``commands[" ".join(cmd)]`` and holds ``files[path]``; ``failing`` commands
+        exit non-zero printing their recorded text; any other command is missing, any other file absent, only
+        ``modules`` installed."""
+        commands, files, failing = dict(commands or {}), dict(files or {}), dict(failing or {})
+
+        def failure(cmd: Sequence[str]) -> str | None:
+            line = " ".join(cmd)
+            if line in failing:
+                return first_error_line(failing[line]) or "exit status 1"
+            return None if line in commands else f"{cmd[0]} not found on PATH"
+
         return cls(
             run=lambda cmd: commands.get(" ".join(cmd)),
+            failure=failure,
             read=files.get,
             import_ok=lambda name: name in modules,
             torch_cuda=lambda: torch_cuda,

@@ -2,16 +2,20 @@
 
     verlflow doctor --device npu          # same as: mlflow run . --env-manager local -e doctor -P device=npu
 
-Prints one table row per item — device count against ``trainer.n_gpus_per_node``, driver / firmware / CANN
-files and whether CANN's ``set_env.sh`` was sourced, ``import torch_npu`` (or CUDA) with the first line of
-the real error, the versions of torch, torch_npu, vllm, vllm_ascend, ray, verl, transformers against the
-guide's §6.1 stack (``config/stacks``), jemalloc, and the HCCL/NCCL environment — then exits 0 when the
-launch can proceed and 2 (naming what blocks it) otherwise. Versions that differ from the guide's are shown,
-not blocking: the guide's numbers are a reference, not a requirement.
+Prints one table row per item — device count against ``trainer.n_gpus_per_node`` (when the listing tool fails,
+its own first error line, e.g. npu-smi's ``dcmi model initialized failed ... ret is -8020``), the accelerator
+model against the one the profile's stack describes (A3 vs an A2 / 910B node, H20 vs another GPU), driver /
+firmware / CANN files and whether CANN's ``set_env.sh`` was sourced, ``import torch_npu`` (or CUDA) with the
+first line of the real error, the versions of torch, torch_npu, vllm, vllm_ascend, ray, verl, transformers
+against the guide's §6.1 stack (``config/stacks``), jemalloc, and the HCCL/NCCL environment — then exits 0 when
+the launch can proceed and 2 (naming what blocks it, each with a fix pinned to the stack: torch_npu with its
+torch, vllm built from source on Ascend) otherwise. Versions that differ from the guide's are shown, not
+blocking: the guide's numbers are a reference, not a requirement.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -29,8 +33,8 @@ PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
 # Packages compared with the guide's stack, per device (pip distribution names).
 VERSIONED = {"npu": ("torch", "torch_npu", "vllm", "vllm_ascend", "ray", "verl", "transformers"),
              "gpu": ("torch", "vllm", "ray", "verl", "transformers")}
-# Packages without which verl cannot launch the guide's recipe at all.
-REQUIRED = {"npu": ("torch", "torch_npu", "verl", "vllm"), "gpu": ("torch", "verl", "vllm")}
+# Packages without which verl cannot launch the guide's recipe at all (vllm_ascend: vllm's Ascend platform).
+REQUIRED = {"npu": ("torch", "torch_npu", "verl", "vllm", "vllm_ascend"), "gpu": ("torch", "verl", "vllm")}
 STATUS = {True: "ok", False: "BLOCKS", None: "differs"}
 
 
@@ -44,6 +48,8 @@ class Row:
     # True: fine; False: blocks the launch; None: differs from the guide but does not block.
     ok: bool | None
     fix: str = ""
+    # Printed under the table whatever the status (the node is not the one the profile describes).
+    note: str = ""
 
 
 def import_error(module_check: str, source_files: list[str]) -> str | None:
@@ -93,11 +99,11 @@ def diagnose(dev: str, profile_name: str, *, probe: hw.Probe | None = None,
 
     wanted = int(profile.verl.get("trainer", {}).get("n_gpus_per_node", 1))
     visible = hw.count_visible(dev, probe=probe, environ=environ)
-    lister = "npu-smi" if dev == "npu" else "nvidia-smi"
-    rows.append(Row(f"{word}s visible", str(visible), f"n_gpus_per_node={wanted}", visible >= wanted and visible > 0,
-                    f"no {word} on this machine ({lister} lists none): run on an {stack.name.upper()} node"
-                    if visible == 0 else f"pass -P overrides=\"trainer.n_gpus_per_node={visible}\""))
     fields = hw.collect_device_profile(dev, probe=probe, environ=environ)
+    model = accelerator_row(dev, fields, stack, profile_name)
+    rows.append(Row(f"{word}s visible", str(visible), f"n_gpus_per_node={wanted}", visible >= wanted and visible > 0,
+                    _count_fix(dev, visible, probe, model)))
+    rows.append(model)
     if dev == "npu":
         rows.append(Row("driver (HDK)", fields.driver or "not found", stack.extra.get("hdk", ""),
                         None if fields.driver and not fields.driver.startswith(str(stack.extra.get("hdk"))) else
@@ -119,18 +125,19 @@ def diagnose(dev: str, profile_name: str, *, probe: hw.Probe | None = None,
         rows.append(Row("driver", fields.driver or "not found", "", bool(fields.driver), "install the NVIDIA driver"))
         cuda = probe.torch_cuda()
         rows.append(Row("torch CUDA build", cuda or "none (CPU build)", stack.extra.get("cuda", ""),
-                        bool(cuda), "install a CUDA build of torch"))
+                        bool(cuda), stack.install_command("torch")))
     error = check_import(DEVICE_CHECK[dev], profile.source_files) if visible or versions.get("torch") else \
         f"skipped: no {word} visible"
-    import_fix = ("fix the error above (CANN sourced? matching torch_npu?)" if dev == "npu"
-                  else "install a CUDA build of torch and the NVIDIA driver")
+    import_fix = (f"source {' and '.join(profile.source_files)}; torch_npu must match torch: "
+                  f"{stack.install_command('torch_npu')}" if dev == "npu"
+                  else f"install the NVIDIA driver and a CUDA build of torch: {stack.install_command('torch')}")
     rows.append(Row("import torch_npu" if dev == "npu" else "torch.cuda", "ok" if error is None else error, "ok",
                     error is None, import_fix))
     for package in VERSIONED[dev]:
         found, guide = versions.get(package), stack.version(package)
         blocking = package in REQUIRED[dev] and not found
         ok = False if blocking else (True if _same_version(found, guide) else None)
-        rows.append(Row(package, found or "not installed", guide or "", ok, f"pip install {package}"))
+        rows.append(Row(package, found or "not installed", guide or "", ok, stack.install_command(package)))
     for lib in profile.preload:
         present = probe.read(lib) is not None
         rows.append(Row("jemalloc" if "jemalloc" in lib else lib, "present" if present else "missing",
@@ -140,6 +147,44 @@ def diagnose(dev: str, profile_name: str, *, probe: hw.Probe | None = None,
     rows.append(Row(f"{prefix}* environment", " ".join(f"{k}={v}" for k, v in sorted(comm.items())) or "none set",
                     "defaults", True))
     return rows
+
+
+def accelerator_row(dev: str, fields: hw.DeviceProfile, stack: stacks.Stack, profile_name: str) -> Row:
+    """The accelerator model against the one the profile's stack describes (A3 vs A2 / 910B, H20 vs another GPU).
+
+    Another model differs, it does not block by itself: the note says the node is not the one the profile
+    describes, and the device count row says what that costs.
+    """
+    wanted = str(stack.extra.get("accelerator", ""))
+    if fields.count == 0 or fields.name == "unknown":
+        return Row("accelerator", "none listed", wanted, None)
+    if dev == "npu":
+        generation = fields.extra.get("generation")
+        found = f"{fields.name} ({generation})" if generation else fields.name
+        same = generation == wanted
+    else:
+        found = fields.name
+        same = re.search(rf"\b{re.escape(wanted)}\b", fields.name) is not None
+    if same or not wanted:
+        return Row("accelerator", found, wanted, True)
+    note = (f"this node has {fields.count} × {found}, not the {wanted} the {profile_name} profile describes: "
+            f"expect other memory and timings than the guide's {wanted}")
+    return Row("accelerator", found, wanted, None, note=note)
+
+
+def _count_fix(dev: str, visible: int, probe: hw.Probe, model: Row) -> str:
+    """What to do about too few devices: the listing tool's own error, or the node that is not the profile's."""
+    cmd = hw.NPU_SMI_INFO if dev == "npu" else hw.NVIDIA_SMI_QUERY
+    lister, word = cmd[0], "NPU" if dev == "npu" else "GPU"
+    if visible == 0:
+        failure = probe.failure(cmd)
+        if failure and "not found on PATH" not in failure:
+            return f"{' '.join(cmd[:2]) if dev == 'npu' else lister} failed: {failure}"
+        return f"no {word} on this machine ({failure or lister + ' lists none'}): run on an {model.guide} node"
+    override = f"pass -P overrides=\"trainer.n_gpus_per_node={visible}\""
+    if model.note:
+        return f"{model.note}; run on an {model.guide} node, or {override} to run here"
+    return override
 
 
 def render(rows: list[Row]) -> str:
@@ -160,6 +205,9 @@ def run_doctor(device: str, profile: str) -> list[Row]:
                             "one; pass --device npu or --device gpu to see what is missing, or use backend=local")
     rows = diagnose(dev, PROFILE_FOR_DEVICE[dev] if profile == "auto" else profile)
     print(render(rows))
+    for row in rows:
+        if row.note:
+            print(f"verlflow doctor: note: {row.note}")
     blocking = [r for r in rows if r.ok is False]
     if blocking:
         raise VerlflowError("the launch cannot proceed: " + "; ".join(f"{r.item}: {r.found} ({r.fix})"

@@ -185,6 +185,20 @@ def npu_generation(name_or_soc_version: str | int) -> str | None:
     return "A3" if re.match(r"^Ascend910_93\d\d", name) else None
 
 
+# Lines a failing npu-smi prints before its real error (the driver's console log level, every time).
+_TOOL_NOISE = re.compile(r"^DrvMngGetConsoleLogLevel failed")
+
+
+def first_error_line(text: str) -> str | None:
+    """The line a person needs from a failing ``npu-smi`` / ``nvidia-smi``: its first non-blank line, less the
+    driver noise npu-smi prints first (``DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)``); None if silent.
+
+    ``dcmi model initialized failed, because the device is used. ret is -8020`` says what "no NPU" hides.
+    """
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in lines if not _TOOL_NOISE.match(ln)), lines[0] if lines else None)
+
+
 # ----------------------------------------------------------------------------------------------
 # nvidia-smi
 # ----------------------------------------------------------------------------------------------

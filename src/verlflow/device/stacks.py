@@ -44,6 +44,15 @@ class Stack:
         wanted = _norm(package)
         return next((str(v["version"]) for k, v in self.packages.items() if _norm(k) == wanted), None)
 
+    def install_command(self, package: str) -> str:
+        """How to install the guide's version of ``package``: the stack's ``install`` line (torch_npu with its
+        torch, vllm built from source on Ascend), else ``pip install <name>==<version>``."""
+        wanted = _norm(package)
+        name, spec = next(((k, v) for k, v in self.packages.items() if _norm(k) == wanted), (package, {}))
+        if spec.get("install"):
+            return str(spec["install"])
+        return f"pip install {name}=={spec['version']}" if spec.get("version") else f"pip install {name}"
+
     def pins(self) -> dict[str, str]:
         """``name → version`` of the packages the resolution check pins (those not marked ``resolve: false``)."""
         return {k: str(v["version"]) for k, v in self.packages.items() if v.get("resolve", True)}

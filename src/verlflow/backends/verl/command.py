@@ -10,9 +10,10 @@ Nothing here starts a process. :func:`build_plan` takes the recipe + profile + o
   verl's own MLflow logger then writes into *our* run, because ``MLFLOW_RUN_ID`` and an absolute
   ``MLFLOW_TRACKING_URI`` are put in its environment.
 - ``trainer.project_name`` / ``trainer.experiment_name`` are the MLflow experiment and run names, *exactly*
-  (Hydra-quoted when they hold spaces, ``/`` or non-ASCII letters): verl 0.5's logger calls
-  ``mlflow.set_experiment(project_name)`` before ``start_run`` picks up ``MLFLOW_RUN_ID``, and MLflow refuses
-  a run whose experiment differs from the active one; a cleaned-up name would name another experiment.
+  (always Hydra-quoted, whatever they hold: quotes, a trailing ``\\``, ``=``, ``,``, ``$``, ``${…}``): verl
+  0.5's logger calls ``mlflow.set_experiment(project_name)`` before ``start_run`` picks up ``MLFLOW_RUN_ID``,
+  and MLflow refuses a run whose experiment differs from the active one; a cleaned-up name would name another
+  experiment.
 - ``trainer.save_freq``: verl saves only when ``save_freq > 0 and (is_last_step or step % save_freq == 0)``
   (``ray_trainer.py`` / ``v1/trainer_base.py``), so the guide's ``-1`` saves nothing. A non-positive value
   becomes :data:`FINAL_ONLY_SAVE_FREQ`, larger than any run's step count: the last step, and only it, saves.
@@ -46,6 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from verlflow import config
+from verlflow.config.overrides import LiteralText
 from verlflow.config.schema import VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.util import mask_secret
@@ -260,8 +262,8 @@ def forced_overrides(
         notes.append(f"trainer.logger={loggers}: verl's MLflow logger writes into this run")
     out["trainer.logger"] = loggers
 
-    out["trainer.project_name"] = project
-    out["trainer.experiment_name"] = experiment
+    out["trainer.project_name"] = LiteralText(project)
+    out["trainer.experiment_name"] = LiteralText(experiment)
     notes.append("trainer.project_name / trainer.experiment_name: the MLflow experiment and run names")
 
     save_freq = out.get("trainer.save_freq", defaults.get("trainer.save_freq", -1))
