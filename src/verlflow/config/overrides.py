@@ -10,6 +10,7 @@ parsing, flattening trees to dotted keys, and quoting values so Hydra reads them
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from typing import Any
@@ -67,7 +68,26 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict
             raise VerlflowError(f"override '{item}' is not key=value, +key=value, ++key=value or ~key "
                                 "(e.g. actor_rollout_ref.rollout.n=8)")
         parsed[key] = _yaml_value(raw)
+        if _holds_non_finite(parsed[key]):
+            raise VerlflowError(f"override '{item}': {bare} must be a finite number, not NaN or infinity")
     return parsed
+
+
+def is_non_finite(value: Any) -> bool:
+    """Whether ``value`` is NaN or an infinity: a float, or text Python reads as one (``nan``, ``-inf``)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, str) and value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
+        return True
+    return False
+
+
+def _holds_non_finite(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_non_finite(v) for v in value.values())
+    return is_non_finite(value)
 
 
 def split_prefix(key: str) -> tuple[str, str]:

@@ -191,6 +191,14 @@ def _load_folder(folder: Path, split: str, limit: int) -> list[dict]:
 
 
 def _read_jsonl(path: Path, limit: int) -> list[dict]:
+    try:
+        return _read_jsonl_lines(path, limit)
+    except UnicodeDecodeError as exc:
+        raise VerlflowError(f"{path} is not UTF-8 text (byte {exc.start} of a line): save it as UTF-8 "
+                            "JSON lines") from None
+
+
+def _read_jsonl_lines(path: Path, limit: int) -> list[dict]:
     examples = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):

@@ -35,15 +35,15 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
-from verlflow.util import first_line
+from verlflow.util import env_number, first_line
 
 log = logging.getLogger(__name__)
 
 # Tags of an attempt that ended badly; a resumed run is running again, so they no longer hold.
 STALE_ON_RESUME = (ERROR_TAG, REAPED_TAG, EXIT_CODE_TAG)
-HEARTBEAT_S = float(os.environ.get("VERLFLOW_HEARTBEAT_S", "60"))
+HEARTBEAT_S = env_number("VERLFLOW_HEARTBEAT_S", 60.0, minimum=0)
 # A run on another host is dead when its heartbeat is this old (many missed beats, not one slow write).
-STALE_AFTER_S = float(os.environ.get("VERLFLOW_STALE_AFTER_S", "900"))
+STALE_AFTER_S = env_number("VERLFLOW_STALE_AFTER_S", 900.0, minimum=0)
 LAUNCHER_POLL_S = 1.0
 _PR_SET_PDEATHSIG = 1
 
