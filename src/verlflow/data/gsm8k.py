@@ -14,6 +14,7 @@ run both splits are logged as dataset inputs, with their row counts and a conten
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -188,6 +189,24 @@ def _load_folder(folder: Path, split: str, limit: int) -> list[dict]:
         f"no {split} data in folder '{folder}': expected {split}.jsonl or {split}.parquet there "
         f"(or the hub's main/{split}-*.parquet)"
     )
+
+
+def check_text_source(source: str) -> None:
+    """Fail in one line when a local source folder's JSON lines are not UTF-8 text.
+
+    Cheap (the files are decoded, not parsed), so the preprocess step asks before it opens a run.
+    """
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.jsonl")):
+        with path.open("rb") as raw:
+            try:
+                for _ in io.TextIOWrapper(raw, encoding="utf-8"):
+                    pass
+            except UnicodeDecodeError as exc:
+                raise VerlflowError(f"{path} is not UTF-8 text (byte {exc.start} of a line): save it as "
+                                    "UTF-8 JSON lines") from None
 
 
 def _read_jsonl(path: Path, limit: int) -> list[dict]:
