@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG
+from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import hub_unreachable
 
 PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"####\"."
@@ -371,6 +372,6 @@ def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digest
             dataset = mlflow.data.from_pandas(
                 pd.DataFrame(rows[split]), source=str(paths[split]), name=f"gsm8k-{split}", digest=digests[split]
             )
-        mlflow.log_input(dataset, context=MLFLOW_CONTEXTS[split])
-    mlflow.log_metrics({"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
-    mlflow.set_tags({"data.source": result.source, DATA_DIGEST_TAG: result.digest})
+        retry_on_lock(mlflow.log_input, dataset, context=MLFLOW_CONTEXTS[split])
+    retry_on_lock(mlflow.log_metrics, {"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
+    retry_on_lock(mlflow.set_tags, {"data.source": result.source, DATA_DIGEST_TAG: result.digest})

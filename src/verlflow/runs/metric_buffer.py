@@ -285,11 +285,13 @@ class _Writer:
         """Write ``pending`` batch by batch, so that none is written twice when a later batch fails."""
         from mlflow.entities import Metric
 
+        from verlflow.runs.store_retry import retry_on_lock  # another run's lock on a shared SQLite store
+
         while self.pending and not self.abandon.is_set():
             batch = [Metric(*point) for point in self.pending[:_BATCH]]
             started = time.process_time()
             try:
-                self.client.log_batch(self.run_id, metrics=batch)
+                retry_on_lock(self.client.log_batch, self.run_id, metrics=batch)
             finally:
                 self.write_cpu.value += time.process_time() - started
             self.pending = self.pending[len(batch):]
