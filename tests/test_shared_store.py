@@ -88,6 +88,9 @@ def test_two_main_pipelines_at_once_on_one_store_both_finish_with_one_champion(t
     work = _project_copy(tmp_path)
     cache = tmp_path / "cache"
     resolve_model_path(TINY_SENTINEL, cache)  # built once here, not by both pipelines racing for the folder
+    # The folder's store exists, as in a project used before: two `mlflow run` creating a new store at the
+    # same moment race in MLflow's own schema migration, before any verlflow code runs.
+    MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}").search_experiments()
     env = {k: v for k, v in os.environ.items()
            if k not in ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID")}
     env.update(VERLFLOW_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT / "src"))
