@@ -190,3 +190,17 @@ def test_live_server_under_a_wrong_path_is_one_line_exit_2(tmp_path, capsys, mon
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def test_what_only_names_a_secret_is_not_refused():
+    """No false alarm on the values verl and libpq use: key files by path, column names under *_key keys."""
+    from verlflow.input_checks import check_storage_url, credential_problems
+
+    check_storage_url("postgresql://bob@db.example/optuna?sslmode=verify-full&sslkey=/etc/pg/bob.key"
+                      "&sslcert=/etc/pg/bob.crt")
+    check_storage_url("postgresql://bob@db.example/optuna")
+    assert credential_problems({
+        "data.prompt_key": "prompt", "data.reward_fn_key": "data_source",
+        "actor_rollout_ref.model.path": "Qwen/Qwen3-4B-Instruct-2507", "trainer.experiment_name": "grpo_a3_vs_h20",
+        "+trainer.api_key_file": "/home/bob/.config/key.txt", "actor_rollout_ref.actor.optim.lr": 1e-6,
+    }) == []

@@ -1,4 +1,5 @@
-"""Small helpers several subpackages need, each written once: error lines, secrets, filters, the hub probe, GC.
+"""Small helpers several subpackages need, each written once: error lines, secrets, filters, the hub probe, GC,
+numeric settings from the environment.
 
 Nothing here knows about recipes, runs or devices; a helper moves here when a second module needs it.
 """

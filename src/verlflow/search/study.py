@@ -31,7 +31,6 @@ from typing import Any
 
 import optuna
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
@@ -41,6 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import storage_url_with_password
 from verlflow.names import ERROR_TAG, SPACE_TAG
+from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class StaleTrialHandler:
         reason = f"worker lost: no heartbeat for {self._grace_period} s (trial {trial.number} retried)"
         log.warning("search: trial %d of study %s lost its worker; failing and retrying it",
                     trial.number, study.study_name)
-        client = MlflowClient()
+        client = LockRetryingClient()
         for attr, status in ((RUN_ID_ATTR, "FAILED"), (PARENT_RUN_ID_ATTR, "KILLED")):
             run_id = trial.user_attrs.get(attr)
             if not run_id:
