@@ -123,7 +123,7 @@ def test_two_main_pipelines_at_once_on_one_store_both_finish_with_one_champion(t
     for train in trains:  # each kept its per-step history and its system metrics
         assert train.data.metrics.get("timing_s/e2e", 0) > 0
         assert any(key.startswith("system/") for key in train.data.metrics)
-    name = mains[0].data.params.get("model_name") or "tiny-qwen3-gsm8k-tiny"
+    name = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
     versions = client.search_model_versions(f"name = '{name}'")
     assert 1 <= len(versions) <= 2  # one each, or one when a pipeline reused the other's finished training
     champion = client.get_model_version_by_alias(name, "champion")
