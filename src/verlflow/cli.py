@@ -16,12 +16,13 @@ import atexit
 import gc
 import importlib
 import logging
+import math
 import sys
 from collections.abc import Sequence
 
 from verlflow.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, VerlflowError
 from verlflow.steps import STEPS, Param, Step
-from verlflow.util import gc_paused
+from verlflow.util import check_env_numbers, gc_paused
 
 # When the process ends, spare the interpreter's last collection passes over every object (~0.8 s once
 # MLflow and SQLAlchemy are loaded). Registered on import, before any of them is imported, so it runs
@@ -37,9 +38,12 @@ def _parse_value(param: Param, raw: str):
             raise VerlflowError(f"--{param.name} must be an integer, got '{raw}'") from None
     if param.kind == "float":
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise VerlflowError(f"--{param.name} must be a number, got '{raw}'") from None
+        if not math.isfinite(value):
+            raise VerlflowError(f"--{param.name} must be a finite number, got '{raw}'")
+        return value
     if param.kind == "bool":
         lowered = raw.strip().lower()
         if lowered in ("true", "1", "yes"):
@@ -80,6 +84,7 @@ def run_step(name: str, values: dict[str, str]):
         step = STEPS[name]
         kwargs = {p.name: _parse_value(p, values[p.name]) for p in step.params}
         target = resolve_target(step)
+    check_env_numbers()  # settings read at import: a bad one is one line here, before any run opens
     probe.check_tracking_server()
     lifecycle.die_with_launcher()
     return target(**kwargs)
@@ -95,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.step == "runs":
             from verlflow.runs.command import run_runs
 
+            check_env_numbers()
             run_runs(**values)
         else:
             run_step(args.step, values)

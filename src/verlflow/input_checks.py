@@ -9,11 +9,12 @@ what would be valid, so a bad input costs seconds, leaves no run behind and prin
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from verlflow.errors import Problem, VerlflowError, raise_problems
 from verlflow.util import first_line
@@ -41,6 +42,13 @@ SWITCH_KEYS = ("trainer.save_freq", "trainer.test_freq")
 NON_NEGATIVE_NUMBERS = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.kl_loss_coef",
                         "actor_rollout_ref.actor.entropy_coeff")
 STORAGE_PASSWORD_ENV = "VERLFLOW_STORAGE_PASSWORD"
+# A URL query parameter or an override key whose name says it holds a secret.
+_SECRET_QUERY_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|api_?key|access_?key|credential", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"token|key|secret|pass(word|wd)|credential", re.IGNORECASE)
+# Well-known credential formats: Hugging Face, OpenAI-style, GitHub, GitLab, Slack, AWS access key ids.
+_TOKEN_FORMATS = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}"
+                            r"|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|xox[abposr]-[A-Za-z0-9\-]{10,}"
+                            r"|(AKIA|ASIA)[0-9A-Z]{16})\b")
 _STEP = re.compile(r"global_step_(\d+)")
 
 
@@ -151,19 +159,89 @@ def check_trained_checkpoint(*paths: str) -> None:
                                     "with trainer.total_training_steps >= 1")
 
 
+def url_secret(url: str) -> str | None:
+    """Where a URL carries a secret, in words (``its user part``, ``query parameter 'sslpassword'``), or None.
+
+    Secrets ride in the user part (``user:password@``) or in query parameters whose name looks secret
+    (``password=``, ``sslpassword=``, ``token=``, ``api_key=``); a parameter whose value is a file path
+    (libpq's ``sslkey=/path``) names where a secret is kept, not the secret, and is allowed.
+    """
+    if "://" not in url:
+        return None
+    parts = urlsplit(url)
+    try:
+        password = parts.password
+    except ValueError:  # an unparsable port: no user part worth reading
+        password = None
+    if password:  # an empty one (a local socket's trust login) holds nothing secret
+        return "a password in its user part (user:password@)"
+    for key, value in parse_qsl(parts.query, keep_blank_values=False):
+        if _SECRET_QUERY_KEY.search(key) and value and not _is_path(value):
+            return f"query parameter '{key}'"
+    return None
+
+
+def _is_path(value: str) -> bool:
+    return value.startswith(("/", "~", "./", "../")) or Path(value).is_file()
+
+
 def check_storage_url(storage: str) -> None:
     """A storage URL must not carry its password: ``-P`` values are logged as run params by ``mlflow run``."""
-    if "://" not in storage:
-        return
-    if not urlsplit(storage).password:  # none, or empty (a local socket's trust login): nothing secret
+    where = url_secret(storage)
+    if where is None:
         return
     launched = os.environ.get("MLFLOW_RUN_ID")
     cleanup = (f"; mlflow run has already logged it as a param of run {launched}: delete that run "
                "(mlflow runs delete --run-id …) and change the password") if launched else ""
     raise VerlflowError(
-        "storage URL holds a password, which would be logged as a run param: drop it from the URL and "
+        f"storage URL holds a secret ({where}), which would be logged as a run param: drop it from the URL and "
         f"set PGPASSWORD or a ~/.pgpass line for PostgreSQL, or {STORAGE_PASSWORD_ENV} for any database{cleanup}"
     )
+
+
+def check_tracking_uri(uri: str) -> None:
+    """A tracking URI verlflow can use: no secret in it (it is printed in commands and logs) and not ``file:``.
+
+    MLflow 3 keeps the ``file:`` store in maintenance mode and fails on it with a traceback; a password in
+    the URI would reach the logs of every run that prints its upload command.
+    """
+    if where := url_secret(uri):
+        raise VerlflowError(f"MLFLOW_TRACKING_URI holds a secret ({where}): drop it from the URI and set "
+                            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead")
+    if uri.startswith(("file:", "/", "./", "../", "~")):
+        raise VerlflowError(f"MLFLOW_TRACKING_URI={uri} is a file store, which MLflow no longer supports: use "
+                            "sqlite:///mlflow.db (a file here) or a tracking server http://host:5000")
+
+
+def credential_problems(overrides: dict[str, Any]) -> list[Problem]:
+    """Override values that look like credentials: a known token format anywhere, or a long random-looking
+    value under a key named like ``*token*``, ``*key*``, ``*secret*``, ``*password*``.
+
+    Overrides are logged as run params (``mlflow run`` logs ``-P overrides`` as given) and printed in the
+    launch command, so a credential there leaks into the store.
+    """
+    problems = []
+    for key, value in overrides.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(item, str):
+                continue
+            last = key.rsplit(".", 1)[-1]
+            if _TOKEN_FORMATS.search(item) or (_SECRET_KEY.search(last) and _random_looking(item)):
+                problems.append(Problem(key, "***", "looks like a credential, and overrides are logged as run "
+                                        "params: set it in an environment variable instead (HF_TOKEN, "
+                                        "WANDB_API_KEY, … as the library reads it), never in overrides"))
+                break
+    return problems
+
+
+def _random_looking(value: str) -> bool:
+    """Long, without spaces or path separators, mixing letter cases and digits, with high entropy."""
+    if len(value) < 20 or any(c in value for c in " /\\") or _is_path(value):
+        return False
+    classes = sum(any(test(c) for c in value) for test in (str.islower, str.isupper, str.isdigit))
+    counts = [value.count(c) for c in set(value)]
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts)
+    return classes >= 2 and entropy >= 3.5
 
 
 def storage_url_with_password(storage: str) -> str:

@@ -66,6 +66,7 @@ from verlflow.names import (
     STEP_RUN_TAG_PREFIX,
     STEP_TAG,
 )
+from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import filter_quote
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,7 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
     from verlflow.models import evaluate, registry
 
     plan = make_plan(recipe, device, source, model_name, overrides)
-    client = MlflowClient()
+    client = LockRetryingClient()
     parent_tags = {STEP_TAG: "main", RECIPE_TAG: plan.recipe, MODEL_NAME_TAG: plan.model_name,
                    CODE_VERSION_TAG: code_version()}
     with tracking.tracked_run(run_name="main", tags=parent_tags) as active:

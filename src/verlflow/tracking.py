@@ -39,6 +39,7 @@ from verlflow.names import (
     VERSION_TAG,
 )
 from verlflow.runs import lifecycle, metric_buffer
+from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote, first_line
 
 
@@ -100,7 +101,7 @@ def tracked_run(
         all_tags["mlflow.parentRunId"] = parent_run_id
     if mlflow.active_run() is None:
         lifecycle.reap_at_start()  # the step's inputs are checked by now; dead RUNNING runs of its experiment end
-    run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
+    run = retry_on_lock(mlflow.start_run, run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
                            log_system_metrics=log_system_metrics)
     run_id = run.info.run_id
     heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
@@ -116,12 +117,12 @@ def tracked_run(
         status = end_status(error)
         active = mlflow.active_run()
         if active is not None and active.info.run_id == run_id:
-            mlflow.end_run(status)
+            retry_on_lock(mlflow.end_run, status)
         else:
-            MlflowClient().set_terminated(run_id, status)
+            LockRetryingClient().set_terminated(run_id, status)
         if error is not None and status != "FINISHED":
             with contextlib.suppress(MlflowException):
-                MlflowClient().set_tag(run_id, ERROR_TAG, _one_line(error))
+                LockRetryingClient().set_tag(run_id, ERROR_TAG, _one_line(error))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -139,7 +140,7 @@ def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
 def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """Log the resolved verl config as params with verl's own keys; local runs only (verl logs its own)."""
     params = flatten_params(config)
-    mlflow.log_params({k: ("None" if v is None else v) for k, v in params.items()})
+    retry_on_lock(mlflow.log_params, {k: ("None" if v is None else v) for k, v in params.items()})
     return params
 
 
@@ -172,7 +173,7 @@ def log_metrics(metrics: Mapping[str, float], step: int) -> None:
     clean = {sanitize_metric_key(k): float(v) for k, v in metrics.items()}
     active = mlflow.active_run()
     if active is None or not metric_buffer.log(active.info.run_id, clean, step):  # buffered: outage-proof
-        mlflow.log_metrics(clean, step=step)
+        retry_on_lock(mlflow.log_metrics, clean, step=step)
 
 
 def flush_metrics() -> None:
@@ -185,7 +186,7 @@ def flush_metrics() -> None:
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
     """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``)."""
     metric_buffer.flush(run_id)  # the per-step history the means are taken over
-    client = MlflowClient()
+    client = LockRetryingClient()
     keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
     summaries: dict[str, float] = {}
     for key in keys:
@@ -219,8 +220,8 @@ def standard_tags(*, backend: str, recipe: str, profile: str) -> dict[str, str]:
 
 def log_device_profile(profile: Any) -> None:
     """Log a device profile as tags and as the artifact ``device_profile.json``."""
-    mlflow.set_tags(profile.to_tags())
-    mlflow.log_dict(profile.to_dict(), "device_profile.json")
+    retry_on_lock(mlflow.set_tags, profile.to_tags())
+    retry_on_lock(mlflow.log_dict, profile.to_dict(), "device_profile.json")
 
 
 def get_run(run_ref: str) -> Run:

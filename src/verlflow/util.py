@@ -1,4 +1,5 @@
-"""Small helpers several subpackages need, each written once: error lines, secrets, filters, the hub probe, GC.
+"""Small helpers several subpackages need, each written once: error lines, secrets, filters, the hub probe, GC,
+numeric settings from the environment.
 
 Nothing here knows about recipes, runs or devices; a helper moves here when a second module needs it.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -16,6 +19,8 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PWD", "CREDENTI
                 "COOKIE", "HEADER", "PRIVATE", "CERT")
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 HUB_PROBE_TIMEOUT_S = 3.0
+# Numeric environment settings read by env_number() whose value could not be used: name -> the error line.
+_BAD_ENV_NUMBERS: dict[str, str] = {}
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
@@ -86,3 +91,35 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def env_number(name: str, default: float, *, integer: bool = False, minimum: float | None = None) -> float:
+    """The number in environment variable ``name`` (``default`` when unset or blank).
+
+    Read at import by modules' settings (``VERLFLOW_METRICS_WRITE_S``), so a bad value must not fail the
+    import with a traceback: it is remembered, ``default`` is used, and :func:`check_env_numbers` (called
+    by every step before it opens a run) turns it into one line.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or (minimum is not None and value < minimum):
+        kind = "an integer" if integer else "a number"
+        bound = f" >= {minimum:g}" if minimum is not None else ""
+        _BAD_ENV_NUMBERS[name] = f"environment variable {name}={raw!r} must be {kind}{bound}: " \
+                                 f"unset it (default {default:g}) or give one"
+        return default
+    return value
+
+
+def check_env_numbers() -> None:
+    """Raise one :class:`~verlflow.errors.VerlflowError` line for the first bad :func:`env_number` setting."""
+    from verlflow.errors import VerlflowError
+
+    for name, line in _BAD_ENV_NUMBERS.items():
+        if os.environ.get(name, "").strip():  # still set as it was read
+            raise VerlflowError(line)

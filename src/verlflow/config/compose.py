@@ -19,6 +19,8 @@ from verlflow.config.loading import OWN_BLOCK, load_profile, load_recipe, with_o
 from verlflow.config.overrides import ADD, DELETE_PREFIX, FORCE_ADD, flatten_tree, parse_overrides, split_prefix
 from verlflow.config.schema import PROFILE_OVERRIDE_FIXED, Profile, VerlflowBlock
 from verlflow.config.verl_schema import in_verl_schema, validate_against_verl
+from verlflow.errors import raise_problems
+from verlflow.input_checks import credential_problems
 
 # Override prefixes of our own blocks: the recipe's ``verlflow:`` block and the profile.
 OWN_PREFIX, PROFILE_PREFIX = f"{OWN_BLOCK}.", "profile."
@@ -84,7 +86,9 @@ def compose(
     merged.update(extra or {})
     own_updates: dict[str, Any] = {}
     profile_updates: dict[str, Any] = {}
-    for key, value in parse_overrides(overrides).items():
+    parsed = parse_overrides(overrides)
+    raise_problems(credential_problems(parsed), "the overrides")  # before anything logs or prints them
+    for key, value in parsed.items():
         if key.startswith(OWN_PREFIX):
             own_updates[key.removeprefix(OWN_PREFIX)] = value
         elif key.startswith(PROFILE_PREFIX):

@@ -4,7 +4,8 @@
 
 A shipped file is named by its stem (``smoke`` → ``config/recipes/smoke.yaml``); a user's own file by a
 ``.yaml`` path. Every kind is read by :func:`load_named_yaml`, so every kind fails the same way: an unknown
-name lists the shipped ones, broken YAML quotes its first line, a file that is not a mapping says so.
+name lists the shipped ones, broken YAML names its file, line and column, and an empty or binary file, a
+top level that is not a mapping, an alias that contains itself or a non-finite number (``.nan``) says so.
 
 :func:`build` turns a mapping (a YAML block, or ``key=value`` overrides) into a dataclass of
 :mod:`verlflow.config.schema` or of the search config, field by field: a key that is not a field is one line
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from verlflow.config.overrides import is_non_finite
 from verlflow.config.schema import Profile, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.util import first_line
@@ -68,8 +70,9 @@ class NamedYaml:
 def load_named_yaml(kind: str, name: str, folder: Path) -> NamedYaml:
     """Load a shipped YAML of ``kind`` by name (a stem in ``folder``), or a user's by ``.yaml`` path.
 
-    One line, naming the file, when the name is unknown (listing the shipped names), the YAML is broken
-    or its top level is not a mapping.
+    One line, naming the file, when the name is unknown (listing the shipped names), the file is empty or
+    not UTF-8, the YAML is broken (with line and column), its top level is not a mapping, or a value could
+    not be used (an alias containing itself, a NaN or infinity).
     """
     path = Path(name)
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
@@ -78,12 +81,47 @@ def load_named_yaml(kind: str, name: str, folder: Path) -> NamedYaml:
             known = ", ".join(list_named(folder))
             raise VerlflowError(f"unknown {kind} '{name}': choose one of {known} or give a .yaml path")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise VerlflowError(f"{kind} file {path} is not UTF-8 text (byte {exc.start}): give a YAML file") from None
     except yaml.YAMLError as exc:
-        raise VerlflowError(f"{kind} file {path} is not valid YAML: {first_line(exc)}") from None
+        raise VerlflowError(f"{kind} file {_yaml_place(path, exc)} is not valid YAML: {_yaml_problem(exc)}") from None
+    if data is None:
+        raise VerlflowError(f"{kind} file {path} is empty: give a {kind} with its keys (examples: {folder})")
     if not isinstance(data, dict):
         raise VerlflowError(f"{kind} file {path} must hold a mapping, not {type(data).__name__}")
+    if bad := _first_unusable(data):
+        raise VerlflowError(f"{kind} file {path}: {bad}")
     return NamedYaml(name=path.stem, path=path, data=data)
+
+
+def _yaml_place(path: Path, exc: yaml.YAMLError) -> str:
+    """``path:line:column`` (1-based, as editors count) of a YAML error, or the path where PyYAML gives none."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong, in its own words, on one line."""
+    parts = [getattr(exc, "problem", None), getattr(exc, "context", None)]
+    text = "; ".join(p for p in parts if p) or first_line(exc)
+    return " ".join(text.split())
+
+
+def _first_unusable(data: Any, key: str = "", path: tuple[int, ...] = ()) -> str | None:
+    """Why the loaded YAML cannot be used, or None: an alias that contains itself (which would recurse
+    forever when the tree is copied or flattened) or a number that is not finite, naming its key."""
+    if isinstance(data, (dict, list)):
+        if id(data) in path:
+            return f"'{key}' is a YAML alias of a block that contains it (endless): write the value out instead"
+        items = data.items() if isinstance(data, dict) else enumerate(data)
+        for name, value in items:
+            sub = f"{key}[{name}]" if isinstance(data, list) else (f"{key}.{name}" if key else str(name))
+            if bad := _first_unusable(value, sub, (*path, id(data))):
+                return bad
+    elif is_non_finite(data):
+        return f"{key}={data} is not a finite number: give a real value"
+    return None
 
 
 def nearest(key: str, candidates: Iterable[str], n: int = 1) -> list[str]:

@@ -10,6 +10,7 @@ parsing, flattening trees to dotted keys, and quoting values so Hydra reads them
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from typing import Any
@@ -71,6 +72,8 @@ def parse_overrides(overrides: str | list[str] | tuple[str, ...] | None) -> dict
             kind = "list" if raw.lstrip()[0] == "[" else "mapping"
             raise VerlflowError(f"override '{item}': {raw} is not a valid {kind}: close its brackets and quote "
                                 "values holding , : [ ] { } (e.g. trainer.logger=[console,mlflow])")
+        if _holds_non_finite(parsed[key]):
+            raise VerlflowError(f"override '{item}': {bare} must be a finite number, not NaN or infinity")
     return parsed
 
 
@@ -84,6 +87,23 @@ def _split(text: str) -> list[str]:
         raise VerlflowError(f"overrides {text!r} have an unbalanced quote: close every ' and \" you open (a value "
                             "with spaces: trainer.experiment_name='my run'; a quote inside the other kind: "
                             "\"it's\")") from None
+
+
+def is_non_finite(value: Any) -> bool:
+    """Whether ``value`` is NaN or an infinity: a float, or text Python reads as one (``nan``, ``-inf``)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, str) and value.strip().lower().lstrip("+-.") in ("nan", "inf", "infinity"):
+        return True
+    return False
+
+
+def _holds_non_finite(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_non_finite(v) for v in value.values())
+    return is_non_finite(value)
 
 
 def split_prefix(key: str) -> tuple[str, str]:

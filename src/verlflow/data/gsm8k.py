@@ -14,6 +14,7 @@ run both splits are logged as dataset inputs, with their row counts and a conten
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG
+from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import hub_unreachable
 
 PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"####\"."
@@ -190,7 +192,33 @@ def _load_folder(folder: Path, split: str, limit: int) -> list[dict]:
     )
 
 
+def check_text_source(source: str) -> None:
+    """Fail in one line when a local source folder's JSON lines are not UTF-8 text.
+
+    Cheap (the files are decoded, not parsed), so the preprocess step asks before it opens a run.
+    """
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.jsonl")):
+        with path.open("rb") as raw:
+            try:
+                for _ in io.TextIOWrapper(raw, encoding="utf-8"):
+                    pass
+            except UnicodeDecodeError as exc:
+                raise VerlflowError(f"{path} is not UTF-8 text (byte {exc.start} of a line): save it as "
+                                    "UTF-8 JSON lines") from None
+
+
 def _read_jsonl(path: Path, limit: int) -> list[dict]:
+    try:
+        return _read_jsonl_lines(path, limit)
+    except UnicodeDecodeError as exc:
+        raise VerlflowError(f"{path} is not UTF-8 text (byte {exc.start} of a line): save it as UTF-8 "
+                            "JSON lines") from None
+
+
+def _read_jsonl_lines(path: Path, limit: int) -> list[dict]:
     examples = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
@@ -344,6 +372,6 @@ def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digest
             dataset = mlflow.data.from_pandas(
                 pd.DataFrame(rows[split]), source=str(paths[split]), name=f"gsm8k-{split}", digest=digests[split]
             )
-        mlflow.log_input(dataset, context=MLFLOW_CONTEXTS[split])
-    mlflow.log_metrics({"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
-    mlflow.set_tags({"data.source": result.source, DATA_DIGEST_TAG: result.digest})
+        retry_on_lock(mlflow.log_input, dataset, context=MLFLOW_CONTEXTS[split])
+    retry_on_lock(mlflow.log_metrics, {"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
+    retry_on_lock(mlflow.set_tags, {"data.source": result.source, DATA_DIGEST_TAG: result.digest})

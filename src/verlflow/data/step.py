@@ -10,7 +10,7 @@ from pathlib import Path
 import mlflow
 
 from verlflow import tracking
-from verlflow.data.gsm8k import preprocess
+from verlflow.data.gsm8k import check_text_source, preprocess
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_output_dir
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
@@ -21,6 +21,7 @@ def run_preprocess(source: str, output_dir: str, limit: int):
     if limit < 0:
         raise VerlflowError(f"limit must be 0 (all rows) or a positive row count, got {limit}")
     check_output_dir(output_dir, "output_dir")
+    check_text_source(source)
     with tracking.tracked_run(tags={STEP_TAG: "preprocess"}):
         result = preprocess(source, output_dir, limit)
         mlflow.set_tag(DATA_DIR_TAG, str(Path(result.output_dir).resolve()))

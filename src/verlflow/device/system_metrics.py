@@ -23,12 +23,11 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mlflow.tracking import MlflowClient
-
 from verlflow.config.schema import VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG
+from verlflow.runs.store_retry import LockRetryingClient
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +95,9 @@ def recording(
     npu = NpuMonitor.start_or_none(environ.get(VISIBLE_VAR), expected=device == "npu")
     if npu is not None:
         add_monitor(monitor, npu)
-    client = MlflowClient()
+    # MLflow's monitor stops for good at its first failed write: its writes wait out another run's lock.
+    monitor.mlflow_logger.client = LockRetryingClient(monitor.mlflow_logger.client.tracking_uri)
+    client = LockRetryingClient()
     client.set_tag(run_id, SYSTEM_METRICS_INTERVAL_TAG, f"{float(monitor.sampling_interval):g}")
     client.set_tag(run_id, SYSTEM_METRICS_TAG, ",".join(monitor_names(monitor)))
     monitor.start()

@@ -34,6 +34,7 @@ from verlflow import tracking
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
+from verlflow.runs.store_retry import retry_on_lock
 
 __all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "run_evaluate",
            "score", "load_problems", "choose_backend", "max_new_tokens_for"]
@@ -273,13 +274,13 @@ def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]
         backend=engine, max_new_tokens=budget, source_run_id=model.source_run_id,
         model_name=model.registered_name, model_version=model.version,
     )
-    mlflow.log_metrics({
+    retry_on_lock(mlflow.log_metrics, {
         metrics.EVAL_ACCURACY: result.accuracy,
         metrics.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
         metrics.EVAL_NUM_SAMPLES: n,
         metrics.EVAL_RESPONSE_LENGTH: result.response_length_mean,
     })
-    mlflow.log_table({
+    retry_on_lock(mlflow.log_table, {
         "question": [_question(p) for p in problems],
         "response": responses,
         "extracted_answer": [s["extracted_answer"] or "" for s in scored],

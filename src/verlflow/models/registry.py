@@ -48,6 +48,7 @@ from verlflow.names import (
     RECIPE_TAG,
     STEP_TAG,
 )
+from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote
 
 CHALLENGER = "challenger"
@@ -165,9 +166,9 @@ def run_register(run_id: str, model_name: str) -> ModelVersion:
         info = mlflow.transformers.log_model(
             str(checkpoint), name=MODEL_ARTIFACT, task="text-generation", pip_requirements=pip_requirements(),
         )
-        mv = mlflow.register_model(info.model_uri, name, tags=lineage)
-        point_alias(MlflowClient(), name, CHALLENGER, mv.version)
-        mlflow.set_tags({MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: info.model_uri})
+        mv = retry_on_lock(mlflow.register_model, info.model_uri, name, tags=lineage)
+        point_alias(LockRetryingClient(), name, CHALLENGER, mv.version)
+        retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: info.model_uri})
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {CHALLENGER} → "
           f"{mv.version}")
     return mv
@@ -332,7 +333,7 @@ def promote_alias(
 def run_promote(model_name: str, metric: str, alias: str, force: bool) -> PromotionDecision:
     """Move ``alias`` (champion) to the best version by ``metric`` if strictly better (step ``promote``)."""
     check_alias(alias)
-    client = MlflowClient()
+    client = LockRetryingClient()
     require_registered_model(client, model_name)
     scorer = _Scorer(client, metric)
     if _read_state(client, model_name, alias, scorer).best is None:  # fail before opening a run
@@ -342,7 +343,7 @@ def run_promote(model_name: str, metric: str, alias: str, force: bool) -> Promot
     with tracking.tracked_run(run_name="promote", tags=tags) as run:
         decision = promote_alias(client, model_name, metric, alias, force)
         decision.run_id = run.info.run_id
-        mlflow.set_tags({
+        retry_on_lock(mlflow.set_tags, {
             "promote.alias": alias, "promote.metric": metric, "promote.moved": str(decision.moved).lower(),
             "promote.version": decision.version or "", "promote.previous_version": decision.previous_version or "",
             "promote.reason": decision.reason[:5000],

@@ -35,15 +35,16 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
-from verlflow.util import first_line
+from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.util import env_number, first_line
 
 log = logging.getLogger(__name__)
 
 # Tags of an attempt that ended badly; a resumed run is running again, so they no longer hold.
 STALE_ON_RESUME = (ERROR_TAG, REAPED_TAG, EXIT_CODE_TAG)
-HEARTBEAT_S = float(os.environ.get("VERLFLOW_HEARTBEAT_S", "60"))
+HEARTBEAT_S = env_number("VERLFLOW_HEARTBEAT_S", 60.0, minimum=0)
 # A run on another host is dead when its heartbeat is this old (many missed beats, not one slow write).
-STALE_AFTER_S = float(os.environ.get("VERLFLOW_STALE_AFTER_S", "900"))
+STALE_AFTER_S = env_number("VERLFLOW_STALE_AFTER_S", 900.0, minimum=0)
 LAUNCHER_POLL_S = 1.0
 _PR_SET_PDEATHSIG = 1
 
@@ -87,7 +88,7 @@ class Heartbeat:
         return self
 
     def _beat(self) -> None:
-        client = MlflowClient()
+        client = LockRetryingClient()
         while not self._stop.wait(self.interval_s):
             with contextlib.suppress(Exception):  # bookkeeping must never disturb the run
                 client.set_tag(self.run_id, HEARTBEAT_TAG, str(int(time.time())))
@@ -99,7 +100,7 @@ class Heartbeat:
 
 def mark_alive(run_id: str) -> Heartbeat:
     """Tag ``run_id`` with this host and process, drop tags of a failed earlier attempt, start a heartbeat."""
-    client = MlflowClient()
+    client = LockRetryingClient()
     pid = os.getpid()
     tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), HEARTBEAT_TAG: str(int(time.time()))}
     if (start := process_start(pid)) is not None:
@@ -153,7 +154,7 @@ def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | 
 
     ``experiment_ids`` default to every experiment of the store. Returns what was reaped.
     """
-    client = client or MlflowClient()
+    client = client or LockRetryingClient()
     ids = list(experiment_ids) if experiment_ids is not None else [
         e.experiment_id for e in client.search_experiments()]
     if not ids:
@@ -177,7 +178,7 @@ def current_experiment_ids(client: MlflowClient | None = None) -> list[str]:
     """The experiment a step is about to log into (``mlflow run``'s, the named one, or Default)."""
     if experiment_id := os.environ.get("MLFLOW_EXPERIMENT_ID"):
         return [experiment_id]
-    client = client or MlflowClient()
+    client = client or LockRetryingClient()
     name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
     experiment = client.get_experiment_by_name(name)
     return [experiment.experiment_id] if experiment else []

@@ -31,16 +31,16 @@ import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from verlflow.util import first_line
+from verlflow.util import env_number, first_line
 
 logger = logging.getLogger(__name__)
 
-RETRY_S = float(os.environ.get("VERLFLOW_METRICS_RETRY_S", "5"))
+RETRY_S = env_number("VERLFLOW_METRICS_RETRY_S", 5.0, minimum=0)
 # Seconds between two writes: steps arriving meanwhile go in one write. Each write is a transaction on the
 # tracking store that takes CPU from training (2 cores: a write per 0.4 s step cost ~20% wall time).
-WRITE_EVERY_S = float(os.environ.get("VERLFLOW_METRICS_WRITE_S", "2"))
-FLUSH_WAIT_S = float(os.environ.get("VERLFLOW_METRICS_FLUSH_S", "120"))
-WRITER_NICE = int(os.environ.get("VERLFLOW_METRICS_NICE", "19"))
+WRITE_EVERY_S = env_number("VERLFLOW_METRICS_WRITE_S", 2.0, minimum=0)
+FLUSH_WAIT_S = env_number("VERLFLOW_METRICS_FLUSH_S", 120.0, minimum=0)
+WRITER_NICE = int(env_number("VERLFLOW_METRICS_NICE", 19, integer=True))
 _BATCH = 1000  # MLflow's log_batch limit on metrics per call
 # Given to verl, whose own MLflow logger writes in the training loop: ride out minutes of outage.
 VERL_HTTP_KNOBS = {
@@ -285,11 +285,13 @@ class _Writer:
         """Write ``pending`` batch by batch, so that none is written twice when a later batch fails."""
         from mlflow.entities import Metric
 
+        from verlflow.runs.store_retry import retry_on_lock  # another run's lock on a shared SQLite store
+
         while self.pending and not self.abandon.is_set():
             batch = [Metric(*point) for point in self.pending[:_BATCH]]
             started = time.process_time()
             try:
-                self.client.log_batch(self.run_id, metrics=batch)
+                retry_on_lock(self.client.log_batch, self.run_id, metrics=batch)
             finally:
                 self.write_cpu.value += time.process_time() - started
             self.pending = self.pending[len(batch):]

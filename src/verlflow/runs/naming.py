@@ -15,8 +15,9 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 
-from mlflow.tracking import MlflowClient
 from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
+
+from verlflow.runs.store_retry import LockRetryingClient
 
 SEPARATOR = " · "
 # The name the main pipeline gives its train child run (verlflow.pipeline creates it with the step name).
@@ -45,7 +46,7 @@ def is_generated_name(name: str | None) -> bool:
 
 def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | None = None) -> str:
     """Give a train run its descriptive name unless it already has a real one; return the name it has."""
-    client = MlflowClient()
+    client = LockRetryingClient()
     current = client.get_run(run_id).info.run_name
     if not (is_generated_name(current) or current in STEP_PLACEHOLDERS):
         return current

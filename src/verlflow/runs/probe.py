@@ -3,8 +3,11 @@
     MLFLOW_TRACKING_URI=http://127.0.0.1:9 verlflow preprocess --source synthetic   # one line, exit 2
 
 MLflow's client retries a dead server for minutes (backoff over several attempts), then prints a
-traceback. One ``GET /health`` with a short timeout answers the same question in seconds. Only
-``http(s)`` URIs are probed; a SQLite or file store costs nothing extra.
+traceback. One GET of a real API endpoint (``experiments/search``) with a short timeout answers the same
+question in seconds, and also tells a wrong path (``http://host:5000/nope``: a 404 there, where
+``/health`` would answer from the server's root) from an MLflow server. Only ``http(s)`` URIs are probed;
+a ``file:`` store is refused (MLflow keeps it in maintenance mode) and a URI holding a password is refused
+before it is used or logged.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ import urllib.request
 import mlflow
 
 from verlflow.errors import VerlflowError
+from verlflow.input_checks import check_tracking_uri
+from verlflow.util import env_number
 
-PROBE_TIMEOUT_S = float(os.environ.get("VERLFLOW_PROBE_TIMEOUT_S", "5"))
+PROBE_TIMEOUT_S = env_number("VERLFLOW_PROBE_TIMEOUT_S", 5.0, minimum=0)
 PROBE_ATTEMPTS = 2
 PROBE_PAUSE_S = 1.0
+# An endpoint every MLflow tracking server answers with 200 (GET allowed, cheap, no side effect).
+API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"
 
 
 def _ssl_context() -> ssl.SSLContext | None:
@@ -34,15 +41,18 @@ def _ssl_context() -> ssl.SSLContext | None:
 
 
 def _probe_once(url: str, timeout_s: float) -> str | None:
-    """None when the server answered (any HTTP status); else why not. Bounded also for DNS lookups."""
+    """None when the MLflow API answered; else why not. Bounded also for DNS lookups."""
     outcome: list[str | None] = []
 
     def probe() -> None:
         try:
             urllib.request.urlopen(url, timeout=timeout_s, context=_ssl_context()).close()
             outcome.append(None)
-        except urllib.error.HTTPError:
-            outcome.append(None)  # it answered: authentication and the rest are MLflow's to report
+        except urllib.error.HTTPError as exc:
+            # 404/405: something answers there, but no MLflow API under this path. Anything else (401,
+            # 403, 5xx) came from the API: authentication and the rest are MLflow's to report.
+            outcome.append(f"HTTP {exc.code} from {url}: no MLflow API at this path"
+                           if exc.code in (404, 405) else None)
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             outcome.append(str(reason).splitlines()[0] if str(reason) else type(exc).__name__)
@@ -54,15 +64,20 @@ def _probe_once(url: str, timeout_s: float) -> str | None:
 
 
 def check_tracking_server(uri: str | None = None, *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Raise a one-line :class:`VerlflowError` when an http(s) tracking URI does not answer (about 2 x timeout)."""
+    """Raise a one-line :class:`VerlflowError` when the tracking URI cannot be used: it holds a password, it is
+    a ``file:`` store, or an http(s) server does not answer its API (about 2 x timeout at most)."""
     uri = uri or mlflow.get_tracking_uri()
+    check_tracking_uri(uri)
     if not uri.startswith(("http://", "https://")):
         return
-    url = uri.rstrip("/") + "/health"
+    url = uri.rstrip("/") + API_PROBE
     for attempt in range(PROBE_ATTEMPTS):
         reason = _probe_once(url, timeout_s)
         if reason is None:
             return
+        if reason.startswith("HTTP "):
+            raise VerlflowError(f"tracking URI {uri} is not an MLflow server ({reason}): give the server's "
+                                "root, e.g. http://127.0.0.1:5000")
         if attempt + 1 < PROBE_ATTEMPTS:
             time.sleep(PROBE_PAUSE_S)
     raise VerlflowError(f"tracking server {uri} cannot be reached ({reason}): start it, or point "

@@ -37,6 +37,7 @@ from omegaconf import OmegaConf
 from verlflow import config, tracking, train
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
+from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.search.space import (
     PRUNERS,
     SearchConfig,
@@ -120,8 +121,8 @@ def run_search(
     }
     with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags) as run:
         parent_id = run.info.run_id
-        mlflow.log_text(search.path.read_text(), "search/config.yaml")
-        mlflow.log_dict({k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
+        retry_on_lock(mlflow.log_text, search.path.read_text(), "search/config.yaml")
+        retry_on_lock(mlflow.log_dict, {k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
                         "search/space.json")
         runner = TrialRunner(
             recipe=recipe, device=dev, data_dir=data_dir, parent_run_id=parent_id,
@@ -175,7 +176,7 @@ def _search_tags(search: SearchConfig, study: optuna.Study, storage: str, pruner
 
 def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: str) -> SearchResult:
     """Log the study's best trial, trial counts, trials table and plots on the search run; register it."""
-    client = MlflowClient()
+    client = LockRetryingClient()
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in trials:
@@ -196,7 +197,7 @@ def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: s
             client.set_tag(run_id, "best_run_id", result.best_run_id)
         for key, value in best.params.items():
             client.set_tag(run_id, f"best.param.{key}", str(value))
-    mlflow.log_metrics(metrics)
+    retry_on_lock(mlflow.log_metrics, metrics)
     with tempfile.TemporaryDirectory(prefix="verlflow-search-") as tmp:
         table = Path(tmp) / "trials.csv"
         study.trials_dataframe().to_csv(table, index=False)
@@ -216,7 +217,7 @@ def log_plots(study: optuna.Study, run_id: str) -> list[str]:
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as ovm
 
-    client, logged, skipped = MlflowClient(), [], []
+    client, logged, skipped = LockRetryingClient(), [], []
     for name in PLOTS:
         try:
             with warnings.catch_warnings():
@@ -243,7 +244,7 @@ def register_best(best_run_id: str, run_id: str) -> Any:
     """Register the best trial's checkpoint as the challenger (the pipeline's registry); tag the outcome."""
     from verlflow.models.registry import run_register
 
-    client = MlflowClient()
+    client = LockRetryingClient()
     # Workers of one study each summarise at their end: register the best run once, not once per worker.
     try:
         existing = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")

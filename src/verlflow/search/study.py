@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -30,7 +31,6 @@ from typing import Any
 
 import optuna
 from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
@@ -40,6 +40,8 @@ from optuna.trial import FrozenTrial, TrialState
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import storage_url_with_password
 from verlflow.names import ERROR_TAG, SPACE_TAG
+from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ class StaleTrialHandler:
         reason = f"worker lost: no heartbeat for {self._grace_period} s (trial {trial.number} retried)"
         log.warning("search: trial %d of study %s lost its worker; failing and retrying it",
                     trial.number, study.study_name)
-        client = MlflowClient()
+        client = LockRetryingClient()
         for attr, status in ((RUN_ID_ATTR, "FAILED"), (PARENT_RUN_ID_ATTR, "KILLED")):
             run_id = trial.user_attrs.get(attr)
             if not run_id:
@@ -159,11 +161,17 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
         if path.is_dir():
             raise VerlflowError(f"storage '{storage}' is a folder: give a journal file path "
                                 f"(e.g. {path}/study.journal)")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return HeartbeatJournalStorage(str(path), heartbeat_interval, grace_period, handler)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return HeartbeatJournalStorage(str(path), heartbeat_interval, grace_period, handler)
+        except OSError as exc:  # a read-only file system, no permission, a file where a folder should be
+            raise VerlflowError(f"storage '{path}' cannot be written ({exc.strerror or first_line(exc)}): give "
+                                "a journal file path in a writable folder") from None
     if storage.startswith("sqlite"):
         log.warning("search: SQLite storage serves one worker; use a journal file or PostgreSQL for several")
     kwargs: dict[str, Any] = {"heartbeat_interval": heartbeat_interval, "grace_period": grace_period}
+    if storage.startswith(("postgresql", "mysql")):  # both drivers take connect_timeout in seconds
+        kwargs["engine_kwargs"] = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     import inspect
 
     if "heartbeat_stale_trial_callback" in inspect.signature(RDBStorage).parameters:
@@ -181,6 +189,12 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
         raise VerlflowError(f"cannot open storage '{shown}': {first}") from None
 
 
+# What two workers creating Optuna's tables at once see; only these are retried.
+_RACE = re.compile(r"already exists|duplicate|unique constraint|database is locked", re.IGNORECASE)
+# Seconds a database server may take to accept a connection (the OS default is over two minutes).
+CONNECT_TIMEOUT_S = 10
+
+
 def _rdb_storage(url: str, kwargs: dict[str, Any], attempts: int = 3) -> RDBStorage:
     """Open an RDB storage; retried a few times because workers that start together on a fresh database race
     to create Optuna's tables (one sees "already exists" while the other's CREATE commits). The last
@@ -196,7 +210,9 @@ def _rdb_storage(url: str, kwargs: dict[str, Any], attempts: int = 3) -> RDBStor
             return attempt()
         except ImportError:
             raise
-        except Exception:  # noqa: BLE001 - SQLAlchemy's errors of a racing schema creation, among others
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors of a racing schema creation, among others
+            if not _RACE.search(str(exc)):
+                raise  # a wrong path, host or login does not get better by waiting
             time.sleep(1.0 + random.random())
     return attempt()
 

@@ -36,6 +36,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from verlflow import config
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.names import STEP_TAG
+from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
 
 # Linux: the train subprocess gets SIGTERM when its worker dies (even by SIGKILL), so a killed worker
@@ -87,7 +88,7 @@ class TrialRunner:
 
     def __call__(self, trial: optuna.Trial, params: dict[str, Any]) -> float:
         """Run one trial to its objective value; TrialPruned when pruned, TrialFailed when training fails."""
-        client = MlflowClient(self.tracking_uri)
+        client = LockRetryingClient(self.tracking_uri)
         run_id = self._create_run(client, trial, params)
         env = {**os.environ, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": self.tracking_uri,
                "MLFLOW_EXPERIMENT_ID": self.experiment_id}

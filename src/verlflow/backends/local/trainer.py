@@ -52,6 +52,7 @@ from verlflow.backends.local.rollout import (
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
+from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ class LocalTrainer:
 
         for key, value in self.settings.ignored.items():
             log.warning("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
-        mlflow.set_tag(IGNORED_KEYS_TAG, ",".join(self.settings.ignored) or "none")
+        retry_on_lock(mlflow.set_tag, IGNORED_KEYS_TAG, ",".join(self.settings.ignored) or "none")
         try:
             tracking.log_verl_params(self.cfg.to_container())
         except mlflow.exceptions.MlflowException as exc:
@@ -173,7 +174,7 @@ class LocalTrainer:
                 f"run {self.run_id} already holds params of a different config ({first_line(exc, 200)}): "
                 "resume in a new run"
             ) from None
-        mlflow.log_text(_to_yaml(self.cfg.resolved), "config/resolved.yaml")
+        retry_on_lock(mlflow.log_text, _to_yaml(self.cfg.resolved), "config/resolved.yaml")
         kind = {"cuda": "gpu"}.get(self.settings.device, self.settings.device)
         # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
         environ = {**os.environ, **self.cfg.profile.env}
@@ -212,7 +213,7 @@ class LocalTrainer:
         ckpt.set_rng_state(state["rng"])
         self.global_step = int(state["global_step"])
         self.last_saved = ckpt.hf_dir(found)
-        mlflow.set_tag(RESUMED_FROM_TAG, str(Path(found).resolve()))
+        retry_on_lock(mlflow.set_tag, RESUMED_FROM_TAG, str(Path(found).resolve()))
         origin = state.get("run_id")
         other = f" (written by run {origin})" if origin and origin != self.run_id else ""
         log.warning("resuming from %s%s at step %d of %d", found, other, self.global_step, self.total_steps)
@@ -255,7 +256,7 @@ class LocalTrainer:
         tracking.flush_metrics()  # the summaries read the per-step history back
         summaries = tracking.log_run_summaries(self.run_id, started_at)
         final = self.last_saved.resolve()
-        mlflow.set_tag(CHECKPOINT_DIR_TAG, str(final))
+        retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 

@@ -1,0 +1,96 @@
+"""Writes to a tracking store shared by several processes ride out another writer's lock instead of failing.
+
+    python -c "from verlflow.runs.store_retry import LockRetryingClient as C; print(C().search_experiments())"
+
+SQLite lets one process write at a time. MLflow asks SQLite to wait for a lock up to 20 s
+(``PRAGMA busy_timeout = 20000`` on every session, in ``mlflow/store/db/utils.py``; it replaces any
+``?timeout=`` of the URI, and MLflow offers no setting for it), but two cases still end in
+``database is locked``: a holder that keeps the lock longer (a nice-19 metric writer descheduled while
+two trainers use the cores), and two transactions that both read and then want to write, where SQLite
+refuses one at once instead of waiting (it would deadlock). Either way MLflow rolled the transaction
+back, so the whole call can be made again: :func:`retry_on_lock` does that with back-off, for up to
+``VERLFLOW_STORE_LOCK_WAIT_S`` seconds, and :class:`LockRetryingClient` is an ``MlflowClient`` whose
+writes all do. Other errors (an outage, a bad request) are raised at once, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mlflow.tracking import MlflowClient
+
+from verlflow.util import env_number
+
+log = logging.getLogger(__name__)
+
+LOCK_WAIT_S = env_number("VERLFLOW_STORE_LOCK_WAIT_S", 600.0, minimum=0)
+_FIRST_PAUSE_S, _MAX_PAUSE_S = 0.05, 2.0
+# SQLite's words for SQLITE_BUSY / SQLITE_LOCKED, as sqlite3 and MLflow's wrapper of it report them.
+_LOCK_WORDS = ("database is locked", "database table is locked", "database schema is locked")
+T = TypeVar("T")
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is SQLite refusing a lock another process holds."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(word in str(current).lower() for word in _LOCK_WORDS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def retry_on_lock(call: Callable[..., T], *args: Any, wait_s: float | None = None, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)``, made again with growing pauses while it fails on a SQLite lock.
+
+    Gives up after ``wait_s`` seconds (default ``VERLFLOW_STORE_LOCK_WAIT_S``) and raises the last lock
+    error; any other error is raised at once.
+    """
+    deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
+    pause, said = _FIRST_PAUSE_S, False
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            if not is_lock_error(exc) or time.monotonic() + pause > deadline:
+                raise
+            if not said:
+                log.info("tracking store is locked by another process; %s waits for it",
+                         getattr(call, "__name__", "a write"))
+                said = True
+        time.sleep(pause * (0.5 + random.random()))  # jitter: two waiting processes do not retry in step
+        pause = min(pause * 2, _MAX_PAUSE_S)
+
+
+def retrying_on_lock(func: Callable[..., T]) -> Callable[..., T]:
+    """Decorator form of :func:`retry_on_lock`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        return retry_on_lock(func, *args, **kwargs)
+
+    return wrapper
+
+
+# MlflowClient's methods that write to the tracking store or the model registry.
+WRITE_METHODS = (
+    "create_run", "set_terminated", "update_run", "delete_run", "log_batch", "log_metric", "log_param",
+    "set_tag", "delete_tag", "log_inputs", "create_experiment", "set_experiment_tag",
+    "create_registered_model", "create_model_version", "set_registered_model_alias",
+    "delete_registered_model_alias", "set_model_version_tag", "set_registered_model_tag",
+)
+
+
+class LockRetryingClient(MlflowClient):
+    """An ``MlflowClient`` whose store writes (:data:`WRITE_METHODS`) wait out a SQLite lock."""
+
+
+for _name in WRITE_METHODS:
+    setattr(LockRetryingClient, _name, retrying_on_lock(getattr(MlflowClient, _name)))
