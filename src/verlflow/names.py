@@ -8,6 +8,11 @@ Names are verl's (``group/metric/stat``), sanitized as verl's MLflow logger sani
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
 TIMING_PREFIX = "timing_s/"
 TIMING_MEAN_PREFIX = "timing_s_mean/"
 TIMING_E2E = "timing_s/e2e"
@@ -18,6 +23,58 @@ TIMING_UPDATE_ACTOR = "timing_s/update_actor"
 SCORE_MEAN = "critic/score/mean"
 VAL_ACCURACY = "val-core/openai/gsm8k/reward/mean_at_1"
 VAL_ACCURACY_RAW = "val-core/openai/gsm8k/reward/mean@1"
+# verl 0.9.x's reward loop adds an ``acc`` entry to each response's extra info, and verl's validation then
+# names its core metric after ``acc`` instead of ``reward`` (ray_trainer's ``core_var``).
+VAL_ACCURACY_VERL09 = "val-core/openai/gsm8k/acc/mean_at_1"
+
+# One name per meaning: verlflow's canonical name → the name each supported trainer logs it under (after
+# MLflow's ``@`` → ``_at_``). Reward (critic/score/mean) and timing (timing_s/*) names are the same in
+# every version (verl's ``marked_timer`` names); validation accuracy is not.
+METRIC_NAMES_BY_VERSION: dict[str, dict[str, str]] = {
+    VAL_ACCURACY: {"local": VAL_ACCURACY, "verl 0.5.0": VAL_ACCURACY, "verl 0.9": VAL_ACCURACY_VERL09},
+    SCORE_MEAN: {"local": SCORE_MEAN, "verl 0.5.0": SCORE_MEAN, "verl 0.9": SCORE_MEAN},
+    TIMING_STEP: {"local": TIMING_STEP, "verl 0.5.0": TIMING_STEP, "verl 0.9": TIMING_STEP},
+    TIMING_GEN: {"local": TIMING_GEN, "verl 0.5.0": TIMING_GEN, "verl 0.9": TIMING_GEN},
+    TIMING_UPDATE_ACTOR: {"local": TIMING_UPDATE_ACTOR, "verl 0.5.0": TIMING_UPDATE_ACTOR,
+                          "verl 0.9": TIMING_UPDATE_ACTOR},
+}
+
+
+def _unsanitized(name: str) -> str:
+    return name.replace("_at_", "@")
+
+
+def canonical_metric(name: str) -> str:
+    """verlflow's name for a metric logged as ``name`` by any supported trainer (``name`` if unmapped).
+
+    Accepts both the logged (``mean_at_1``) and verl's raw (``mean@1``) spelling.
+    """
+    for canonical, by_version in METRIC_NAMES_BY_VERSION.items():
+        for logged in (canonical, *by_version.values()):
+            if name in (logged, _unsanitized(logged)):
+                return canonical
+    return name
+
+
+def metric_names(name: str) -> tuple[str, ...]:
+    """Every name the meaning of ``name`` is logged under, canonical first: what to look a metric up by."""
+    canonical = canonical_metric(name)
+    found = [canonical, *METRIC_NAMES_BY_VERSION.get(canonical, {}).values()]
+    found += [_unsanitized(n) for n in found] + [name]
+    return tuple(dict.fromkeys(found))
+
+
+def find_metric(metrics: Mapping[str, float], name: str) -> float | None:
+    """The value of ``name``'s meaning in ``metrics`` under whichever version's name it was logged."""
+    return next((metrics[n] for n in metric_names(name) if n in metrics), None)
+
+
+def canonical_metrics(metrics: Mapping[str, T]) -> dict[str, T]:
+    """``metrics`` with every per-version name renamed to its canonical name (a canonical key wins)."""
+    out: dict[str, T] = {}
+    for key in sorted(metrics, key=lambda k: canonical_metric(k) != k):
+        out.setdefault(canonical_metric(key), metrics[key])
+    return out
 
 EVAL_ACCURACY = "eval/gsm8k/accuracy"
 EVAL_ACCURACY_FLEXIBLE = "eval/gsm8k/accuracy_flexible"
@@ -109,7 +166,8 @@ GLOSSARY: list[tuple[str, str]] = [
     ("prompt_length/mean", "mean prompt length in tokens (also /max, /min)"),
     ("data/train/num_rows", "preprocess step: rows written to train.parquet"),
     ("data/test/num_rows", "preprocess step: rows written to test.parquet"),
-    (VAL_ACCURACY, "validation accuracy, one greedy-or-sampled answer per test problem"),
+    (VAL_ACCURACY, "validation accuracy, one greedy-or-sampled answer per test problem; verl 0.9.x logs it as "
+                   f"`{VAL_ACCURACY_VERL09}` (verlflow reads either)"),
     (EVAL_ACCURACY, "evaluate step: strict accuracy (answer after '####'), verl's GSM8K scorer"),
     (EVAL_ACCURACY_FLEXIBLE, "evaluate step: accuracy taking the last number in the response"),
     (EVAL_NUM_SAMPLES, "evaluate step: problems evaluated"),

@@ -329,14 +329,11 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
 def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_digest: str) -> float | None:
     """Evaluate the recipe's starting model on the test split once (reused after); its accuracy, or None.
 
-    A hub id is not evaluated here (``evaluate`` takes folders and model URIs); the chain says so and goes on.
+    A hub id is evaluated from Hugging Face's cache (downloaded into it first, as verl does for training).
     """
     from verlflow.models import evaluate, model_path
 
     folder = model_path.resolve_model_path(plan.start_model)
-    if not Path(folder).is_dir():
-        print(f"main: {BASE_EVAL}: skipped: {plan.start_model} is a hub id, not a local folder (no base accuracy)")
-        return None
     params = {"model_uri": folder, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto",
               "max_new_tokens": plan.max_response_length}
     run, result = runner.run(

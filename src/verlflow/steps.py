@@ -61,7 +61,8 @@ STEPS: dict[str, Step] = {
             Param("resume", "", "continue this train run from its last checkpoint ('' = a new run)"),
         )),
         Step("evaluate", "verlflow.models.evaluate:run_evaluate", "GSM8K accuracy of a model", (
-            Param("model_uri", None, "runs:/<id>/<path> | models:/<name>@<alias> | models:/<name>/<version> | folder"),
+            Param("model_uri", None,
+                  "runs:/<id>/<path> | models:/<name>@<alias> | models:/<name>/<version> | folder | hub id"),
             Param("data_dir", "data/gsm8k", "folder with the preprocessed split"),
             Param("split", "test", "train | test"),
             Param("limit", "0", "problems to evaluate, 0 = all", "int"),

@@ -155,11 +155,51 @@ def run_train(
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
     # A dry run launches nothing: no system metrics to sample.
     interval = None if dry_run else interval
+    point = _verl_resume_point(resume, cfg, ray_address) if resume and not dry_run else None
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+        if point is not None:
+            from verlflow.backends.verl.command import checkpoint_dir_of
+
+            _resume_verl_at(run.info.run_id, point, checkpoint_dir_of(cfg, run.info.run_id))
         return verl_backend.train_verl(
             cfg, run_id=run.info.run_id, dry_run=dry_run,
             ray_address=ray_address, started_at=since,
         )
+
+
+def _verl_resume_point(run_id: str, cfg: config.ComposedConfig, ray_address: str):
+    """Where a resumed verl run continues (checked before the run is reopened); None for a Ray job."""
+    from verlflow.backends.verl import resume as verl_resume
+
+    mode = str(cfg.resolved.trainer.get("resume_mode", "auto"))
+    if mode != "auto":
+        raise VerlflowError(f"resume: the run's config has trainer.resume_mode={mode}; verlflow resumes verl "
+                            "through verl's resume_mode=auto (its checkpoint tracker file): drop that override")
+    if ray_address:
+        print("verlflow: resume: Ray job: verl loads the newest checkpoint on the cluster's storage "
+              "(resume_mode=auto); its step is not checked against the run from here")
+        return None
+    from verlflow.backends.verl.command import checkpoint_dir_of
+
+    return verl_resume.choose_resume_point(run_id, checkpoint_dir_of(cfg, run_id))
+
+
+def _resume_verl_at(run_id: str, point, checkpoint_dir: str) -> None:
+    """Point verl at the chosen checkpoint and record it on the run (metric and tag), with a console line."""
+    from mlflow.tracking import MlflowClient
+
+    from verlflow.backends.verl import resume as verl_resume
+    from verlflow.names import RESUMED_FROM_TAG
+    from verlflow.runs import resume as resuming
+
+    verl_resume.point_verl_at(point, checkpoint_dir)
+    resuming.log_resumed_from(run_id, point.step)
+    if point.folder is not None:
+        MlflowClient().set_tag(run_id, RESUMED_FROM_TAG, str(point.folder))
+    again = f"; step(s) {', '.join(map(str, point.rerun))} checkpointed but never logged run again" \
+        if point.rerun else ""
+    start = f"after {point.folder}" if point.folder is not None else "from step 1 (no step had reached the run)"
+    print(f"verlflow: resume: run {run_id} continues {start}{again}", flush=True)
 
 
 @contextlib.contextmanager

@@ -62,7 +62,15 @@ from verlflow.compare.utilisation import (
 )
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_output_dir
-from verlflow.names import PROFILE_TAG, STEP_TAG, TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
+from verlflow.names import (
+    PROFILE_TAG,
+    STEP_TAG,
+    TIMING_E2E,
+    TIMING_MEAN_PREFIX,
+    TIMING_PREFIX,
+    canonical_metrics,
+    metric_names,
+)
 from verlflow.runs import naming as run_names
 from verlflow.util import gc_paused
 
@@ -224,7 +232,7 @@ def snapshot(run: Run, role: str) -> RunSnapshot:
         status=run.info.status,
         tags=dict(run.data.tags),
         params=dict(run.data.params),
-        metrics=dict(run.data.metrics),
+        metrics=canonical_metrics(run.data.metrics),
         datasets=_datasets(run),
         experiment_id=run.info.experiment_id,
     )
@@ -256,7 +264,9 @@ def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
                 f"({TIMING_E2E}, {TIMING_MEAN_PREFIX}*): compare needs train runs"
             )
     present = {k for s in snaps for k in s.metrics}
-    keys = [k for k, _ in CURVES if k in present]
+    # A curve is read under every verl version's name for it, and kept under its canonical name.
+    logged = {k for run in (baseline, candidate) for k in run.data.metrics}
+    keys = [name for k, _ in CURVES if k in present for name in metric_names(k) if name in logged]
     # Per-step timings only where a run lacks the end-of-run summaries (a run cut short).
     for snap in snaps:
         if not any(k.startswith(TIMING_MEAN_PREFIX) for k in snap.metrics):
@@ -267,7 +277,7 @@ def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
     keys += [k for snap in snaps for k in needed_keys(snap) if k not in keys]
     histories = fetch_histories([s.run_id for s in snaps], keys)
     for snap, run in zip(snaps, (baseline, candidate), strict=True):
-        snap.histories = histories[snap.run_id]
+        snap.histories = canonical_metrics(histories[snap.run_id])
         _fill_timing_summaries(snap, run)
     return snaps
 

@@ -75,6 +75,11 @@ def _build_sentinel(sentinel: str, folder: Path, seed: int) -> None:
         build_tiny_model(folder, seed=seed)
 
 
+def is_hub_id(path_or_id: str) -> bool:
+    """Whether a model reference that is no existing folder reads as a hub id (``name`` or ``org/name``)."""
+    return bool(path_or_id.strip()) and path_or_id not in SENTINELS and not _looks_local(path_or_id)
+
+
 def _looks_local(path_or_id: str) -> bool:
     """A hub id is ``name`` or ``org/name``; anything else with a path shape is meant as a folder."""
     if path_or_id.startswith(("/", ".", "~")) or "\\" in path_or_id:

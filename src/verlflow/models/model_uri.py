@@ -4,8 +4,10 @@
 
 Accepted: ``models:/<name>@<alias>``, ``models:/<name>/<version>``, ``models:/m-<id>`` (an MLflow 3
 logged model), ``runs:/<run_id>/<path>``, ``runs:/<run_id>`` (the run's final checkpoint, tag
-``verlflow.checkpoint_dir``) and a local Hugging Face or MLflow transformers model folder. Anything that
-points at nothing is one line naming what exists instead.
+``verlflow.checkpoint_dir``), a local Hugging Face or MLflow transformers model folder, and a Hugging Face
+hub id (``Qwen/Qwen3-4B``), taken from Hugging Face's cache and downloaded into it first when missing, as
+verl does (``huggingface_hub.snapshot_download``; ``HF_HOME``, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` apply).
+Anything that points at nothing is one line naming what exists instead.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.models.model_path import is_hub_id
 from verlflow.names import CHECKPOINT_DIR_TAG, SOURCE_RUN_TAG
 from verlflow.util import first_line
 
-_URI_FORMS = "runs:/<run_id>[/<path>], models:/<name>@<alias>, models:/<name>/<version> or a local model folder"
+_URI_FORMS = ("runs:/<run_id>[/<path>], models:/<name>@<alias>, models:/<name>/<version>, a hub id (org/name) "
+              "or a local model folder")
 
 
 @dataclass
@@ -49,6 +53,8 @@ def resolve_model(model_uri: str) -> ResolvedModel:
     folder = Path(uri).expanduser()
     if folder.is_dir():
         return _from_folder(uri, folder)
+    if is_hub_id(uri):
+        return _from_hub(uri)
     raise VerlflowError(f"model '{model_uri}' is neither an existing folder nor a model URI: give {_URI_FORMS}")
 
 
@@ -118,6 +124,27 @@ def _from_download(uri: str, *, source_run_id: str | None) -> ResolvedModel:
     resolved = _from_folder(uri, local)
     resolved.source_run_id = source_run_id
     return resolved
+
+
+def _from_hub(repo_id: str) -> ResolvedModel:
+    """A hub model's snapshot in Hugging Face's cache, downloaded into it first when the hub can be reached."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        local = Path(snapshot_download(repo_id=repo_id))
+    except LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the hub cannot be reached"
+        raise VerlflowError(
+            f"hub model '{repo_id}' is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {why} (offline): "
+            f"download it where the hub is reachable (hf download {repo_id}) or give a local model folder"
+        ) from None
+    except RepositoryNotFoundError:
+        raise VerlflowError(f"hub model '{repo_id}' does not exist on the Hugging Face hub (or needs a login "
+                            f"it does not have): give an existing hub id or a local model folder") from None
+    except (HfHubHTTPError, ValueError, OSError) as exc:
+        raise VerlflowError(f"cannot download hub model '{repo_id}': {first_line(exc)}") from None
+    return _from_folder(repo_id, local)
 
 
 def _from_folder(uri: str, folder: Path) -> ResolvedModel:

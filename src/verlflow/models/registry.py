@@ -47,6 +47,8 @@ from verlflow.names import (
     PROFILE_TAG,
     RECIPE_TAG,
     STEP_TAG,
+    find_metric,
+    metric_names,
 )
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote
@@ -222,7 +224,7 @@ class _Scorer:
 
     def __init__(self, client: MlflowClient, metric: str):
         self.client, self.metric = client, metric
-        self.keys = [metric_tag_key(metric), metric]
+        self.keys = [key for name in metric_names(metric) for key in (metric_tag_key(name), name)]
         self._runs: dict[str, dict[str, float]] = {}
 
     def __call__(self, mv: ModelVersion) -> float | None:
@@ -242,7 +244,7 @@ class _Scorer:
             except MlflowException:
                 self._runs[run_id] = {}
         run_metrics = self._runs[run_id]
-        value = run_metrics.get(self.metric)
+        value = find_metric(run_metrics, self.metric)
         if value is None and not _PLAIN_METRIC_KEY.fullmatch(self.metric):
             # verl logs 'mean@1' as 'mean_at_1': look the metric up the way it was logged.
             value = run_metrics.get(tracking.sanitize_metric_key(self.metric))

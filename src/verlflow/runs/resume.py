@@ -4,7 +4,9 @@
 
 A train run records the arguments it was started with (tag ``verlflow.train_args``); resuming reuses
 them for every argument the user leaves at its default, attaches to that run (``MLFLOW_RUN_ID``), and
-the trainer continues from the run's newest checkpoint (its checkpoint folder is keyed by run id).
+the trainer continues from the run's newest checkpoint (its checkpoint folder is keyed by run id); a verl
+run, from its newest checkpoint whose step reached the run (:mod:`verlflow.backends.verl.resume`), logged
+as ``attempt/resumed_from_step``.
 Each attempt's wall time is logged as ``attempt/e2e_s`` (step = attempt number) and ``timing_s/e2e``
 sums every attempt. Launched through ``mlflow run``, the launcher's fresh run only points at the
 resumed one (tag ``verlflow.resumed_run``).
@@ -29,6 +31,8 @@ from verlflow.names import HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_A
 from verlflow.runs import lifecycle
 
 ATTEMPT_METRIC = "attempt/e2e_s"
+# The training step an attempt continued after (0 = from the start); step = attempt number.
+RESUMED_FROM_STEP_METRIC = "attempt/resumed_from_step"
 CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trainer.default_local_dir
 
 
@@ -88,3 +92,10 @@ def attempt_clock(run_id: str, started_at: float) -> Iterator[float]:
         metric = Metric(ATTEMPT_METRIC, now - started_at, int(now * 1000), len(earlier) + 1)
         with contextlib.suppress(Exception):  # a tracking outage must not mask how the attempt ended
             client.log_batch(run_id, metrics=[metric])
+
+
+def log_resumed_from(run_id: str, step: int) -> None:
+    """Record on the run that the attempt now starting continues after training step ``step``."""
+    client = MlflowClient()
+    attempt = len(client.get_metric_history(run_id, ATTEMPT_METRIC)) + 1
+    client.log_batch(run_id, metrics=[Metric(RESUMED_FROM_STEP_METRIC, step, int(time.time() * 1000), attempt)])

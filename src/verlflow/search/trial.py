@@ -35,7 +35,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from verlflow import config
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.names import STEP_TAG
+from verlflow.names import STEP_TAG, metric_names
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
 
@@ -145,10 +145,10 @@ class TrialRunner:
                 proc: subprocess.Popen) -> None:
         """Report each new validation value to Optuna; stop the training and prune when the pruner says so."""
         try:
-            history = client.get_metric_history(run_id, self.metric)
+            history = self._history(client, run_id)
         except MlflowException:
             return
-        for step, value in sorted(_last_per_step(history).items()):
+        for step, value in sorted(history.items()):
             if step in reported:
                 continue
             reported.add(step)
@@ -166,12 +166,20 @@ class TrialRunner:
             raise VerlflowError(f"trial {trial.number}: the train step refused its input: {last}")
         if returncode != 0:
             raise TrialFailed(f"trial {trial.number}: train exited with status {returncode}: {last}")
-        history = _last_per_step(client.get_metric_history(run_id, self.metric))
+        history = self._history(client, run_id)
         if not history:
             raise VerlflowError(f"trial {trial.number}: its train run logged no '{self.metric}' "
                                 "(the objective): check objective.metric in the search config and that "
                                 "the recipe validates (trainer.test_freq > 0)")
         return history[max(history)]
+
+    def _history(self, client: MlflowClient, run_id: str) -> dict[int, float]:
+        """The objective's step → value, under whichever verl version's name the trial logged it."""
+        for name in metric_names(self.metric):
+            history = _last_per_step(client.get_metric_history(run_id, name))
+            if history:
+                return history
+        return {}
 
     def _close_run(self, client: MlflowClient, run_id: str, outcome: str, log_path: Path) -> None:
         """Tag the trial's state, keep its output, and end its run if the train step could not."""

@@ -270,7 +270,8 @@ def forced_overrides(
     if not isinstance(save_freq, int) or save_freq <= 0:
         out["trainer.save_freq"] = FINAL_ONLY_SAVE_FREQ
         notes.append(f"trainer.save_freq={FINAL_ONLY_SAVE_FREQ} (was {save_freq}): verl saves on the last step "
-                     "only when save_freq > 0; this period saves the final checkpoint and nothing else")
+                     "only when save_freq > 0; this period saves the final checkpoint and nothing else, so a "
+                     "stopped run cannot resume (set trainer.save_freq=<N> trainer.max_actor_ckpt_to_keep=<K>)")
 
     if "trainer.default_local_dir" not in out:
         out["trainer.default_local_dir"] = str(run_dir / "checkpoints")
@@ -313,6 +314,17 @@ def launch_module_of(block: dict[str, Any]) -> str:
     return module
 
 
+def run_dir_of(cfg: config.ComposedConfig, run_id: str) -> Path:
+    """``<verlflow.output_dir>/<run id>``: the run's folder, the launch's working directory."""
+    return Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT)).expanduser().resolve() / run_id
+
+
+def checkpoint_dir_of(cfg: config.ComposedConfig, run_id: str) -> str:
+    """Where verl saves the run's checkpoints: the overrides' ``trainer.default_local_dir``, else the run folder's."""
+    given = cfg.overrides.get("trainer.default_local_dir")
+    return str(_absolute_path(given)) if given else str(run_dir_of(cfg, run_id) / "checkpoints")
+
+
 def build_plan(
     cfg: config.ComposedConfig,
     *,
@@ -322,8 +334,7 @@ def build_plan(
     tracking_uri: str,
 ) -> LaunchPlan:
     """The launch of ``cfg`` for the MLflow run ``run_id``: forced overrides, env and folders (nothing runs)."""
-    root = Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT)).expanduser().resolve()
-    run_dir = root / run_id
+    run_dir = run_dir_of(cfg, run_id)
     overrides, notes = forced_overrides(cfg.overrides, project=experiment_name, experiment=run_name or run_id,
                                         run_dir=run_dir, traces=traced_samples(cfg.verlflow))
     env = dict(cfg.profile.env)

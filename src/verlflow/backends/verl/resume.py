@@ -1,0 +1,83 @@
+"""Point a resumed verl run at its newest checkpoint whose step reached the MLflow run, so no step is lost.
+
+    verlflow train --resume <run_id>          # a verl run: relaunched from the checkpoint chosen here
+
+verl saves ``global_step_N`` *before* it logs step N's metrics, and resumes at step N+1 after loading
+``global_step_N``: a run stopped between the two would lose step N for good. So the resume point is the
+newest complete checkpoint whose step has ``timing_s/step`` in the run; the steps after it run again.
+
+verl is pointed there through its own tracker file (``latest_checkpointed_iteration.txt``, read by verl's
+``resume_mode=auto``), not by ``trainer.resume_mode=resume_path``: verl's MLflow logger logs the whole
+config as params when it attaches, and MLflow refuses a param whose value changed, so a relaunch with
+another ``resume_mode`` or ``resume_from_path`` than the first attempt's would lose MLflow logging (verl 0.9
+goes on without it, verl 0.5.0 fails). verl 0.5.0 and 0.9 read the tracker file the same way
+(``verl.utils.checkpoint.checkpoint_manager.find_latest_ckpt_path``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from verlflow.backends.layout import TRACKER_FILE, complete_steps, step_dir, write_tracker
+from verlflow.errors import VerlflowError
+from verlflow.names import TIMING_STEP, metric_names
+
+
+@dataclass
+class ResumePoint:
+    """Where a resumed verl attempt starts: after ``step`` (0 = from the start), from ``folder``."""
+
+    step: int
+    folder: Path | None
+    # Steps whose checkpoint exists but whose metrics never reached the run: run again.
+    rerun: list[int]
+
+
+def complete_checkpoints(root: str | Path) -> list[int]:
+    """Steps with a complete verl checkpoint under ``root`` (actor shards' config written, tracker reached)."""
+    steps = complete_steps(root, lambda folder: (folder / "actor" / "fsdp_config.json").is_file())
+    tracker = Path(root) / TRACKER_FILE
+    text = tracker.read_text().strip() if tracker.is_file() else ""
+    # verl writes the tracker after a whole save: a folder past it was being written when the run stopped.
+    return [s for s in steps if s <= int(text)] if text.isdigit() else steps
+
+
+def logged_steps(run_id: str, client: MlflowClient | None = None) -> set[int]:
+    """The training steps whose metrics reached the run (its ``timing_s/step`` history, any verl's name)."""
+    client = client or MlflowClient()
+    for name in metric_names(TIMING_STEP):
+        try:
+            history = client.get_metric_history(run_id, name)
+        except MlflowException:
+            continue
+        if history:
+            return {m.step for m in history}
+    return set()
+
+
+def choose_resume_point(run_id: str, checkpoint_dir: str | Path, client: MlflowClient | None = None) -> ResumePoint:
+    """The newest complete checkpoint whose step is in the run; a clear line when the run cannot resume."""
+    checkpoints = complete_checkpoints(checkpoint_dir)
+    logged = logged_steps(run_id, client)
+    usable = [s for s in checkpoints if s in logged]
+    if usable:
+        step = usable[-1]
+        return ResumePoint(step, step_dir(checkpoint_dir, step), [s for s in checkpoints if s > step])
+    if not logged:  # stopped within its first step: starting over loses nothing and repeats nothing
+        return ResumePoint(0, None, checkpoints)
+    raise VerlflowError(
+        f"resume: run {run_id} logged steps up to {max(logged)} but has no verl checkpoint of a logged step under "
+        f"{checkpoint_dir} (trainer.save_freq was -1?): it cannot resume; start a new run with "
+        "trainer.save_freq=<N> (and trainer.max_actor_ckpt_to_keep=<K> to bound the disk it takes)")
+
+
+def point_verl_at(point: ResumePoint, checkpoint_dir: str | Path) -> None:
+    """Make verl's ``resume_mode=auto`` load ``point`` (or start from scratch when it is step 0)."""
+    if point.folder is not None:
+        write_tracker(checkpoint_dir, point.step)
+    else:
+        (Path(checkpoint_dir) / TRACKER_FILE).unlink(missing_ok=True)

@@ -1,0 +1,139 @@
+"""A real verl run on the CPU, stopped after its second checkpoint and resumed: every step logged exactly once.
+
+verl saves ``global_step_N`` before it logs step N, so a run stopped right after a checkpoint may hold a
+checkpoint whose step never reached MLflow; ``verlflow train --resume`` must start after the newest
+checkpoint whose step *is* in the run (here step 1 or 2, depending on where the SIGTERM lands), never from
+step 1, in the same MLflow run. Each launch takes about two minutes on 2 cores (Ray and worker start-up).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP
+from verlflow.runs.resume import ATTEMPT_METRIC, RESUMED_FROM_STEP_METRIC
+
+STEPS = 3
+OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{workdir / 'mlflow.db'}"
+    env["VERLFLOW_CACHE"] = str(workdir / "cache")
+    return env
+
+
+def _cli(args: list[str], env: dict[str, str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=1200, **kwargs)
+
+
+def _wait_for_checkpoint(outputs: Path, step: int, proc: subprocess.Popen, log: Path, deadline_s: float) -> None:
+    """Poll until verl's tracker file under ``outputs`` says ``step`` (a complete save of that step)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for tracker in outputs.glob("*/checkpoints/latest_checkpointed_iteration.txt"):
+            text = tracker.read_text().strip()
+            if text.isdigit() and int(text) >= step:
+                return
+        if proc.poll() is not None:
+            pytest.fail(f"train ended (status {proc.returncode}) before checkpoint {step}:\n"
+                        + log.read_text()[-4000:])
+        time.sleep(0.5)
+    pytest.fail(f"no checkpoint of step {step} within {deadline_s} s:\n" + log.read_text()[-4000:])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # two verl launches on a busy 2-core machine
+def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp_path):
+    env = _env(tmp_path)
+    data_dir = tmp_path / "data"
+    prep = _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, tmp_path)
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    outputs = tmp_path / "outputs"
+    log = tmp_path / "first_attempt.log"
+    with log.open("w") as out:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu", "--backend", "verl",
+             "--data_dir", str(data_dir), "--overrides", f"{OVERRIDES} verlflow.output_dir={outputs}"],
+            env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            _wait_for_checkpoint(outputs, 2, first, log, deadline_s=1200)
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(timeout=300) == 128 + signal.SIGTERM
+        finally:
+            if first.poll() is None:
+                first.kill()
+
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    [run] = client.search_runs(["0"], filter_string="tags.`verlflow.step` = 'train'")
+    assert run.info.status == "KILLED"
+    run_id = run.info.run_id
+
+    resumed = _cli(["train", "--resume", run_id], env, tmp_path)
+
+    assert resumed.returncode == 0, f"{resumed.stdout[-4000:]}\n{resumed.stderr[-4000:]}"
+    runs = client.search_runs(["0"], filter_string="tags.`verlflow.step` = 'train'")
+    assert [r.info.run_id for r in runs] == [run_id]  # one MLflow run for both attempts
+    assert client.get_run(run_id).info.status == "FINISHED"
+    steps = sorted(m.step for m in client.get_metric_history(run_id, TIMING_STEP))
+    assert steps == list(range(1, STEPS + 1))  # every step exactly once
+    [resumed_from] = client.get_metric_history(run_id, RESUMED_FROM_STEP_METRIC)
+    assert resumed_from.step == 2  # the second attempt
+    assert resumed_from.value in (1, 2)  # from a checkpoint, not from step 1
+    assert f"global_step_{int(resumed_from.value)}" in client.get_run(run_id).data.tags[RESUMED_FROM_TAG]
+    assert f"Resuming from {client.get_run(run_id).data.tags[RESUMED_FROM_TAG]}" in resumed.stdout + resumed.stderr
+    assert [m.step for m in client.get_metric_history(run_id, ATTEMPT_METRIC)] == [1, 2]
+
+
+def _checkpoints(root: Path, steps: list[int], tracker: int | None) -> None:
+    for step in steps:
+        (root / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (root / f"global_step_{step}" / "actor" / "fsdp_config.json").write_text("{}")
+    if tracker is not None:
+        (root / "latest_checkpointed_iteration.txt").write_text(str(tracker))
+
+
+def _run_logging(steps: list[int]) -> str:
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    for step in steps:
+        client.log_metric(run_id, TIMING_STEP, 1.0, step=step)
+    return run_id
+
+
+def test_the_resume_point_is_the_newest_checkpoint_whose_step_reached_the_run(tracking_uri, tmp_path):
+    from verlflow.backends.verl.resume import choose_resume_point, point_verl_at
+
+    # Steps 1-3 saved (3 was saved but stopped before its metrics were logged); 4 was being written.
+    _checkpoints(tmp_path, [1, 2, 3, 4], tracker=3)
+    point = choose_resume_point(_run_logging([1, 2]), tmp_path)
+    assert (point.step, point.folder, point.rerun) == (2, tmp_path / "global_step_2", [3])
+    point_verl_at(point, tmp_path)
+    # verl's own reader now loads global_step_2 (resume_mode=auto), so it continues with step 3
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    assert find_latest_ckpt_path(str(tmp_path)) == str(tmp_path / "global_step_2")
+
+
+def test_a_run_stopped_in_its_first_step_starts_over_and_one_without_checkpoints_is_refused(tracking_uri, tmp_path):
+    from verlflow.backends.verl.resume import choose_resume_point, point_verl_at
+    from verlflow.errors import VerlflowError
+
+    _checkpoints(tmp_path, [1], tracker=1)
+    point = choose_resume_point(_run_logging([]), tmp_path)
+    assert (point.step, point.folder) == (0, None)
+    point_verl_at(point, tmp_path)
+    assert not (tmp_path / "latest_checkpointed_iteration.txt").exists()  # verl trains from scratch
+
+    with pytest.raises(VerlflowError, match="no verl checkpoint of a logged step .* trainer.max_actor_ckpt_to_keep"):
+        choose_resume_point(_run_logging([1, 2]), tmp_path / "empty")
