@@ -33,7 +33,6 @@ import functools
 import hashlib
 import logging
 import os
-import re
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -140,10 +139,11 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
     from verlflow.models.registry import check_model_name
 
     check_model_name(name)  # before preprocess and train, not minutes later at register
-    slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
+    from verlflow.data.recipe_data import default_data_dir
+
     resolved = composed.resolved
     return Plan(recipe=recipe, device=dev, source=source, model_name=name, overrides=overrides,
-                data_dir=(Path("data") / slug).resolve(), start_model=str(resolved.actor_rollout_ref.model.path),
+                data_dir=default_data_dir(source).resolve(), start_model=str(resolved.actor_rollout_ref.model.path),
                 max_response_length=int(resolved.data.max_response_length))
 
 
