@@ -74,6 +74,15 @@ REUSABLE = ("preprocess", "train")
 PROMOTE_METRIC = metrics.EVAL_ACCURACY
 # The starting model's evaluation: an ``evaluate`` run with this role tag, named by BASE_EVAL in the parent.
 BASE_EVAL = "evaluate_base"
+# What each link of the chain does, printed as it starts (the long ones would otherwise be silent for minutes).
+PHASES = {
+    "preprocess": "preparing the data",
+    BASE_EVAL: "evaluating the starting model",
+    "train": "training",
+    "register": "registering the trained checkpoint",
+    "evaluate": "evaluating the trained model",
+    "promote": "deciding the champion",
+}
 
 
 @dataclass
@@ -199,7 +208,7 @@ class StepRunner:
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
         self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
         self.runs[name] = run_id
-        print(f"main: {name}: run {run_id}")
+        print(f"main: {name}: run {run_id}: {PHASES.get(name, step)} …", flush=True)
         with _attached(self.client, run_id):
             value = call()
         return self.client.get_run(run_id), value
@@ -332,6 +341,7 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
     """
     from verlflow.models import evaluate, model_path
 
+    print(f"main: starting model: {plan.start_model}", flush=True)
     folder = model_path.resolve_model_path(plan.start_model)
     if not Path(folder).is_dir():
         print(f"main: {BASE_EVAL}: skipped: {plan.start_model} is a hub id, not a local folder (no base accuracy)")

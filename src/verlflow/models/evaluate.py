@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,8 +154,9 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
                 batch_size: int = DEFAULT_BATCH_SIZE) -> list[tuple[str, int]]:
     """Greedy answers (text, response tokens) with transformers: left-padded batches, KV cache."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from verlflow.progress import progress_bar
 
     device = _accelerator()
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
@@ -174,7 +174,7 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
     # Similar lengths in one batch waste less compute on padding; answers go back in input order.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     answers: list[tuple[str, int]] = [("", 0)] * len(texts)
-    with torch.inference_mode(), tqdm(total=len(texts), desc="evaluate", unit="problem", file=sys.stderr) as bar:
+    with torch.inference_mode(), progress_bar(len(texts), "evaluate", "problem") as bar:
         for start in range(0, len(order), batch_size):
             batch = order[start:start + batch_size]
             enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
