@@ -163,7 +163,9 @@ class LocalTrainer:
         from verlflow.device import detect as device
 
         for key, value in self.settings.ignored.items():
-            log.warning("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
+            # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
+            # cluster on purpose; the run's tag verlflow.ignored_keys keeps the list.
+            log.info("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
         mlflow.set_tag(IGNORED_KEYS_TAG, ",".join(self.settings.ignored) or "none")
         try:
             tracking.log_verl_params(self.cfg.to_container())
