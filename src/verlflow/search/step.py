@@ -1,7 +1,6 @@
 """The search step: an Optuna study over lr, KL coefficient and group size, one nested MLflow run per trial.
 
-    mlflow run . --env-manager local -e preprocess -P source=synthetic
-    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke
+    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke   # data: data/synthetic-easy
     # a second worker on the same study, from another shell or machine (same storage):
     mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke \
         -P storage=optuna/smoke-default.journal
