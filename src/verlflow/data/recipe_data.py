@@ -8,8 +8,8 @@ smoke recipe, ``data/openai-gsm8k`` for the guide's), and so does ``preprocess``
 step run after ``main`` finds its data. When the folder lacks a split:
 
 - the recipe's source can be made here (``synthetic*``, or a local folder): the step preprocesses it
-  first, as ``main`` would, in a ``preprocess`` run of its own (a FINISHED one with the same source, code
-  version and data still on disk is reused instead);
+  first, as ``main`` would, in a ``preprocess`` run of its own (a FINISHED one of the same source whose data
+  is still on disk is reused instead);
 - otherwise (the hub): the step stops before any run is opened, with the command that prepares it.
 """
 
@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from verlflow.data.gsm8k import default_output_dir
 from verlflow.errors import VerlflowError
-from verlflow.names import CODE_VERSION_TAG, DATA_DIR_TAG, STEP_TAG
+from verlflow.names import DATA_DIR_TAG, STEP_TAG
 
-DATA_ROOT = Path("data")
 SPLITS = ("train", "test")
 
 
 def default_data_dir(source: str) -> Path:
     """``data/<source>``: where ``main`` and ``preprocess`` put a source's splits (``/`` and the like → ``-``)."""
-    slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
-    return DATA_ROOT / slug
+    return default_output_dir(source)
 
 
 def recipe_source(recipe: str, overrides: str = "") -> str:
@@ -94,18 +92,19 @@ def step_data_dir(data_dir: str, source: str, *, splits: tuple[str, ...] = SPLIT
 
 
 def find_prepared(source: str, splits: tuple[str, ...] = SPLITS) -> str | None:
-    """The folder of the newest FINISHED full ``preprocess`` run of ``source`` by this code, if still on disk."""
+    """The folder of the newest FINISHED full ``preprocess`` run of ``source`` in this experiment, if still on disk.
+
+    Any such run's splits are that source's data; a train run still tells data apart by its digest.
+    """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from verlflow.pipeline import code_version
     from verlflow.runs.lifecycle import current_experiment_ids
     from verlflow.util import filter_quote
 
     client = MlflowClient()
     query = (f"tags.`{STEP_TAG}` = 'preprocess' and attributes.status = 'FINISHED' "
-             f"and params.source = '{filter_quote(source)}' and params.limit = '0' "
-             f"and tags.`{CODE_VERSION_TAG}` = '{code_version()}'")
+             f"and params.source = '{filter_quote(source)}' and params.limit = '0'")
     try:
         if not (experiments := current_experiment_ids(client)):
             return None
@@ -126,11 +125,9 @@ def prepare(source: str, folder: Path) -> str:
     becomes its child instead of attaching to it.
     """
     from verlflow.data.step import run_preprocess
-    from verlflow.pipeline import code_version
 
     with _detached() as parent:
-        result = run_preprocess(source=source, output_dir=str(folder), limit=0, own_run=True, parent_run_id=parent,
-                                tags={CODE_VERSION_TAG: code_version()})
+        result = run_preprocess(source=source, output_dir=str(folder), limit=0, own_run=True, parent_run_id=parent)
     return str(Path(result.output_dir).resolve())
 
 

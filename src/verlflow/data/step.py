@@ -5,35 +5,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import mlflow
 
 from verlflow import tracking
-from verlflow.data.gsm8k import preprocess
+from verlflow.data.gsm8k import default_output_dir, preprocess
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_output_dir
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
 
 
 def run_preprocess(source: str, output_dir: str, limit: int, *, own_run: bool = False,
-                   parent_run_id: str | None = None, tags: Mapping[str, str] | None = None):
+                   parent_run_id: str | None = None):
     """Preprocess GSM8K into verl's parquet format inside a tracked run (step ``preprocess``).
 
     ``output_dir=""`` is the source's default folder, ``data/<source>``, where ``main`` puts it and the
-    other steps look for it (:mod:`verlflow.data.recipe_data`). ``own_run``: a step preparing its own
+    other steps look for it (``verlflow.data.recipe_data``). ``own_run``: a step preparing its own
     data opens a new run (a child of ``parent_run_id`` when given) and logs these parameters itself, as
     ``mlflow run`` would have.
     """
-    from verlflow.data.recipe_data import default_data_dir
-
     if limit < 0:
         raise VerlflowError(f"limit must be 0 (all rows) or a positive row count, got {limit}")
-    output_dir = output_dir or str(default_data_dir(source))
+    output_dir = output_dir or str(default_output_dir(source))
     check_output_dir(output_dir, "output_dir")
     with tracking.tracked_run(run_name="preprocess" if own_run else None, parent_run_id=parent_run_id,
-                              tags={STEP_TAG: "preprocess", **(tags or {})}):
+                              tags={STEP_TAG: "preprocess"}):
         if own_run:
             mlflow.log_params({"source": source, "output_dir": output_dir, "limit": limit})
         result = preprocess(source, output_dir, limit)
