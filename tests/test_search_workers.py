@@ -50,14 +50,14 @@ def _short_search_config(tmp_path: Path, steps: int = 2, **pruner) -> Path:
 
 @pytest.fixture
 def project(tmp_path, smoke_store) -> Path:
-    """The MLflow project with the smoke store's synthetic data at its default data_dir (data/gsm8k)."""
+    """The MLflow project with the smoke store's synthetic data where the tiny recipe looks (data/synthetic)."""
     root = tmp_path / "project"
     root.mkdir()
     for name in ("MLproject", "conda.yaml"):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "entry_points", root / "entry_points")
     (root / "data").mkdir()
-    (root / "data" / "gsm8k").symlink_to(smoke_store.data_dir)
+    (root / "data" / "synthetic").symlink_to(smoke_store.data_dir)
     return root
 
 

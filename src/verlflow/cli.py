@@ -79,12 +79,15 @@ def resolve_target(step: Step):
 def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
     with gc_paused():  # start-up: the step's imports
+        from verlflow import known_warnings, progress
         from verlflow.runs import lifecycle, probe
 
         step = STEPS[name]
         kwargs = {p.name: _parse_value(p, values[p.name]) for p in step.params}
         target = resolve_target(step)
     check_env_numbers()  # settings read at import: a bad one is one line here, before any run opens
+    known_warnings.install()
+    progress.quiet_library_bars()
     probe.check_tracking_server()
     lifecycle.die_with_launcher()
     return target(**kwargs)

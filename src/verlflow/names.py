@@ -190,11 +190,28 @@ GLOSSARY: list[tuple[str, str]] = [
 
 
 def glossary_markdown() -> str:
-    """The glossary as a Markdown table, as it appears in the README."""
+    """The glossary as a Markdown table, as it appears in docs/metrics.md."""
     lines = ["| metric | meaning |", "| --- | --- |"]
     lines += [f"| `{name}` | {meaning} |" for name, meaning in GLOSSARY]
     return "\n".join(lines)
 
 
+def metrics_document() -> str:
+    """docs/metrics.md, whole: generated here so that it never drifts from the names the code logs."""
+    return "\n".join([
+        "# Metrics",
+        "",
+        "Every metric a verlflow run logs, with verl's names (sanitized as verl's MLflow logger does: `@` →",
+        "`_at_`). Per training step unless the meaning says otherwise; `system/*` are sampled every",
+        "`verlflow.system_metrics_interval` seconds (10) on the machine verlflow runs on (step = sample number).",
+        "",
+        "Generated from `verlflow.names.GLOSSARY`: `python -m verlflow.names > docs/metrics.md`",
+        "(tests/test_tracking_names.py keeps the two equal).",
+        "",
+        glossary_markdown(),
+        "",
+    ])
+
+
 if __name__ == "__main__":
-    print(glossary_markdown())
+    print(metrics_document(), end="")

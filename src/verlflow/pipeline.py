@@ -33,7 +33,6 @@ import functools
 import hashlib
 import logging
 import os
-import re
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -76,6 +75,15 @@ REUSABLE = ("preprocess", "train")
 PROMOTE_METRIC = metrics.EVAL_ACCURACY
 # The starting model's evaluation: an ``evaluate`` run with this role tag, named by BASE_EVAL in the parent.
 BASE_EVAL = "evaluate_base"
+# What each link of the chain does, printed as it starts (the long ones would otherwise be silent for minutes).
+PHASES = {
+    "preprocess": "preparing the data",
+    BASE_EVAL: "evaluating the starting model",
+    "train": "training",
+    "register": "registering the trained checkpoint",
+    "evaluate": "evaluating the trained model",
+    "promote": "deciding the champion",
+}
 
 
 @dataclass
@@ -141,10 +149,11 @@ def make_plan(recipe: str, device: str, source: str, model_name: str, overrides:
     from verlflow.models.registry import check_model_name
 
     check_model_name(name)  # before preprocess and train, not minutes later at register
-    slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
+    from verlflow.data.recipe_data import default_data_dir
+
     resolved = composed.resolved
     return Plan(recipe=recipe, device=dev, source=source, model_name=name, overrides=overrides,
-                data_dir=(Path("data") / slug).resolve(), start_model=str(resolved.actor_rollout_ref.model.path),
+                data_dir=default_data_dir(source).resolve(), start_model=str(resolved.actor_rollout_ref.model.path),
                 max_response_length=int(resolved.data.max_response_length))
 
 
@@ -200,7 +209,7 @@ class StepRunner:
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
         self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
         self.runs[name] = run_id
-        print(f"main: {name}: run {run_id}")
+        print(f"main: {name}: run {run_id}: {PHASES.get(name, step)} …", flush=True)
         with _attached(self.client, run_id):
             value = call()
         return self.client.get_run(run_id), value
@@ -333,6 +342,7 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
     """
     from verlflow.models import evaluate, model_path
 
+    print(f"main: starting model: {plan.start_model}", flush=True)
     folder = model_path.resolve_model_path(plan.start_model)
     params = {"model_uri": folder, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto",
               "max_new_tokens": plan.max_response_length}

@@ -71,14 +71,23 @@ def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, o
     return cfg
 
 
-def check_train_inputs(cfg: config.ComposedConfig, data_dir: str) -> None:
-    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes)."""
+def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_splits: bool = True) -> None:
+    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes).
+
+    ``require_splits=False`` (verl launches) leaves a missing split to the verl preflight, which lists it
+    with every other launch mistake.
+    """
+    from verlflow.config.schema import VerlflowBlock
+    from verlflow.data.recipe_data import preprocess_command
     from verlflow.input_checks import check_model_folder, check_parquet_split
 
     for split in ("train", "test"):
         path = Path(data_dir) / f"{split}.parquet"
         if path.exists():
             check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
+        elif require_splits:
+            command = preprocess_command(cfg.verlflow.data_source or VerlflowBlock.data_source, data_dir)
+            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `{command}` first")
     check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))
 
 
@@ -125,11 +134,15 @@ def run_train(
     recipe, dev, profile, backend = choose_train_setup(recipe, device, profile, backend)
     # An address nobody answers at is refused before anything is composed (seconds, not a minute).
     ray_nodes = ray_cluster.cluster_nodes(ray_address) if ray_address and backend == "verl" else None
+    if not data_dir:  # the recipe's data, where main puts it; prepared now when it can be made here
+        from verlflow.data import recipe_data
+
+        data_dir = recipe_data.step_data_dir("", recipe_data.recipe_source(recipe, overrides))
     cfg = compose_train_config(recipe, profile, data_dir, model, overrides, check_counts=backend == "local")
     if cfg.profile.device != dev:
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
     interval = system_metrics.sampling_interval(cfg.verlflow)
-    check_train_inputs(cfg, data_dir)
+    check_train_inputs(cfg, data_dir, require_splits=backend == "local")
     run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(args)}
     if backend == "local":
         if dry_run or ray_address:

@@ -334,6 +334,12 @@ def _canonical_source(source: str) -> str:
     return str(Path(source).expanduser().resolve())
 
 
+def default_output_dir(source: str) -> Path:
+    """``data/<source>``: where ``main`` and ``preprocess`` put a source's splits (``/`` and the like → ``-``)."""
+    slug = re.sub(r"[^A-Za-z0-9._]+", "-", source).strip("-.") or "data"
+    return Path("data") / slug
+
+
 def data_dir_digest(data_dir: str | Path) -> str | None:
     """The ``data.digest`` of a folder :func:`preprocess` wrote (None when it holds no such files).
 

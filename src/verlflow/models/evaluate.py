@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +81,32 @@ def max_new_tokens_for(source_run_id: str | None) -> int:
 # --- data ---------------------------------------------------------------------------------------
 
 
+def default_eval_data(model: ResolvedModel, split: str) -> str:
+    """The data an evaluation with no ``data_dir`` uses: the folder the model trained on, else its recipe's.
+
+    The train run's ``data/<train|val>_files`` param names the folder; when that is gone (or the model is a
+    bare folder), the recipe's data folder is used (the train run's recipe, else the default one), made
+    here when it can be (:func:`verlflow.data.recipe_data.step_data_dir`).
+    """
+    from verlflow.data import recipe_data
+    from verlflow.names import RECIPE_TAG
+    from verlflow.train import choose_train_setup
+
+    recipe = ""
+    if model.source_run_id:
+        try:
+            run = MlflowClient().get_run(model.source_run_id)
+        except MlflowException:
+            run = None
+        if run is not None:
+            files = run.data.params.get("data/val_files" if split == "test" else "data/train_files", "")
+            if files and Path(files).is_file():
+                return str(Path(files).parent)
+            recipe = run.data.tags.get(RECIPE_TAG, "")
+    recipe = recipe or choose_train_setup("auto", "auto", "auto", "auto")[0]
+    return recipe_data.step_data_dir("", recipe_data.recipe_source(recipe), splits=(split,))
+
+
 def load_problems(data_dir: str, split: str, limit: int) -> list[dict[str, Any]]:
     """Rows in verl's GSM8K schema: the preprocessed parquet, or a raw GSM8K folder (jsonl/parquet)."""
     from verlflow.data import gsm8k
@@ -130,8 +155,9 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
                 batch_size: int = DEFAULT_BATCH_SIZE) -> list[tuple[str, int]]:
     """Greedy answers (text, response tokens) with transformers: left-padded batches, KV cache."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from verlflow.progress import progress_bar
 
     device = _accelerator()
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
@@ -149,7 +175,7 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
     # Similar lengths in one batch waste less compute on padding; answers go back in input order.
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     answers: list[tuple[str, int]] = [("", 0)] * len(texts)
-    with torch.inference_mode(), tqdm(total=len(texts), desc="evaluate", unit="problem", file=sys.stderr) as bar:
+    with torch.inference_mode(), progress_bar(len(texts), "evaluate", "problem") as bar:
         for start in range(0, len(order), batch_size):
             batch = order[start:start + batch_size]
             enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
@@ -225,13 +251,16 @@ def run_evaluate(
     """Measure GSM8K accuracy of a model (step ``evaluate``) and log it as an MLflow run.
 
     Everything the user gave is checked before a run is opened, so bad input leaves no run behind.
+    ``data_dir=""``: the data the model trained on (:func:`default_eval_data`).
     ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``.
     """
     engine = choose_backend(backend)
+    model = None if data_dir else resolve_model(model_uri)  # no data_dir: the model says which data
+    data_dir = data_dir or default_eval_data(model, split)
     problems = load_problems(data_dir, split, limit)
     if not problems:
         raise VerlflowError(f"split '{split}' in {data_dir} has no problems to evaluate")
-    model = resolve_model(model_uri)
+    model = model or resolve_model(model_uri)
     budget = max_new_tokens or max_new_tokens_for(model.source_run_id)
     tags = {STEP_TAG: "evaluate", MODEL_URI_TAG: model_uri, "eval.backend": engine,
             "eval.max_new_tokens": str(budget), "eval.split": split}

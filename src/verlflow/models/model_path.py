@@ -16,7 +16,7 @@ from pathlib import Path
 
 from verlflow.errors import VerlflowError
 from verlflow.models.tinymodel import BUILD_VERSION, build_tiny_model
-from verlflow.models.tinymodel_sft import build_warm_started_model
+from verlflow.models.tinymodel_sft import SFT_STEPS, build_warm_started_model
 
 # The model path a recipe uses to ask for the tiny model as initialised (untrained).
 TINY_SENTINEL = "tiny-qwen3"
@@ -42,6 +42,8 @@ def resolve_model_path(path_or_id: str, cache_dir: str | os.PathLike[str] | None
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         target = root / f"{path_or_id}-v{BUILD_VERSION}-seed{seed}"
         if not (target / "config.json").is_file():
+            how = f" with a warm start of {SFT_STEPS} steps (about a minute)" if path_or_id == SFT_SENTINEL else ""
+            print(f"model: building {path_or_id} once{how}; cached in {target}", flush=True)
             root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
             try:

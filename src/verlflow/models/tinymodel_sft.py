@@ -101,12 +101,15 @@ def _train(model: Any, encoded: list[tuple[list[int], int]], *, steps: int, batc
            pad_id: int, seed: int) -> None:
     import torch
 
+    from verlflow.progress import progress_bar
+
     if steps <= 0:
         return
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     order = random.Random(seed)
     model.train()
+    bar = progress_bar(steps, "warm start", "step")
     for _ in range(steps):
         batch = order.sample(encoded, batch_size)
         width = max(len(ids) for ids, _ in batch)
@@ -123,4 +126,7 @@ def _train(model: Any, encoded: list[tuple[list[int], int]], *, steps: int, batc
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        bar.update(1)
+    bar.close()
     model.eval()

@@ -1,7 +1,6 @@
 """The search step: an Optuna study over lr, KL coefficient and group size, one nested MLflow run per trial.
 
-    mlflow run . --env-manager local -e preprocess -P source=synthetic
-    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke
+    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke   # data: data/synthetic-easy
     # a second worker on the same study, from another shell or machine (same storage):
     mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke \
         -P storage=optuna/smoke-default.journal
@@ -88,11 +87,17 @@ def run_search(
     storage: str,
     pruner: str,
     search_config: str,
-    data_dir: str = "data/gsm8k",
+    data_dir: str = "",
 ) -> SearchResult:
-    """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``)."""
-    search = _checked_search(n_trials, pruner, storage, search_config, data_dir)
+    """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``).
+
+    ``data_dir=""``: the recipe's data, where ``main`` puts it (prepared first when it can be made here).
+    """
+    from verlflow.data import recipe_data
+
+    search = _checked_search(n_trials, pruner, storage, search_config)
     recipe, dev, profile, backend = train.choose_train_setup(recipe, device, "auto", "auto")
+    data_dir = recipe_data.step_data_dir(data_dir, recipe_data.recipe_source(recipe))
 
     def compose_trial(values: dict[str, Any]) -> config.ComposedConfig:
         merged = {**search.trial_overrides, **values}
@@ -141,7 +146,7 @@ def run_search(
     return result
 
 
-def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str, data_dir: str) -> SearchConfig:
+def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str) -> SearchConfig:
     """The search config, after every step parameter was checked: one line for any mistake, before a trial."""
     from verlflow.input_checks import check_storage_url
 
@@ -152,11 +157,6 @@ def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str
     check_storage_url(storage)
     search = load_search_config(search_config)
     check_space_keys(search)
-    for split in ("train", "test"):
-        if not (Path(data_dir) / f"{split}.parquet").is_file():
-            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `mlflow run . "
-                                f"--env-manager local -e preprocess -P source=synthetic "
-                                f"-P output_dir={data_dir}` first")
     return search
 
 

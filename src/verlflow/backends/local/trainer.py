@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -165,7 +164,9 @@ class LocalTrainer:
         from verlflow.device import detect as device
 
         for key, value in self.settings.ignored.items():
-            log.warning("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
+            # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
+            # cluster on purpose; the run's tag verlflow.ignored_keys keeps the list.
+            log.info("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
         retry_on_lock(mlflow.set_tag, IGNORED_KEYS_TAG, ",".join(self.settings.ignored) or "none")
         try:
             tracking.log_verl_params(self.cfg.to_container())
@@ -222,15 +223,13 @@ class LocalTrainer:
 
     def train(self, *, on_step_end: StepCallback | None = None, started_at: float) -> TrainResult:
         """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
-        from tqdm import tqdm
-
         from verlflow import tracking
+        from verlflow.progress import progress_bar
 
         metrics: dict[str, float] = {}
         if self.settings.val_before_train:
             self._log(self._validate(), self.global_step)
-        self.progress = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO", unit="step",
-                             file=sys.stderr, dynamic_ncols=True)
+        self.progress = progress_bar(self.total_steps, "GRPO", "step", initial=self.global_step)
         while self.global_step < self.total_steps:
             self.global_step += 1
             step = self.global_step
@@ -247,7 +246,7 @@ class LocalTrainer:
             if last or (self.settings.save_freq > 0 and step % self.settings.save_freq == 0):
                 self._save()
             self.progress.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
-                                      step_s=f"{metrics['timing_s/step']:.1f}")
+                                      step_s=f"{metrics['timing_s/step']:.1f}", refresh=False)
             self.progress.update(1)
             if on_step_end is not None:
                 on_step_end(step, metrics)

@@ -1,0 +1,54 @@
+"""Silence the library warnings verlflow's own recipes trigger on every run, and only those.
+
+    python -c "from verlflow.known_warnings import KNOWN; print(*KNOWN, sep='\\n')"
+
+Each entry names the logger and the start of the message, and why it is harmless here. The filters match
+those messages only: any other warning of the same logger still shows. :func:`install` is called once when
+a step starts (:func:`verlflow.cli.run_step`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Known:
+    """A harmless message: its logger, how it starts, and why verlflow may drop it."""
+
+    logger: str
+    starts_with: str
+    why: str
+
+
+KNOWN: tuple[Known, ...] = (
+    Known("verl.utils.tracking", "[MLflow] Metric key ",
+          "verl's own names (mean@1) are sanitized to MLflow keys (mean_at_1) by design, the same in every run"),
+    Known("mlflow.transformers", "The model card could not be retrieved from the hub",
+          "register logs a local checkpoint, which has no hub model card"),
+    Known("mlflow.transformers", "Unable to find license information for this model",
+          "a local checkpoint has no hub licence file; its base model's licence applies"),
+)
+
+
+class _DropKnown(logging.Filter):
+    """Drops the records of one logger whose message starts with one of the given texts."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefixes)
+
+
+def install() -> None:
+    """Attach one filter per logger in :data:`KNOWN` (idempotent: a second call adds nothing)."""
+    by_logger: dict[str, tuple[str, ...]] = {}
+    for known in KNOWN:
+        by_logger[known.logger] = (*by_logger.get(known.logger, ()), known.starts_with)
+    for name, prefixes in by_logger.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropKnown) for f in logger.filters):
+            logger.addFilter(_DropKnown(prefixes))
