@@ -47,11 +47,13 @@ ROWS: dict[str, tuple[str, str | dict[str, str], dict[str, tuple[str, str | None
     "batched_tokens": ("npu", f"{R}.max_num_batched_tokens=1024",
                        {"guide": ("error", f"{R}.max_num_batched_tokens"),
                         "newest": ("warning", f"{R}.max_num_batched_tokens")}),
-    "val_temperature": ("npu", f"{R}.val_kwargs.do_sample=true {R}.temperature=0", {"*": ("error", f"{R}.temperature")}),
+    "val_temperature": ("npu", f"{R}.val_kwargs.do_sample=true {R}.temperature=0",
+                        {"*": ("error", f"{R}.temperature")}),
     "reward_path": ("npu", "custom_reward_function.path=/nope.py", {"*": ("error", "custom_reward_function.path")}),
     "reward_name": ("npu", "custom_reward_function.path={reward} custom_reward_function.name=my_score",
                     {"*": ("error", "custom_reward_function.name")}),
-    "reward_manager": ("npu", {"guide": "reward_model.reward_manager=nave", "newest": "reward.reward_manager.name=nave"},
+    "reward_manager": ("npu", {"guide": "reward_model.reward_manager=nave",
+                               "newest": "reward.reward_manager.name=nave"},
                        {"guide": ("error", "reward_model.reward_manager"),
                         "newest": ("error", "reward.reward_manager.name")}),
     "megatron": ("npu", f"{A}.strategy=megatron", {"*": ("error", f"{A}.strategy")}),
@@ -72,7 +74,8 @@ ROWS: dict[str, tuple[str, str | dict[str, str], dict[str, tuple[str, str | None
                           "newest": ("error", f"{R}.log_prob_use_dynamic_bsz")}),
     # Per-device batch 512 × 5 / 16 = 160: 0.9's engine splits it into micro-batches exactly; 0.5.0 allows a rest.
     "log_prob_division": ("npu", f"{FIXED_BATCH} {A}.ppo_micro_batch_size_per_gpu=4 "
-                                 f"{R}.log_prob_micro_batch_size_per_gpu=48 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+                                 f"{R}.log_prob_micro_batch_size_per_gpu=48 "
+                                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
                           {"guide": ("pass", None), "newest": ("error", f"{R}.log_prob_micro_batch_size_per_gpu")}),
     "remove_padding": ("npu", f"{A}.ulysses_sequence_parallel_size=2 actor_rollout_ref.model.use_remove_padding=false",
                        {"*": ("error", "actor_rollout_ref.model.use_remove_padding")}),
