@@ -17,6 +17,8 @@ Rows of ``docs/preflight.md`` that depend on the installed packages or on a file
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -131,21 +133,31 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 
 
 def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
-    """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``)."""
+    """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``).
+
+    verl 0.9 resolves it with ``reward.resolve_reward_manager_cls`` (its reward-loop registry), called here;
+    0.5 with ``workers.reward_manager.get_reward_manager_cls``. A manager loaded from a user's module
+    (``source: importlib``) is not executed here.
+    """
     if OmegaConf.select(cfg, "reward.reward_manager.name") is not None:
-        key = "reward.reward_manager.name"
         if _get(cfg, "reward.reward_manager.source", "register") != "register":
             return []
-    else:
-        key = "reward_model.reward_manager"
-    name = _get(cfg, key) or "naive"
-    from verl.workers.reward_manager import registry
+        from verl.trainer.ppo.reward import resolve_reward_manager_cls
 
+        key, registry = "reward.reward_manager.name", "verl.experimental.reward_loop.reward_manager.registry"
+        lookup = functools.partial(resolve_reward_manager_cls, cfg)
+    else:
+        from verl.workers.reward_manager.registry import get_reward_manager_cls
+
+        key, registry = "reward_model.reward_manager", "verl.workers.reward_manager.registry"
+        lookup = functools.partial(get_reward_manager_cls, _get(cfg, key) or "naive")
     try:
-        registry.get_reward_manager_cls(name)
+        lookup()
     except ValueError:
-        valid = ", ".join(sorted(getattr(registry, "REWARD_MANAGER_REGISTRY", {})))
-        return [Problem(key, name, f"unknown reward manager for the installed verl: use one of {valid}")]
+        module = importlib.import_module(registry)
+        names = getattr(module, "REWARD_MANAGER", None) or getattr(module, "REWARD_MANAGER_REGISTRY", {})
+        return [Problem(key, _get(cfg, key), f"unknown reward manager for the installed verl: use one of "
+                                             f"{', '.join(sorted(names))}")]
     return []
 
 
