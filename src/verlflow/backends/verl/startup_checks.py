@@ -17,7 +17,6 @@ suspicious values (a learning rate far from GRPO practice, greedy sampling of a 
 from __future__ import annotations
 
 import functools
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,6 @@ class VerlTraits:
     engine_workers: bool
     # The vLLM server raises max_num_batched_tokens to max_model_len itself when chunked prefill is off.
     raises_batched_tokens: bool
-    # ``verl.utils.config.validate_config`` exists (>= 0.6): it checks the batch sizes itself.
-    has_validate_config: bool
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,10 +57,8 @@ def verl_traits() -> VerlTraits:
     root = Path(verl.__file__).parent
     server = root / "workers" / "rollout" / "vllm_rollout" / "vllm_async_server.py"
     raises = server.is_file() and "max_num_batched_tokens = self.config.max_model_len" in server.read_text()
-    config = importlib.import_module("verl.utils.config")
     engine = not (root / "workers" / "fsdp_workers.py").is_file()
-    return VerlTraits(version=str(verl.__version__), engine_workers=engine, raises_batched_tokens=raises,
-                      has_validate_config=hasattr(config, "validate_config"))
+    return VerlTraits(version=str(verl.__version__), engine_workers=engine, raises_batched_tokens=raises)
 
 
 def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
