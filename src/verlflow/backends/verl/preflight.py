@@ -22,11 +22,9 @@ validation runs where that verl has it (its config dataclasses; ``validate_confi
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import importlib
-import inspect
 import io
 import math
 import pkgutil
@@ -37,6 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.errors import NO_VALUE, Problem
 from verlflow.util import first_line
 
@@ -82,17 +81,6 @@ def _rollout_engines() -> tuple[str, ...]:
     package = importlib.import_module("verl.workers.rollout")
     return tuple(sorted(m.name.removesuffix("_rollout") for m in pkgutil.iter_modules(package.__path__)
                         if m.name.endswith("_rollout")))
-
-
-def _compared_strings(func, name: str) -> tuple[str, ...]:
-    """The string literals ``func`` compares its argument ``name`` against (its accepted modes)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(inspect.getsource(func).lstrip())):
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
-            for comparator in node.comparators:
-                found |= {n.value for n in ast.walk(comparator)
-                          if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    return tuple(sorted(found))
 
 
 def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:

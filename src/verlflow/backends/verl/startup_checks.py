@@ -16,7 +16,9 @@ suspicious values (a learning rate far from GRPO practice, greedy sampling of a 
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,15 +219,25 @@ def rollout_problems(cfg: DictConfig) -> tuple[list[Problem], list[str]]:
     return problems, warnings
 
 
+def compared_strings(func, name: str) -> tuple[str, ...]:
+    """The string literals ``func`` compares its argument ``name`` against (its accepted modes)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(func).lstrip())):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
+            for comparator in node.comparators:
+                found |= {n.value for n in ast.walk(comparator)
+                          if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return tuple(sorted(found))
+
+
 def _kl_names(core_algos) -> tuple[str, ...]:
     """The KL estimator names the installed verl's ``kl_penalty`` computes (its compared strings, tried)."""
     import torch
 
-    from verlflow.backends.verl.preflight import _compared_strings
 
     func = getattr(core_algos, "kl_penalty_forward", core_algos.kl_penalty)
     zeros = torch.zeros(1)
-    return tuple(n for n in _compared_strings(func, "kl_penalty") if _computes(core_algos, n, zeros))
+    return tuple(n for n in compared_strings(func, "kl_penalty") if _computes(core_algos, n, zeros))
 
 
 def _computes(core_algos, name: str, zeros) -> bool:
