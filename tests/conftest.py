@@ -120,3 +120,22 @@ def warm_model_cache(tmp_path_factory) -> Path:
     cache = tmp_path_factory.mktemp("verlflow-cache")
     resolve_model_path(SFT_SENTINEL, cache)
     return cache
+
+
+# The verl the reference guide ran (its §6.1 stacks); the newest is the one installed in this environment.
+GUIDE_VERL = "0.5.0"
+
+
+@pytest.fixture(scope="session")
+def guide_verl(request) -> Path:
+    """verl 0.5.0 without dependencies in a cached folder (fails loudly when the registry is unreachable).
+
+    Put it first on a subprocess's ``PYTHONPATH`` to run verlflow against the guide's verl.
+    """
+    target = Path(request.config.cache.mkdir(f"verl-{GUIDE_VERL}"))
+    if not (target / "verl" / "__init__.py").is_file():
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target",
+                               str(target), f"verl=={GUIDE_VERL}"], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            pytest.fail(f"cannot install verl=={GUIDE_VERL} from the registry: {done.stderr[-1500:]}")
+    return target

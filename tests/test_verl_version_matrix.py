@@ -1,7 +1,8 @@
 """The guide's verl (0.5.0) and the newest (the installed one) both compose our recipe and log into our run.
 
 verl 0.5.0 comes from the package registry into a cached ``--target`` folder without its dependencies
-(``.pytest_cache/d/verl-0.5.0``, installed once) and is put first on ``sys.path`` of a subprocess. There,
+(``.pytest_cache/d/verl-0.5.0``, installed once by conftest's ``guide_verl``) and is put first on ``sys.path``
+of a subprocess. There,
 for each verl: the guide's recipe composes and validates with each profile (a3, h20) against *that* verl's
 config and passes the preflight's name and size checks; then, for a run verlflow created in experiments
 ``Qwen3 GRPO/A3 对比`` and ``team-a/h20 baseline``, the launch's own command-line overrides are composed by
@@ -63,18 +64,6 @@ VERL_SIDE = textwrap.dedent(
     print("RESULT " + json.dumps(out))
     """
 )
-
-
-@pytest.fixture(scope="module")
-def guide_verl(request) -> Path:
-    """verl 0.5.0 without dependencies in a cached folder (fails loudly when the registry is unreachable)."""
-    target = Path(request.config.cache.mkdir(f"verl-{GUIDE_VERL}"))
-    if not (target / "verl" / "__init__.py").is_file():
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target",
-                               str(target), f"verl=={GUIDE_VERL}"], capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"cannot install verl=={GUIDE_VERL} from the registry: {done.stderr[-1500:]}")
-    return target
 
 
 def _run_verl_side(paths: list[str], tmp_path: Path, uri: str, runs: list[dict]) -> dict:

@@ -10,7 +10,12 @@ key, a ``+key`` verl already has, a ``~key`` it lacks, a word for a number — e
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import importlib.util
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +28,41 @@ from verlflow.errors import NO_VALUE, Problem, VerlflowError, raise_problems
 
 @functools.lru_cache(maxsize=1)
 def verl_config_dir() -> str:
-    """Folder of the installed verl's Hydra configs (``verl/trainer/config``)."""
-    import verl
-
-    return str(Path(verl.__file__).parent / "trainer" / "config")
+    """Folder of the installed verl's Hydra configs (``verl/trainer/config``), found without importing verl."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise VerlflowError("verl is not installed in this python: pip install verl (or use backend=local)")
+    return str(Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config")
 
 
 @functools.lru_cache(maxsize=1)
 def verl_defaults() -> dict[str, Any]:
-    """Every dotted key of the installed verl's default ppo_trainer config, with its default value."""
-    cfg = _compose_verl(())
-    return flatten_tree(OmegaConf.to_container(cfg, resolve=False))
+    """Every dotted key of the installed verl's default ppo_trainer config, with its default value.
+
+    Composed once per verl install and kept in :func:`defaults_cache_file` (keyed by verl's config files,
+    so another verl or an edited file composes afresh): it does not change between runs.
+    """
+    cache = defaults_cache_file()
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(cache.read_text())
+    defaults = flatten_tree(OmegaConf.to_container(_compose_verl(()), resolve=False))
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        scratch = cache.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(json.dumps(defaults))
+        os.replace(scratch, cache)  # atomic: a concurrent reader sees the whole file or none
+    return defaults
+
+
+def defaults_cache_file() -> Path:
+    """Where :func:`verl_defaults` keeps the installed verl's defaults: named by a digest of its config files."""
+    root = Path(verl_config_dir())
+    digest = hashlib.sha256(str(root).encode())
+    for path in sorted(root.rglob("*.yaml")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(root)}:{stat.st_mtime_ns}:{stat.st_size}".encode())
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "verlflow" / f"verl-defaults-{digest.hexdigest()[:16]}.json"
 
 
 def verl_default_keys() -> tuple[str, ...]:

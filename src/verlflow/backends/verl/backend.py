@@ -128,7 +128,8 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
         # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
         importlib.import_module("verlflow.backends.verl.cpu_plugin")
         verl_preflight.verl_names.cache_clear()
-    problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files)
+    device_name = cfg.profile.device if cfg.verlflow.launch_module == verl_command.DEFAULT_LAUNCH_MODULE else None
+    problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files, device=device_name)
     named = {problem.key for problem in problems}
     problems += [p for p in input_checks.config_count_problems(resolved) if p.key not in named]
     if check_device:
@@ -216,12 +217,14 @@ def train_verl(
     A failed launch raises :class:`VerlflowError` (run FAILED), a signal :class:`RunInterrupted` (KILLED).
     """
     client = MlflowClient()
-    plan, spec, command = _prepare_launch(client, cfg, run_id, dry_run=dry_run, ray_address=ray_address)
+    plan, spec, command, resolved = _prepare_launch(client, cfg, run_id, dry_run=dry_run, ray_address=ray_address)
     if dry_run:
-        job = verl_launch.validate_with_verl(plan)
-        mlflow.log_dict(job, "config/verl_job.yaml")
-        mlflow.set_tag(VALIDATED_TAG, "verl main_ppo --cfg job")
-        print("verlflow: dry run: verl composes this command line; not launched:\n")
+        # verl's own Hydra config composed the launch's exact override words in-process (the launch's main_ppo
+        # composes them again, the authority); bash must hand main_ppo those words unchanged.
+        verl_launch.check_shell_words(plan.argv())
+        mlflow.log_dict(OmegaConf.to_container(resolved), "config/verl_job.yaml")
+        mlflow.set_tag(VALIDATED_TAG, "verl's Hydra config (ppo_trainer), composed in-process")
+        print("verlflow: dry run: verl's config composes this command line; not launched:\n")
         print(command)
         return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
                                run_dir=str(plan.run_dir), checkpoint_dir=None)
@@ -236,10 +239,11 @@ def train_verl(
 
 
 def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: str, *, dry_run: bool,
-                    ray_address: str) -> tuple[LaunchPlan, dict | None, str]:
+                    ray_address: str) -> tuple[LaunchPlan, dict | None, str, Any]:
     """Plan the launch, validate it with verl, log it, and refuse it when it cannot work here.
 
-    Returns the plan, the Ray job spec (None for a local launch) and the command text a user could rerun.
+    Returns the plan, the Ray job spec (None for a local launch), the command text a user could rerun and
+    verl's resolved config of that command line.
     """
     run = client.get_run(run_id)
     experiment = client.get_experiment(run.info.experiment_id).name
@@ -264,7 +268,7 @@ def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: st
             mlflow.set_tag(PREFLIGHT_TAG, "skipped (verlflow.skip_preflight)")
         else:
             mlflow.set_tag(PREFLIGHT_TAG, "passed")
-    return plan, spec, command
+    return plan, spec, command, resolved
 
 
 def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict | None,

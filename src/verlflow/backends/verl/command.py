@@ -20,7 +20,8 @@ Nothing here starts a process. :func:`build_plan` takes the recipe + profile + o
 - ``trainer.default_local_dir`` is ``<run folder>/checkpoints`` unless the overrides name one.
 - ``trainer.use_v1=False`` where the installed verl has that key (>= 0.9), whatever is installed, unless the
   overrides ask for V1 (kept only when the ``transfer_queue`` package it imports is installed).
-- Local data and model paths become absolute: verl runs with the run folder as working directory.
+- Local data, model and reward-function paths become absolute: verl runs with the run folder as working
+  directory.
 - ``actor_rollout_ref.rollout.trace.*``: verl's own rollout traces go to MLflow (``backend=mlflow``,
   ``token2text``), a few samples per step and agent-loop worker (the recipe's ``verlflow.rollout_traces``,
   default :data:`DEFAULT_TRACED_SAMPLES`, 0 = off), where the installed verl can sample them (>= 0.9: a verl
@@ -232,6 +233,8 @@ def _model_path(value: Any) -> Any:
     return value
 
 
+# The reward function's file, read by verl from the run folder: made absolute like the data files.
+REWARD_FILE_KEYS = ("custom_reward_function.path", "reward.custom_reward_function.path")
 TRACE = "actor_rollout_ref.rollout.trace"
 # Rollouts traced per training step and agent-loop worker unless the recipe says otherwise.
 DEFAULT_TRACED_SAMPLES = VerlflowBlock.rollout_traces
@@ -292,7 +295,7 @@ def forced_overrides(
         notes.append(f"{TRACE}.backend=mlflow: verl traces {traces} rollout(s) per step and worker into this "
                      "run's experiment (verlflow.rollout_traces=0 turns it off)")
 
-    for key in ("data.train_files", "data.val_files"):
+    for key in ("data.train_files", "data.val_files", *REWARD_FILE_KEYS):
         if key in out:
             out[key] = _absolute_path(out[key])
     if "actor_rollout_ref.model.path" in out:

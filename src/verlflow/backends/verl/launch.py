@@ -13,7 +13,9 @@ Ray job (``ray_address``): the same script is the entrypoint of a job submitted 
 job. :func:`ray_job_spec` is the pure part, :func:`ray_submit_command` the equivalent CLI line.
 
 :func:`validate_with_verl` runs the plan's script with ``main_ppo --cfg job``: verl composes the exact
-command line (quoting included) and prints the job config, which must agree with what we composed.
+command line (quoting included) and prints the job config, which must agree with what we composed. A dry
+run does not start it (verl's Hydra config is composed in-process, :func:`check_shell_words` checks the
+quoting); it stays for a check against a verl in another environment.
 """
 
 from __future__ import annotations
@@ -148,6 +150,15 @@ def run_local(plan: LaunchPlan, log_path: str | Path, on_line: Callable[[str], N
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     return run_streaming(["bash", "-c", plan.script()], env=launch_env(plan), cwd=plan.run_dir,
                          log_path=log_path, on_line=on_line)
+
+
+def check_shell_words(argv: list[str]) -> None:
+    """Each word of the launch survives the script's quoting unchanged, as bash splits it (POSIX rules)."""
+    from verlflow.backends.verl.command import shell_quote
+
+    for word in argv:
+        if shlex.split(shell_quote(word)) != [word]:
+            raise VerlflowError(f"the launch script would not pass {word!r} to verl unchanged: a quoting problem")
 
 
 def validate_with_verl(plan: LaunchPlan, timeout_s: float = 300) -> dict[str, Any]:
@@ -299,6 +310,6 @@ def run_ray_job(
 
 
 __all__ = [
-    "KILL_GRACE_S", "run_streaming", "run_local", "launch_env", "validate_with_verl",
+    "KILL_GRACE_S", "run_streaming", "run_local", "launch_env", "validate_with_verl", "check_shell_words",
     "ray_job_spec", "ray_submit_command", "run_ray_job",
 ]

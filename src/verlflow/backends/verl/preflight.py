@@ -22,11 +22,9 @@ validation runs where that verl has it (its config dataclasses; ``validate_confi
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import importlib
-import inspect
 import io
 import math
 import pkgutil
@@ -37,6 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.errors import NO_VALUE, Problem
 from verlflow.util import first_line
 
@@ -82,17 +81,6 @@ def _rollout_engines() -> tuple[str, ...]:
     package = importlib.import_module("verl.workers.rollout")
     return tuple(sorted(m.name.removesuffix("_rollout") for m in pkgutil.iter_modules(package.__path__)
                         if m.name.endswith("_rollout")))
-
-
-def _compared_strings(func, name: str) -> tuple[str, ...]:
-    """The string literals ``func`` compares its argument ``name`` against (its accepted modes)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(inspect.getsource(func).lstrip())):
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
-            for comparator in node.comparators:
-                found |= {n.value for n in ast.walk(comparator)
-                          if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    return tuple(sorted(found))
 
 
 def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
@@ -267,19 +255,34 @@ def _verl_check(where: str, check) -> list[Problem]:
     return []
 
 
-def launch_problems(cfg: DictConfig, *, check_files: bool = True) -> tuple[list[Problem], list[str]]:
-    """Every problem of a launch's resolved config, and notes (a model to download); see the module docstring.
+def launch_problems(cfg: DictConfig, *, check_files: bool = True,
+                    device: str | None = None) -> tuple[list[Problem], list[str]]:
+    """Every problem of a launch's resolved config, and notes (a model to download, warnings).
 
-    ``check_files=False`` leaves out the model and data checks (a stand-in launcher brings its own).
+    See the module docstring; the rows of ``docs/preflight.md`` are :mod:`.startup_checks` and
+    :mod:`.startup_loads`. ``check_files=False`` leaves out the model, data and reward-file checks (a
+    stand-in launcher brings its own; a Ray job's files are the cluster's). ``device`` is the profile's
+    (``npu``/``gpu``): ``trainer.device`` must name it.
     """
+    from verlflow.backends.verl import startup_checks, startup_loads
+
     problems = name_problems(cfg) + size_problems(cfg)
+    named = {problem.key for problem in problems}
+    rollout, warnings = startup_checks.rollout_problems(cfg)
+    startup = (startup_checks.micro_batch_problems(cfg) + startup_checks.parallel_problems(cfg) + rollout
+               + startup_checks.loss_problems(cfg) + startup_loads.strategy_problems(cfg)
+               + startup_loads.device_problems(cfg, device))
+    problems += [p for p in startup if p.key not in named]
     notes: list[str] = []
     if check_files:
         model, notes = model_problems(_get(cfg, "actor_rollout_ref.model.path"))
-        problems += model + data_problems(cfg)
+        problems += model + data_problems(cfg) + startup_loads.reward_problems(cfg)
+    else:
+        problems += startup_loads.reward_problems(cfg, check_files=False)
     if not problems:
         problems += verl_validation_problems(cfg)
-    return problems, notes
+    warnings += startup_loads.startup_warnings(cfg)
+    return problems, notes + [f"warning: {w}" for w in warnings]
 
 
 __all__ = ["VerlNames", "verl_names", "name_problems", "size_problems", "model_problems", "data_problems",

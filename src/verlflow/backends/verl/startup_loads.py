@@ -1,0 +1,176 @@
+"""What verl imports and loads at start-up, checked before launch: strategy packages, device, reward function.
+
+    verlflow train --device npu --dry_run true --overrides "custom_reward_function.path=/nope.py"
+
+Rows of ``docs/preflight.md`` that depend on the installed packages or on a file the config names:
+
+- ``actor.strategy``: ``main_ppo`` imports the FSDP or Megatron workers (``megatron`` needs ``megatron.core``);
+  verl 0.5.0 asserts the critic's strategy matches; another name is ``NotImplementedError``.
+- ``trainer.device``: verl asks Ray for the devices this names (0.5.0 ``RayPPOTrainer.device_name``): it
+  must be the profile's (``npu`` on A3, ``cuda`` on H20).
+- ``custom_reward_function.path`` / ``.name``: verl loads the file and reads the function from it
+  (0.5.0 ``reward.get_custom_reward_fn``, 0.9 ``import_utils.load_extern_object``): the file must exist,
+  parse, and define the name. The file is read here, never executed.
+- The reward manager's name: verl's own ``get_reward_manager_cls`` is called.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from verlflow.backends.verl.startup_checks import ACTOR, FSDP, GRPO_LR_RANGE, ROLLOUT, STRATEGY_PACKAGES, TRAINER_DEVICE
+from verlflow.errors import Problem
+from verlflow.util import first_line
+
+# verl's load_module: ``pkg://a.b`` is a module, ``file://x.py`` or a bare path a file.
+PKG_PREFIX, FILE_PREFIX = "pkg://", "file://"
+# Where each verl keeps the reward function's file and name (0.9 reads ``reward.*``, copying the top level there).
+REWARD_FUNCTION_SECTIONS = ("custom_reward_function", "reward.custom_reward_function")
+
+
+def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
+    value = OmegaConf.select(cfg, key, default=default)
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
+def strategy_problems(cfg: DictConfig) -> list[Problem]:
+    """A training strategy verl does not know, or whose package is not installed (``main_ppo``'s imports)."""
+    problems = []
+    strategy = str(_get(cfg, f"{ACTOR}.strategy"))
+    if strategy not in STRATEGY_PACKAGES:
+        return [Problem(f"{ACTOR}.strategy", strategy, f"unknown to verl's main_ppo: use one of "
+                                                       f"{', '.join(STRATEGY_PACKAGES)}")]
+    package = STRATEGY_PACKAGES[strategy]
+    if package and not _importable(package):
+        problems.append(Problem(f"{ACTOR}.strategy", strategy, (
+            f"verl imports {package} for it and it is not installed here: use fsdp (the guide's) or install "
+            "Megatron-LM in this environment")))
+    critic = _get(cfg, "critic.strategy")
+    uses_critic = str(_get(cfg, "algorithm.adv_estimator")) == "gae"
+    if critic is not None and (uses_critic or _has_fsdp_workers()) and \
+            (strategy in FSDP) != (str(critic) in FSDP):
+        problems.append(Problem("critic.strategy", critic, f"must be of the actor's family "
+                                                           f"(actor_rollout_ref.actor.strategy={strategy})"))
+    return problems
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package
+        return False
+
+
+def _has_fsdp_workers() -> bool:
+    """verl 0.5's main_ppo asserts the critic's strategy whatever the estimator."""
+    from verlflow.backends.verl.startup_checks import verl_traits
+
+    return not verl_traits().engine_workers
+
+
+def device_problems(cfg: DictConfig, device: str | None) -> list[Problem]:
+    """``trainer.device`` that is not the profile's device (Ray would wait for devices the node lacks)."""
+    want = TRAINER_DEVICE.get(device or "")
+    got = _get(cfg, "trainer.device")
+    if want and got != want:
+        return [Problem("trainer.device", got, f"the profile runs on {device.upper()} devices: use "
+                                               f"trainer.device={want} (or the profile for that device)")]
+    return []
+
+
+def reward_problems(cfg: DictConfig, *, check_files: bool = True) -> list[Problem]:
+    """The custom reward function's file and name (unless ``check_files=False``), and the reward manager's name."""
+    problems = []
+    for section in REWARD_FUNCTION_SECTIONS if check_files else ():
+        path = _get(cfg, f"{section}.path")
+        if path:
+            name = _get(cfg, f"{section}.name") or "compute_score"
+            problems += reward_function_problems(str(path), str(name), section)
+    return problems + _reward_manager_problems(cfg)
+
+
+def reward_function_problems(path: str, name: str, section: str) -> list[Problem]:
+    """A reward function file that is missing, does not parse, or does not define ``name``."""
+    if path.startswith(PKG_PREFIX):
+        module = path.removeprefix(PKG_PREFIX).replace("/", ".")
+        if not _importable(module):
+            return [Problem(f"{section}.path", path, f"no module {module} is importable here: check the name")]
+        return []
+    file = Path(path.removeprefix(FILE_PREFIX)).expanduser()
+    if not file.is_file():
+        return [Problem(f"{section}.path", path, "no such file: give the path of the .py file that defines "
+                                                  f"the reward function ({section}.name={name})")]
+    try:
+        tree = ast.parse(file.read_bytes(), filename=str(file))
+    except (SyntaxError, ValueError) as exc:
+        return [Problem(f"{section}.path", path, f"verl cannot load it: {first_line(exc, 160)}")]
+    if name not in _top_level_names(tree):
+        found = sorted(n for n in _top_level_names(tree) if not n.startswith("_"))
+        hint = f": it defines {', '.join(found[:8])}" if found else ""
+        return [Problem(f"{section}.name", name, f"{path} defines no '{name}'{hint}")]
+    return []
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """Names a module defines at its top level: functions, classes, assignments, imports."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
+    """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``).
+
+    verl 0.9 resolves it with ``reward.resolve_reward_manager_cls`` (its reward-loop registry), called here;
+    0.5 with ``workers.reward_manager.get_reward_manager_cls``. A manager loaded from a user's module
+    (``source: importlib``) is not executed here.
+    """
+    if OmegaConf.select(cfg, "reward.reward_manager.name") is not None:
+        if _get(cfg, "reward.reward_manager.source", "register") != "register":
+            return []
+        from verl.trainer.ppo.reward import resolve_reward_manager_cls
+
+        key, registry = "reward.reward_manager.name", "verl.experimental.reward_loop.reward_manager.registry"
+        lookup = functools.partial(resolve_reward_manager_cls, cfg)
+    else:
+        from verl.workers.reward_manager.registry import get_reward_manager_cls
+
+        key, registry = "reward_model.reward_manager", "verl.workers.reward_manager.registry"
+        lookup = functools.partial(get_reward_manager_cls, _get(cfg, key) or "naive")
+    try:
+        lookup()
+    except ValueError:
+        module = importlib.import_module(registry)
+        names = getattr(module, "REWARD_MANAGER", None) or getattr(module, "REWARD_MANAGER_REGISTRY", {})
+        return [Problem(key, _get(cfg, key), f"unknown reward manager for the installed verl: use one of "
+                                             f"{', '.join(sorted(names))}")]
+    return []
+
+
+def startup_warnings(cfg: DictConfig) -> list[str]:
+    """Legal values that are probably mistakes for GRPO: each a ``key=value: why`` line, not an error."""
+    warnings = []
+    lr = _get(cfg, f"{ACTOR}.optim.lr")
+    low, high = GRPO_LR_RANGE
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 and not low <= lr <= high:
+        warnings.append(f"{ACTOR}.optim.lr={lr}: far outside GRPO practice ({low:g} … {high:g}; the guide "
+                        "uses 5e-7): check the exponent")
+    temperature, n = _get(cfg, f"{ROLLOUT}.temperature"), _get(cfg, f"{ROLLOUT}.n")
+    if temperature == 0 and isinstance(n, int) and n > 1:
+        warnings.append(f"{ROLLOUT}.temperature=0: greedy sampling makes the {n} responses of a group identical, "
+                        "so GRPO's advantages are all zero: use a temperature > 0 (the guide's is 1.0)")
+    return warnings
