@@ -155,6 +155,12 @@ def test_preflight_passes_on_an_a3_node_and_names_what_is_missing(a3, fixtures_d
     preflight(cfg, plan, probe=Probe.recorded(a3_smi, modules=["torch_npu"]), environ={})
     with pytest.raises(VerlflowError, match=r"^no NPU is visible on this machine \(torch_npu not installed\)"):
         preflight(cfg, plan, probe=Probe.recorded(a3_smi), environ={})
+    # A failing npu-smi is shown with its own first error line, not as "no NPU".
+    said = _fixture(fixtures_dir, "npu-smi-info-fail-8020-device-used.txt")
+    busy = {" ".join(NPU_SMI_INFO): "".join(ln for ln in said.splitlines(True) if not ln.startswith("# source:"))}
+    with pytest.raises(VerlflowError, match=r"^no NPU is visible here \(npu-smi info: dcmi model initialized "
+                                             r"failed, because the device is used\. ret is -8020\)"):
+        preflight(cfg, plan, probe=Probe.recorded(failing=busy, modules=["torch_npu"]), environ={})
     with pytest.raises(VerlflowError, match=r"trainer.n_gpus_per_node=16 but only 4 NPU"):
         preflight(cfg, plan, probe=Probe.recorded(a3_smi, modules=["torch_npu"]),
                   environ={"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"})
@@ -163,7 +169,7 @@ def test_preflight_passes_on_an_a3_node_and_names_what_is_missing(a3, fixtures_d
 def test_preflight_on_a_gpu_profile(fixtures_dir, tmp_path):
     cfg, plan = _plan("h20", tmp_path)
     table = {" ".join(NVIDIA_SMI): _fixture(fixtures_dir, "nvidia-smi-table-h20-535.txt")}
-    with pytest.raises(VerlflowError, match=r"^no CUDA GPU is visible on this machine \(nvidia-smi lists none\)"):
+    with pytest.raises(VerlflowError, match=r"^no CUDA GPU is visible here \(nvidia-smi not found on PATH\)"):
         preflight(cfg, plan, probe=Probe.recorded(torch_cuda="12.6"), environ={})
     with pytest.raises(VerlflowError, match="torch here is a CPU build"):
         preflight(cfg, plan, probe=Probe.recorded(table), environ={})

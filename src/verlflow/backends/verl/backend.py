@@ -102,8 +102,12 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
         raise VerlflowError(f"no NPU is visible on this machine (torch_npu not installed); {hint}")
     visible = device.count_visible(dev, probe=probe, environ=environ)
     if visible == 0:
-        lister = "npu-smi" if dev == "npu" else "nvidia-smi"
-        raise VerlflowError(f"no {word} is visible on this machine ({lister} lists none); {hint}")
+        lister = device.NPU_SMI_INFO if dev == "npu" else device.NVIDIA_SMI
+        said = probe.failure(lister)  # the tool's own first error line, e.g. npu-smi's "dcmi ... ret is -8020"
+        why = f"{lister[0]} lists none"
+        if said:
+            why = said if said.startswith(lister[0]) else f"{' '.join(lister)}: {said}"
+        raise VerlflowError(f"no {word} is visible here ({why}); {hint}")
     if dev == "gpu" and probe.torch_cuda() is None:
         raise VerlflowError(f"torch here is a CPU build (torch.version.cuda is None): install a CUDA torch; {hint}")
     wanted = int(plan.overrides.get("trainer.n_gpus_per_node", config.verl_defaults()["trainer.n_gpus_per_node"]))
