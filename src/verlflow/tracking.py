@@ -115,11 +115,19 @@ def tracked_run(
         heartbeat.stop()
         status = end_status(error)
         active = mlflow.active_run()
-        if active is not None and active.info.run_id == run_id:
+        failure = {ERROR_TAG: _one_line(error)} if error is not None and status != "FINISHED" else None
+        # The server is away and the run's spill file ends it later: leave the run here without waiting.
+        deferred = metric_buffer.defer_end(run_id, status, failure)
+        if deferred:
+            if active is not None and active.info.run_id == run_id:
+                with metric_buffer.bounded_http({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0}), \
+                        contextlib.suppress(Exception):
+                    mlflow.end_run(status)
+        elif active is not None and active.info.run_id == run_id:
             mlflow.end_run(status)
         else:
             MlflowClient().set_terminated(run_id, status)
-        if error is not None and status != "FINISHED":
+        if not deferred and error is not None and status != "FINISHED":
             with contextlib.suppress(MlflowException):
                 MlflowClient().set_tag(run_id, ERROR_TAG, _one_line(error))
 
@@ -183,8 +191,15 @@ def flush_metrics() -> None:
 
 
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
-    """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``)."""
-    metric_buffer.flush(run_id)  # the per-step history the means are taken over
+    """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``).
+
+    While the tracking server is away the buffer's writer logs them once the steps are in (later, from the
+    spill file, if the run ends first): the means need the whole per-step history.
+    """
+    ended_at = ended_at or time.time()
+    # the per-step history the means are taken over
+    if not metric_buffer.flush(run_id) and metric_buffer.defer_summaries(run_id, started_at, ended_at):
+        return {TIMING_E2E: ended_at - started_at}
     client = MlflowClient()
     keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
     summaries: dict[str, float] = {}
@@ -195,7 +210,7 @@ def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None 
         if history:
             name = key.removeprefix(TIMING_PREFIX)
             summaries[f"{TIMING_MEAN_PREFIX}{name}"] = sum(m.value for m in history) / len(history)
-    summaries[TIMING_E2E] = (ended_at or time.time()) - started_at
+    summaries[TIMING_E2E] = ended_at - started_at
     client.log_batch(run_id, metrics=_as_metrics(summaries))
     return summaries
 
