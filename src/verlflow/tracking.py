@@ -120,9 +120,8 @@ def tracked_run(
         deferred = metric_buffer.defer_end(run_id, status, failure)
         if deferred:
             if active is not None and active.info.run_id == run_id:
-                with metric_buffer.bounded_http({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0}), \
-                        contextlib.suppress(Exception):
-                    mlflow.end_run(status)
+                with metric_buffer.bounded_http(metric_buffer.WRITER_HTTP_KNOBS), contextlib.suppress(Exception):
+                    mlflow.end_run(status)  # leaves the run here; its one try at the server fails fast
         elif active is not None and active.info.run_id == run_id:
             mlflow.end_run(status)
         else:

@@ -144,6 +144,8 @@ class _Writer:
                 while not (self.abandoned or self.orphaned) and time.monotonic() < retry_at:
                     self.take(wait_s=min(1.0, max(0.0, retry_at - time.monotonic())))
                 continue
+            if self.pending:  # abandoned between two writes: what is left goes to the spill file below
+                continue
             if self.outage_started is not None:
                 logger.warning("tracking server back after %.0f s: metrics replayed", time.time() - self.outage_started)
                 self.outage_started = None
