@@ -34,11 +34,9 @@ from verlflow.names import (
     PROFILE_TAG,
     RECIPE_TAG,
     TIMING_E2E,
-    TIMING_MEAN_PREFIX,
-    TIMING_PREFIX,
     VERSION_TAG,
 )
-from verlflow.runs import lifecycle, metric_buffer
+from verlflow.runs import lifecycle, metric_buffer, summaries
 from verlflow.util import filter_quote, first_line
 
 
@@ -199,26 +197,7 @@ def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None 
     # the per-step history the means are taken over
     if not metric_buffer.flush(run_id) and metric_buffer.defer_summaries(run_id, started_at, ended_at):
         return {TIMING_E2E: ended_at - started_at}
-    client = MlflowClient()
-    keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
-    summaries: dict[str, float] = {}
-    for key in keys:
-        if key == TIMING_E2E:
-            continue
-        history = client.get_metric_history(run_id, key)
-        if history:
-            name = key.removeprefix(TIMING_PREFIX)
-            summaries[f"{TIMING_MEAN_PREFIX}{name}"] = sum(m.value for m in history) / len(history)
-    summaries[TIMING_E2E] = ended_at - started_at
-    client.log_batch(run_id, metrics=_as_metrics(summaries))
-    return summaries
-
-
-def _as_metrics(values: Mapping[str, float]):
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    return [Metric(key=k, value=float(v), timestamp=now, step=0) for k, v in values.items()]
+    return summaries.log_timing_summaries(MlflowClient(), run_id, started_at, ended_at)
 
 
 def standard_tags(*, backend: str, recipe: str, profile: str) -> dict[str, str]:

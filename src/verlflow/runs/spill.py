@@ -8,7 +8,7 @@ One JSON object per line, in the order training made them. A metric point is
 - ``table``: ``{"artifact_file", "data"}`` (a validation step's samples, for ``MlflowClient.log_table``),
 - ``tags``: ``{"tags": {name: value}}``,
 - ``summaries``: ``{"started_at", "ended_at"}`` (``timing_s/e2e`` and the ``timing_s_mean/*`` of
-  :func:`verlflow.tracking.log_run_summaries`, taken once the points before it are in),
+  :func:`verlflow.runs.summaries.log_timing_summaries`, taken once the points before it are in),
 - ``status``: ``{"status", "end_time"}`` (the run's final status; the last line, set last).
 
 :func:`upload` replays the lines in order with their original step and time, so running it later ends the
@@ -65,9 +65,9 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
     elif kind == "tags":
         client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in entry["tags"].items()])
     elif kind == "summaries":
-        from verlflow import tracking
+        from verlflow.runs.summaries import log_timing_summaries
 
-        tracking.log_run_summaries(run_id, entry["started_at"], ended_at=entry["ended_at"])
+        log_timing_summaries(client, run_id, entry["started_at"], entry["ended_at"])
     elif kind == "status":
         client.set_terminated(run_id, entry["status"], end_time=entry["end_time"])
     else:
