@@ -25,7 +25,7 @@ from verlflow.data import gsm8k
 from verlflow.runs import metric_buffer
 from verlflow.runs.metric_buffer import MetricBuffer
 
-FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
              "VERLFLOW_METRICS_RETRY_S": "1"}
 
 

@@ -1,6 +1,6 @@
 """The metric writer process: what the trainer sends it, written into MLflow in order, spilled when it cannot be.
 
-    python -c "from verlflow.runs import metric_buffer"   # started by metric_buffer.MetricBuffer, not by hand
+    verlflow train --device cpu        # starts one per local train run (metric_buffer.MetricBuffer)
 
 :func:`write_until_closed` runs in a process of its own (see :mod:`.metric_buffer` for why). It reads steps and
 records from its pipe, gathers the steps of ``write_every_s`` seconds into one ``log_batch``, and reports each
