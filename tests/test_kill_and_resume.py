@@ -88,6 +88,9 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
     assert "verlflow.error" not in resumed.data.tags
     for name in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
         assert sorted(m.step for m in client.get_metric_history(run_id, name)) == list(range(1, STEPS + 1)), name
-    attempts = client.get_metric_history(run_id, "attempt/e2e_s")
-    assert sorted(m.step for m in attempts) == [1, 2]
-    assert resumed.data.metrics["timing_s/e2e"] >= sum(m.value for m in attempts) - 1.0
+    attempts = {m.step: m.value for m in client.get_metric_history(run_id, "attempt/e2e_s")}
+    assert sorted(attempts) == [1, 2]
+    # timing_s/e2e = attempt 1's time + attempt 2's time up to its end-of-training summaries; attempt 2's
+    # own time runs on to its process's end. Both from one clock: exact, whatever the machine's load.
+    e2e, rounding = resumed.data.metrics["timing_s/e2e"], 1e-3  # epoch seconds in a float: ~1e-6 s steps
+    assert attempts[1] < e2e <= attempts[1] + attempts[2] + rounding

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -21,9 +22,10 @@ from conftest import wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
+from verlflow.runs import metric_buffer
 from verlflow.runs.metric_buffer import MetricBuffer
 
-FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
              "VERLFLOW_METRICS_RETRY_S": "1"}
 
 
@@ -123,6 +125,54 @@ def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_comma
                             capture_output=True, text=True, timeout=120)
     assert upload.returncode == 0, upload.stderr[-2000:]
     assert _steps(client, run_id, "loss") == _steps(client, run_id, "reward") == [1, 2, 3]
+
+
+# A trainer that writes step 1, waits for the test to stop the server, logs step 2 and is killed outright.
+_ORPHANING_TRAINER = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from mlflow.tracking import MlflowClient
+    from verlflow.runs import metric_buffer
+
+    run_id, folder = sys.argv[1], Path(sys.argv[2])
+    with metric_buffer.buffering(run_id, folder) as buffer:
+        buffer.log({"loss": 1.0}, 1)
+        buffer.write_soon()
+        while buffer.written < 1:
+            time.sleep(0.05)
+        print(buffer.writer_pid, flush=True)
+        while not (folder / "server-stopped").exists():
+            time.sleep(0.05)
+        buffer.log({"loss": 0.5}, 2)
+        time.sleep(1)  # the step is in the writer's hands, not written (it gathers for 600 s)
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_an_orphaned_writer_spills_what_it_holds_and_exits_while_the_server_is_away(server, tmp_path):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    trainer = subprocess.Popen([sys.executable, "-c", _ORPHANING_TRAINER, run_id, str(tmp_path)],
+                               stdout=subprocess.PIPE, text=True, env={**os.environ, "VERLFLOW_METRICS_WRITE_S": "600"})
+    writer_pid = int(trainer.stdout.readline())
+    server.stop()
+    (tmp_path / "server-stopped").touch()
+    assert trainer.wait(timeout=120) == -signal.SIGKILL
+    deadline = time.monotonic() + 60  # it exits within seconds; the deadline is for a loaded machine
+    while _alive(writer_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(writer_pid)  # before: it lived on for minutes, writing into the run being resumed
+    server.start()
+    assert metric_buffer.upload_spill(tmp_path / "metrics.spill.jsonl") == 1
+    assert _steps(client, run_id, "loss") == [1, 2]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.slow

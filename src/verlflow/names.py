@@ -103,6 +103,7 @@ IGNORED_KEYS_TAG = "verlflow.ignored_keys"  # recipe keys the local trainer does
 RESUMED_FROM_TAG = "verlflow.resumed_from"  # the checkpoint a resumed local run continued from
 RESUMED_RUN_TAG = "verlflow.resumed_run"  # set on a run that was continued in place
 TRAIN_ARGS_TAG = "verlflow.train_args"  # a train run's step parameters (JSON), for --resume
+ATTEMPT_TAG = "verlflow.attempt"  # the latest attempt of a train run: {"attempt": n, "started_at": epoch s}
 SOURCE_RUN_TAG = "verlflow.source_run_id"  # on a model version: the train run it came from
 MODEL_VERSION_TAG = "verlflow.model_version"  # on a register run: the version it created
 MODEL_URI_TAG = "verlflow.model_uri"  # on register/evaluate runs: the model URI

@@ -34,11 +34,9 @@ from verlflow.names import (
     PROFILE_TAG,
     RECIPE_TAG,
     TIMING_E2E,
-    TIMING_MEAN_PREFIX,
-    TIMING_PREFIX,
     VERSION_TAG,
 )
-from verlflow.runs import lifecycle, metric_buffer
+from verlflow.runs import lifecycle, metric_buffer, summaries
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote, first_line
 
@@ -116,11 +114,18 @@ def tracked_run(
         heartbeat.stop()
         status = end_status(error)
         active = mlflow.active_run()
-        if active is not None and active.info.run_id == run_id:
+        failure = {ERROR_TAG: _one_line(error)} if error is not None and status != "FINISHED" else None
+        # The server is away and the run's spill file ends it later: leave the run here without waiting.
+        deferred = metric_buffer.defer_end(run_id, status, failure)
+        if deferred:
+            if active is not None and active.info.run_id == run_id:
+                with metric_buffer.bounded_http(metric_buffer.WRITER_HTTP_KNOBS), contextlib.suppress(Exception):
+                    mlflow.end_run(status)  # leaves the run here; its one try at the server fails fast
+        elif active is not None and active.info.run_id == run_id:
             retry_on_lock(mlflow.end_run, status)
         else:
             LockRetryingClient().set_terminated(run_id, status)
-        if error is not None and status != "FINISHED":
+        if not deferred and error is not None and status != "FINISHED":
             with contextlib.suppress(MlflowException):
                 LockRetryingClient().set_tag(run_id, ERROR_TAG, _one_line(error))
 
@@ -184,28 +189,16 @@ def flush_metrics() -> None:
 
 
 def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None = None) -> dict[str, float]:
-    """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``)."""
-    metric_buffer.flush(run_id)  # the per-step history the means are taken over
-    client = LockRetryingClient()
-    keys = [k for k in client.get_run(run_id).data.metrics if k.startswith(TIMING_PREFIX)]
-    summaries: dict[str, float] = {}
-    for key in keys:
-        if key == TIMING_E2E:
-            continue
-        history = client.get_metric_history(run_id, key)
-        if history:
-            name = key.removeprefix(TIMING_PREFIX)
-            summaries[f"{TIMING_MEAN_PREFIX}{name}"] = sum(m.value for m in history) / len(history)
-    summaries[TIMING_E2E] = (ended_at or time.time()) - started_at
-    client.log_batch(run_id, metrics=_as_metrics(summaries))
-    return summaries
+    """Log ``timing_s/e2e`` and ``timing_s_mean/<name>`` (mean over steps of every ``timing_s/<name>``).
 
-
-def _as_metrics(values: Mapping[str, float]):
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    return [Metric(key=k, value=float(v), timestamp=now, step=0) for k, v in values.items()]
+    While the tracking server is away the buffer's writer logs them once the steps are in (later, from the
+    spill file, if the run ends first): the means need the whole per-step history.
+    """
+    ended_at = ended_at or time.time()
+    # the per-step history the means are taken over
+    if not metric_buffer.flush(run_id) and metric_buffer.defer_summaries(run_id, started_at, ended_at):
+        return {TIMING_E2E: ended_at - started_at}
+    return summaries.log_timing_summaries(LockRetryingClient(), run_id, started_at, ended_at)
 
 
 def standard_tags(*, backend: str, recipe: str, profile: str) -> dict[str, str]:

@@ -150,12 +150,10 @@ def run_train(
         from verlflow.backends.local import trainer as local
 
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
-        from verlflow.runs import metric_buffer
-
         spill_root = Path(str(cfg.verlflow.output_dir or local.DEFAULT_OUTPUT_ROOT))
-        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
-            with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
-                return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
+        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
+                        spill_root=spill_root) as (run, since):
+            return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
     import mlflow
 
     from verlflow.backends.verl import backend as verl_backend
@@ -216,14 +214,19 @@ def _resume_verl_at(run_id: str, point, checkpoint_dir: str) -> None:
 
 
 @contextlib.contextmanager
-def _train_run(cfg, tags, recipe, profile, started_at, interval):
+def _train_run(cfg, tags, recipe, profile, started_at, interval, spill_root: Path | None = None):
     """The train run, named for the UI, timed across resumed attempts, with system metrics sampled while it trains.
 
     Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
+    With ``spill_root`` (the local trainer) the run's metrics, tables and tags, its attempt time included, go
+    through a metric buffer spilling to ``<spill_root>/<run_id>``, and its other MLflow calls are kept short.
     """
+    from verlflow.runs import metric_buffer
     from verlflow.runs import resume as resuming
 
     with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
+            (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
+             else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
         run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
         environ = {**os.environ, **cfg.profile.env}

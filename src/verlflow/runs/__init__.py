@@ -4,6 +4,8 @@
 - :mod:`.command`: ``verlflow runs`` — list RUNNING runs, ``--reap`` the dead ones.
 - :mod:`.probe`: fail fast on an unreachable tracking server, before a step opens a run.
 - :mod:`.metric_buffer`: per-step metrics through a background writer process that survives a server outage.
+- :mod:`.metric_writer`: that writer process; :mod:`.spill`: what an outage left on disk, and its upload.
+- :mod:`.summaries`: a run's end-of-run timing figures from its per-step history.
 - :mod:`.naming`: descriptive train run names and compare links.
 - :mod:`.resume`: continue a train run in place from its last checkpoint.
 

@@ -8,8 +8,9 @@ the trainer continues from the run's newest checkpoint (its checkpoint folder is
 run, from its newest checkpoint whose step reached the run (:mod:`verlflow.backends.verl.resume`), logged
 as ``attempt/resumed_from_step``.
 Each attempt's wall time is logged as ``attempt/e2e_s`` (step = attempt number) and ``timing_s/e2e``
-sums every attempt. Launched through ``mlflow run``, the launcher's fresh run only points at the
-resumed one (tag ``verlflow.resumed_run``).
+sums every attempt. An attempt that could not log its own time (SIGKILL, the OOM killer) is timed on
+resume from its start (tag ``verlflow.attempt``) to its last step. Launched through ``mlflow run``, the
+launcher's fresh run only points at the resumed one (tag ``verlflow.resumed_run``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
-from verlflow.names import HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
-from verlflow.runs import lifecycle
+from verlflow.names import ATTEMPT_TAG, HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
+from verlflow.runs import lifecycle, metric_buffer
 
 ATTEMPT_METRIC = "attempt/e2e_s"
 # The training step an attempt continued after (0 = from the start); step = attempt number.
 RESUMED_FROM_STEP_METRIC = "attempt/resumed_from_step"
 CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trainer.default_local_dir
+LIFE_SIGN_METRIC = "timing_s/step"  # logged at the end of every step, by both backends
 
 
 def args_tag(args: Mapping[str, Any]) -> dict[str, str]:
@@ -79,19 +81,57 @@ def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str,
 
 @contextlib.contextmanager
 def attempt_clock(run_id: str, started_at: float) -> Iterator[float]:
-    """Yield the start time that makes ``timing_s/e2e`` cover earlier attempts too; log this attempt's time."""
+    """Yield the start time that makes ``timing_s/e2e`` cover earlier attempts too; log this attempt's time.
+
+    ``timing_s/e2e`` = the earlier attempts' ``attempt/e2e_s`` + (end of training - ``started_at``). A killed
+    attempt that logged no time of its own is timed here first (:func:`killed_attempt_s`).
+    """
     client = MlflowClient()
     try:
-        earlier = client.get_metric_history(run_id, ATTEMPT_METRIC)
+        earlier = [m.value for m in client.get_metric_history(run_id, ATTEMPT_METRIC)]
+        run = client.get_run(run_id)
     except MlflowException:
-        earlier = []
+        earlier, run = [], None
+    killed = killed_attempt_s(client, run, len(earlier)) if run is not None else None
+    if killed is not None:
+        earlier.append(killed)
+        _log_attempt(client, run_id, len(earlier), killed, int(time.time() * 1000))
+    attempt = len(earlier) + 1
+    started = {ATTEMPT_TAG: json.dumps({"attempt": attempt, "started_at": started_at})}
+    if not metric_buffer.set_tags(run_id, started):
+        with contextlib.suppress(Exception):  # bookkeeping for a later resume must not stop this attempt
+            client.set_tag(run_id, ATTEMPT_TAG, started[ATTEMPT_TAG])
     try:
-        yield started_at - sum(m.value for m in earlier)
+        yield started_at - sum(earlier)
     finally:
         now = time.time()
-        metric = Metric(ATTEMPT_METRIC, now - started_at, int(now * 1000), len(earlier) + 1)
-        with contextlib.suppress(Exception):  # a tracking outage must not mask how the attempt ended
-            client.log_batch(run_id, metrics=[metric])
+        _log_attempt(client, run_id, attempt, now - started_at, int(now * 1000))
+
+
+def killed_attempt_s(client: MlflowClient, run, logged: int) -> float | None:
+    """Seconds the run's last attempt lived when it ended without logging them; None when it logged them.
+
+    From the attempt's start (tag ``verlflow.attempt``) to its last sign of life, its last step's
+    ``timing_s/step`` (its heartbeat tag is this attempt's by now). The time after that step is not known.
+    """
+    try:
+        last = json.loads(run.data.tags.get(ATTEMPT_TAG, ""))
+        attempt, started_at = int(last["attempt"]), float(last["started_at"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if attempt <= logged:
+        return None
+    signs = [started_at]
+    with contextlib.suppress(MlflowException):
+        signs += [m.timestamp / 1000 for m in client.get_metric_history(run.info.run_id, LIFE_SIGN_METRIC)]
+    return max(signs) - started_at
+
+
+def _log_attempt(client: MlflowClient, run_id: str, attempt: int, seconds: float, timestamp_ms: int) -> None:
+    if metric_buffer.log(run_id, {ATTEMPT_METRIC: seconds}, attempt, timestamp_ms):
+        return
+    with contextlib.suppress(Exception):  # a tracking outage must not mask how the attempt ended
+        client.log_batch(run_id, metrics=[Metric(ATTEMPT_METRIC, seconds, timestamp_ms, attempt)])
 
 
 def log_resumed_from(run_id: str, step: int) -> None:

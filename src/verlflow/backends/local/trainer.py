@@ -225,6 +225,7 @@ class LocalTrainer:
         """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
         from verlflow import tracking
         from verlflow.progress import progress_bar
+        from verlflow.runs import metric_buffer
 
         metrics: dict[str, float] = {}
         if self.settings.val_before_train:
@@ -255,7 +256,8 @@ class LocalTrainer:
         tracking.flush_metrics()  # the summaries read the per-step history back
         summaries = tracking.log_run_summaries(self.run_id, started_at)
         final = self.last_saved.resolve()
-        retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
+        if not metric_buffer.set_tags(self.run_id, {CHECKPOINT_DIR_TAG: str(final)}):
+            retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 
@@ -358,8 +360,12 @@ class LocalTrainer:
 
     def _log_samples(self, samples: dict[str, list], step: int) -> None:
         """Log a validation step's sample table; a tracking outage costs the table, never the training."""
+        from verlflow.runs import metric_buffer
+
         if step <= self.logged_through:
             return
+        if metric_buffer.log_table(self.run_id, samples, f"samples/step_{step}.json"):
+            return  # queued for the writer process: an outage keeps it in the spill file
         try:
             mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
         except MlflowException as exc:

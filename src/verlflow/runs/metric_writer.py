@@ -1,0 +1,191 @@
+"""The metric writer process: what the trainer sends it, written into MLflow in order, spilled when it cannot be.
+
+    verlflow train --device cpu        # starts one per local train run (metric_buffer.MetricBuffer)
+
+:func:`write_until_closed` runs in a process of its own (see :mod:`.metric_buffer` for why). It reads steps and
+records from its pipe, gathers the steps of ``write_every_s`` seconds into one ``log_batch``, and reports each
+write back ("written", count); when the server does not answer it mirrors what it holds to the spill file and
+retries. It ends when the trainer says "close" and all is written, when the trainer abandons the rest, or
+within seconds of the trainer's death (its pipe ends): then it writes what it has once and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from verlflow.runs import spill
+from verlflow.runs.spill import Entry, Point
+from verlflow.runs.store_retry import retry_on_lock
+from verlflow.util import env_number, first_line
+
+logger = logging.getLogger("verlflow.runs.metric_buffer")
+
+WRITER_NICE = int(env_number("VERLFLOW_METRICS_NICE", 19, integer=True))
+# The writer retries by itself every RETRY_S: one try per call, so that close() and an orphaned writer end in seconds.
+WRITER_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 10}
+_BATCH = spill._BATCH
+# One step on the way to the writer: (step, timestamp in ms, [(key, value), ...]).
+Step = tuple[int, int, list[tuple[str, float]]]
+
+
+def points(item: Step) -> list[Point]:
+    """A step's metric points as the writer keeps and spills them."""
+    step, timestamp, values = item
+    return [(key, value, timestamp, step) for key, value in values]
+
+
+def cap_http(knobs: Mapping[str, float]) -> None:
+    """Lower MLflow's HTTP env settings (retries, timeout) to at most ``knobs``; a smaller value set stays."""
+    for key, cap in knobs.items():
+        try:
+            current = float(os.environ[key])
+        except (KeyError, ValueError):
+            current = cap
+        os.environ[key] = f"{min(current, cap):g}"
+
+
+def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: str, retry_s: float,
+                        write_every_s: float) -> None:
+    """The writer process: gather, write, and on failure spill and retry, until the stream ends."""
+    # A Ctrl-C to the terminal's process group is the trainer's to handle: it ends its run, then closes the stream.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cap_http(WRITER_HTTP_KNOBS)
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)  # summaries records read the run back through the default client
+    writer = _Writer(steps, acks, run_id, tracking_uri, Path(spill_path), retry_s, write_every_s)
+    signal.signal(signal.SIGTERM, writer.stop)
+    # Set up (imports, client) at normal priority, while the trainer loads its model, so that the first
+    # steps are written at once; then training first: the writer runs when a core is free.
+    if hasattr(os, "nice"):  # not on Windows
+        with contextlib.suppress(OSError):
+            os.nice(WRITER_NICE)
+    writer.run()
+
+
+class _Writer:
+    """Inside the writer process: the pipe drained into MLflow, steps of ``write_every_s`` per write."""
+
+    def __init__(self, steps, acks, run_id, tracking_uri, spill_path, retry_s, write_every_s):
+        from mlflow.tracking import MlflowClient
+
+        self.steps, self.acks, self.run_id, self.spill_path = steps, acks, run_id, spill_path
+        self.retry_s, self.write_every_s = retry_s, write_every_s
+        self.client = MlflowClient(tracking_uri)
+        self.pending: list[Entry] = []  # taken from the pipe, not yet written
+        self.spilled = 0  # entries of `pending` already mirrored in the spill file
+        self.written, self.write_cpu = 0, 0.0  # reported to the trainer after each write
+        self.closing = False  # no more is coming (the trainer said so, or it is gone)
+        self.write_now = False
+        self.abandoned = False  # the trainer gave up waiting: spill what is left and exit
+        self.orphaned = False  # the training process has ended, however it ended
+        self.trainer_pid = os.getppid()
+        self.last_write = 0.0
+        self.outage_started: float | None = None
+        self.stopped = False  # SIGTERM: write what was taken once, spill it if that fails, and exit
+
+    def stop(self, signum=None, frame=None) -> None:
+        """SIGTERM handler (a scheduler stopping the job): end after one last write."""
+        self.closing = self.stopped = True
+
+    def take(self, wait_s: float = 0.0) -> None:
+        """Move what the trainer sent into ``pending``, waiting up to ``wait_s`` for the first of it."""
+        try:
+            while self.steps.poll(wait_s):
+                wait_s = 0.0
+                kind, *body = self.steps.recv()
+                if kind == "step":
+                    self.pending.extend(points(body[0]))
+                elif kind == "record":
+                    self.pending.append(body[0])
+                elif kind == "write_now":
+                    self.write_now = True
+                elif kind == "close":
+                    self.closing = self.write_now = True
+                elif kind == "abandon":
+                    self.closing = self.abandoned = True
+                    return
+        except (EOFError, OSError):  # the trainer's end of the pipe is closed: it has died
+            self.orphaned = True
+        # A forked grandchild could hold the trainer's end open: a new parent (init) tells as well.
+        self.orphaned = self.orphaned or os.getppid() != self.trainer_pid
+        self.closing = self.closing or self.orphaned
+
+    def report(self, message: tuple) -> None:
+        with contextlib.suppress(OSError):  # the trainer is gone: nobody to tell
+            self.acks.send(message)
+
+    def run(self) -> None:
+        """Until the stream ends and everything is written (or the trainer abandons the rest to the spill file)."""
+        while not self.abandoned:
+            self.take(wait_s=0.0 if self.pending else 0.2)
+            if not self.pending:
+                if self.closing:
+                    return
+                continue
+            gathered_until = self.last_write + self.write_every_s
+            while not (self.closing or self.write_now) and time.monotonic() < gathered_until:
+                self.take(wait_s=min(1.0, max(0.0, gathered_until - time.monotonic())))
+            self.write_now = False
+            try:
+                self.write_pending()
+            except Exception as exc:  # any failure of the server or the network: keep, spill, retry
+                self.on_failure(exc)
+                if self.stopped or self.orphaned:  # nobody left to wait for the server: the spill file keeps them
+                    return
+                retry_at = time.monotonic() + (min(1.0, self.retry_s) if self.closing else self.retry_s)
+                while not (self.abandoned or self.orphaned) and time.monotonic() < retry_at:
+                    self.take(wait_s=min(1.0, max(0.0, retry_at - time.monotonic())))
+                continue
+            if self.pending:  # abandoned between two writes: what is left goes to the spill file below
+                continue
+            if self.outage_started is not None:
+                logger.warning("tracking server back after %.0f s: metrics replayed", time.time() - self.outage_started)
+                self.outage_started = None
+                self.report(("outage", False))
+            with contextlib.suppress(FileNotFoundError):
+                self.spill_path.unlink()
+        if self.pending:
+            self.on_failure(RuntimeError("still unreachable at the end of the run"))
+
+    def write_pending(self) -> None:
+        """Write ``pending`` in order, metrics batch by batch, so that none is written twice when a later one fails."""
+        from mlflow.entities import Metric
+
+        while self.pending and not self.abandoned:
+            started = time.process_time()
+            try:
+                if isinstance(self.pending[0], dict):
+                    spill.write_entry(self.client, self.run_id, self.pending[0])
+                    count = 1
+                else:
+                    points = itertools.takewhile(lambda entry: not isinstance(entry, dict), self.pending[:_BATCH])
+                    batch = [Metric(*point) for point in points]
+                    retry_on_lock(self.client.log_batch, self.run_id, metrics=batch)  # another run's SQLite lock
+                    count = len(batch)
+            finally:
+                self.write_cpu += time.process_time() - started
+            self.pending = self.pending[count:]
+            self.spilled = max(0, self.spilled - count)
+            self.written += count
+            self.report(("written", self.written, self.write_cpu))
+            self.take()
+        self.last_write = time.monotonic()
+
+    def on_failure(self, exc: Exception) -> None:
+        """Say the server is away (once per outage) and mirror the entries not yet on disk to the spill file."""
+        if self.outage_started is None:
+            self.outage_started = time.time()
+            logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
+                           first_line(exc, 200), self.spill_path)
+            self.report(("outage", True))
+        spill.append(self.spill_path, self.run_id, self.pending[self.spilled:])
+        self.spilled = len(self.pending)
