@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
 import signal
 import time
@@ -38,7 +37,7 @@ from verlflow.names import (
     TIMING_PREFIX,
     VERSION_TAG,
 )
-from verlflow.runs import lifecycle, metric_buffer
+from verlflow.runs import experiments, lifecycle, metric_buffer
 from verlflow.util import filter_quote, first_line
 
 
@@ -92,17 +91,21 @@ def tracked_run(
     from several processes need). The run's status is set through the client, so it is right even
     when another process (verl's logger) ended the run in between. ``log_system_metrics`` is passed to
     ``mlflow.start_run`` (False where the caller samples system metrics itself: train, see system_metrics).
+    ``experiment``: a training step's experiment (:mod:`verlflow.runs.experiments`), used unless the caller
+    chose one; the experiment the run lands in is marked as model training.
     """
-    if experiment and not os.environ.get("MLFLOW_RUN_ID"):
-        mlflow.set_experiment(experiment)
+    chosen = experiments.enter(experiment) if experiment else None
     all_tags = {VERSION_TAG: __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if mlflow.active_run() is None:
-        lifecycle.reap_at_start()  # the step's inputs are checked by now; dead RUNNING runs of its experiment end
+        # the step's inputs are checked by now; dead RUNNING runs of its experiment end
+        lifecycle.reap_at_start([chosen] if chosen else None)
     run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
                            log_system_metrics=log_system_metrics)
     run_id = run.info.run_id
+    if experiment:
+        experiments.mark_training(run.info.experiment_id)
     heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
     error: BaseException | None = None
     try:

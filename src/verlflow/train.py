@@ -36,6 +36,8 @@ PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
 # verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
 VERL_CPU_PROFILE = "cpu-verl"
 BACKENDS = ("auto", "verl", "local")
+# How a train run uses each split (MLflow dataset input contexts): it trains on one and validates on the other.
+TRAIN_INPUT_CONTEXTS = {"train": "training", "test": "validation"}
 
 
 def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, str, str, str]:
@@ -137,7 +139,8 @@ def run_train(
         from verlflow.runs import metric_buffer
 
         spill_root = Path(str(cfg.verlflow.output_dir or local.DEFAULT_OUTPUT_ROOT))
-        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+        with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
+                        overrides=overrides, data_dir=data_dir) as (run, since):
             with metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id):
                 return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
     from verlflow.backends.verl import backend as verl_backend
@@ -145,7 +148,8 @@ def run_train(
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
     # A dry run launches nothing: no system metrics to sample.
     interval = None if dry_run else interval
-    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
+                    overrides=overrides, data_dir=data_dir) as (run, since):
         return verl_backend.train_verl(
             cfg, run_id=run.info.run_id, dry_run=dry_run,
             ray_address=ray_address, started_at=since,
@@ -153,16 +157,21 @@ def run_train(
 
 
 @contextlib.contextmanager
-def _train_run(cfg, tags, recipe, profile, started_at, interval):
-    """The train run, named for the UI, timed across resumed attempts, with system metrics sampled while it trains.
+def _train_run(cfg, tags, recipe, profile, started_at, interval, *, overrides="", data_dir=""):
+    """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
+    timed across resumed attempts, with system metrics sampled while it trains.
 
     Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
     """
+    from verlflow.data.gsm8k import log_split_inputs
     from verlflow.runs import resume as resuming
+    from verlflow.runs.experiments import recipe_experiment
 
-    with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
+    with tracking.tracked_run(tags=tags, log_system_metrics=False, experiment=recipe_experiment(recipe)) as run, \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
+        run_names.name_train_run(run.info.run_id, recipe, profile, started_at, overrides)
+        if data_dir:
+            log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}
         with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
                                       environ=environ):
