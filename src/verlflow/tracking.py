@@ -133,9 +133,17 @@ def _one_line(exc: BaseException) -> str:
 
 
 def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``)."""
-    from verl.utils.tracking import _compute_mlflow_params_from_objects
+    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``).
 
+    verl exposes no public function for this: its MLflow logger calls the private helper below. Reusing it
+    is what keeps local runs' param keys identical to verl runs' (so compare can diff them); present in every
+    verl release verlflow supports (0.5.0 through 0.9.x, tests/test_verl_version_matrix.py).
+    """
+    try:
+        from verl.utils.tracking import _compute_mlflow_params_from_objects
+    except ImportError as exc:
+        raise VerlflowError(f"this verl has no verl.utils.tracking._compute_mlflow_params_from_objects: "
+                            f"install a verl verlflow supports (>=0.5.0,<0.10): {exc}") from None
     return _compute_mlflow_params_from_objects(dict(config))
 
 
@@ -148,6 +156,7 @@ def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _verl_adapter():
+    # verl's key sanitizer is private too (no public equivalent); same reason and range as flatten_params.
     from verl.utils.tracking import _MlflowLoggingAdapter
 
     return _MlflowLoggingAdapter()

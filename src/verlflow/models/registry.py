@@ -255,7 +255,11 @@ class PromotionDecision:
 
 
 def check_alias(alias: str) -> None:
-    """Reject, in one line, an alias name MLflow would reject (checked before anything is written)."""
+    """Reject, in one line, an alias name MLflow would reject (checked before anything is written).
+
+    MLflow's alias rules are only in its private validators (no public check); where they moved, MLflow
+    still checks the name when the alias is set, only later.
+    """
     from mlflow.utils import validation
 
     try:

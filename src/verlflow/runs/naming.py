@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
-from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
 
 SEPARATOR = " · "
 # The name the main pipeline gives its train child run (verlflow.pipeline creates it with the step name).
@@ -84,13 +83,27 @@ def _stem(name: str) -> str:
     return tail.rsplit(".", 1)[0] if tail.endswith((".yaml", ".yml")) else tail
 
 
+def _generator_words() -> tuple[frozenset[str], frozenset[str]] | None:
+    """MLflow's word lists for made-up run names. Private (MLflow has no public "was this name generated"),
+    so used only where present; without them any ``word-word-number`` name counts as made up."""
+    try:
+        from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
+    except ImportError:
+        return None
+    return frozenset(_GENERATOR_PREDICATES), frozenset(_GENERATOR_NOUNS)
+
+
 def is_generated_name(name: str | None) -> bool:
     """Whether ``name`` is one MLflow made up for an unnamed run (``<predicate>-<noun>-<number>``)."""
     if not name:
         return True
     parts = name.split("-")
-    return (len(parts) == 3 and parts[0] in _GENERATOR_PREDICATES and parts[1] in _GENERATOR_NOUNS
-            and parts[2].isdigit())
+    if len(parts) != 3 or not parts[2].isdigit():
+        return False
+    words = _generator_words()
+    if words is None:
+        return parts[0].isalpha() and parts[1].isalpha()
+    return parts[0] in words[0] and parts[1] in words[1]
 
 
 def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | None = None,

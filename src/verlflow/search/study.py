@@ -33,7 +33,6 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
@@ -42,6 +41,16 @@ from verlflow.input_checks import storage_url_with_password
 from verlflow.names import ERROR_TAG, SPACE_TAG
 
 log = logging.getLogger(__name__)
+
+# Private on purpose, and the only Optuna internal verlflow uses: Optuna has no public heartbeat base class,
+# and its optimize loop records heartbeats and fails stale trials only for storages that subclass this one
+# (RDBStorage does; JournalStorage does not). Without it a killed worker's trial on a journal file would stay
+# RUNNING forever. Present from Optuna 2.x through 5.x (checked by tests/test_search_workers.py's retry).
+try:
+    from optuna.storages._heartbeat import BaseHeartbeat
+except ImportError as exc:  # pragma: no cover - an Optuna that moved it
+    raise ImportError(f"optuna {optuna.__version__} has no optuna.storages._heartbeat.BaseHeartbeat, which "
+                      "verlflow's journal heartbeats need: install optuna>=4.2,<6") from exc
 
 HEARTBEAT_ATTR = "verlflow:heartbeat"
 # Trial user attributes that tie an Optuna trial to its MLflow runs.
