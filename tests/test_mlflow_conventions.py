@@ -110,8 +110,8 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tr
 
 
 def test_an_experiment_the_caller_names_is_kept(tracking_uri, monkeypatch):
+    MlflowClient().create_experiment("my-team")
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "my-team")
-    mlflow.set_experiment("my-team")
     assert experiments.enter(experiments.recipe_experiment("smoke")) is None
     with mlflow.start_run() as run:
         experiments.mark_training(run.info.experiment_id)
@@ -119,6 +119,17 @@ def test_an_experiment_the_caller_names_is_kept(tracking_uri, monkeypatch):
     assert run.info.experiment_id == experiment.experiment_id
     assert experiment.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
     assert MlflowClient().get_experiment_by_name("verlflow/smoke") is None
+
+
+def test_a_recipe_experiment_is_created_as_model_training_without_changing_the_active_one(tracking_uri):
+    experiment_id = experiments.enter("verlflow/smoke")
+    assert experiments.enter("verlflow/smoke") == experiment_id  # found, not created twice
+    created = MlflowClient().get_experiment(experiment_id)
+    assert created.name == "verlflow/smoke"
+    assert created.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    with mlflow.start_run() as run:  # a plain run of the process still goes where it went before
+        pass
+    assert run.info.experiment_id == "0"
 
 
 def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):

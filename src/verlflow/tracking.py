@@ -102,7 +102,7 @@ def tracked_run(
         # the step's inputs are checked by now; dead RUNNING runs of its experiment end
         lifecycle.reap_at_start([chosen] if chosen else None)
     run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
-                           log_system_metrics=log_system_metrics)
+                           log_system_metrics=log_system_metrics, experiment_id=chosen)
     run_id = run.info.run_id
     if experiment:
         experiments.mark_training(run.info.experiment_id)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 
-import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -44,10 +43,22 @@ def chosen_by_caller() -> bool:
 
 
 def enter(name: str) -> str | None:
-    """Make ``name`` the active experiment unless the caller chose one; its id, or None when left as chosen."""
+    """The id of experiment ``name`` (created when missing) for the step's run, or None when the caller chose.
+
+    Not ``mlflow.set_experiment``: that would change the process's active experiment for every later run,
+    also of callers that run steps in process.
+    """
     if chosen_by_caller():
         return None
-    return mlflow.set_experiment(name).experiment_id
+    client = MlflowClient()
+    if (found := client.get_experiment_by_name(name)) is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
+    except MlflowException:  # another worker created it in between
+        if (found := client.get_experiment_by_name(name)) is not None:
+            return found.experiment_id
+        raise
 
 
 def mark_training(experiment_id: str, client: MlflowClient | None = None) -> None:
