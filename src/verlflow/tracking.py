@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import signal
 import time
@@ -101,7 +102,10 @@ def tracked_run(
     if mlflow.active_run() is None:
         # the step's inputs are checked by now; dead RUNNING runs of its experiment end
         lifecycle.reap_at_start([chosen] if chosen else None)
-    run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
+    parent = mlflow.active_run()
+    if parent is not None and chosen is None and not os.environ.get("MLFLOW_RUN_ID"):
+        chosen = parent.info.experiment_id  # a nested step (search's evaluate, register) stays with its parent
+    run = mlflow.start_run(run_name=run_name, tags=all_tags, nested=parent is not None,
                            log_system_metrics=log_system_metrics, experiment_id=chosen)
     run_id = run.info.run_id
     if experiment:
