@@ -40,6 +40,7 @@ from omegaconf import OmegaConf
 from verlflow import config, tracking, train
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
+from verlflow.runs.experiments import recipe_experiment
 from verlflow.search.space import (
     PRUNERS,
     SearchConfig,
@@ -121,7 +122,8 @@ def run_search(
         **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
         **_search_tags(search, study, shown_storage, pruner_name),
     }
-    with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags) as run:
+    with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags,
+                              experiment=recipe_experiment(base.recipe_name)) as run:
         parent_id = run.info.run_id
         mlflow.log_text(search.path.read_text(), "search/config.yaml")
         mlflow.log_dict({k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
