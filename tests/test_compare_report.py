@@ -41,9 +41,9 @@ PG_LOSS = [0.5, 0.4, 0.3, 0.2]
 
 
 @functools.cache
-def resolved_config(recipe: str, profile: str) -> dict:
+def resolved_config(recipe: str, profile: str, overrides: str = "") -> dict:
     """The resolved verl config a train run of ``recipe`` on ``profile`` logs as params (composed once)."""
-    return config.compose(recipe, profile).to_container()
+    return config.compose(recipe, profile, overrides).to_container()
 
 
 def log_train_run(
@@ -55,12 +55,13 @@ def log_train_run(
     timings: dict[str, list[float]],
     curves: dict[str, list[float | None]],
     e2e: float,
+    overrides: str = "",
 ) -> str:
     """Log one run exactly as a train run does: params, tags, per-step metrics, end-of-run summaries."""
     started = time.time() - e2e
     tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
     with tracking.tracked_run(run_name=name, tags={**tags, "verlflow.step": "train", **device_tags}) as run:
-        tracking.log_verl_params(resolved_config(recipe, profile))
+        tracking.log_verl_params(resolved_config(recipe, profile, overrides))
         for i in range(len(next(iter(timings.values())))):
             step_metrics = {f"timing_s/{k}": v[i] for k, v in timings.items()}
             step_metrics.update({k: v[i] for k, v in curves.items() if i < len(v) and v[i] is not None})
@@ -221,6 +222,38 @@ def test_different_recipes_are_flagged_first_and_the_report_goes_on(store, capsy
     # the warning is the report's first statement, and the other parts follow
     first_paragraph = result.report.split("\n\n")[1]
     assert first_paragraph.startswith("**⚠ RECIPES DIFFER") and "tag verlflow.recipe" in first_paragraph
-    for part in ("## 6.1 Versions", "## 6.3 Performance", "## 6.2 Curves", "## Config diff"):
+    for part in ("## Versions", "## Performance", "## Curves", "## Config diff"):
         assert part in result.report
     assert MlflowClient().get_run(result.run_id).data.tags["compare.recipes_differ"] == "true"
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u3000" <= ch <= "\u9fff" for ch in text)
+
+
+def test_two_seeds_of_one_recipe_get_a_plain_comparison_without_a_parity_verdict(store):
+    """The same recipe and profile, another data.seed: differences are reported, nothing is judged."""
+    recipe = "qwen3-4b-gsm8k-grpo"
+    seed2 = log_train_run("grpo-a3 · seed=2", recipe=recipe, profile="a3", device_tags=A3_TAGS,
+                          timings=A3_TIMINGS, curves=h20_curves(), e2e=150.0, overrides="data.seed=2")
+    result = run_compare(store["a3"], seed2)
+
+    assert [(r.key, r.baseline, r.candidate) for r in result.diff.recipe] == [("data/seed", "None", "2")]
+    first_paragraph = result.report.split("\n\n")[1]
+    assert "data/seed: None → 2" in first_paragraph and "no parity verdict" in first_paragraph
+    assert "parity: not judged" in result.report
+    assert "PASS" not in result.report and "FAIL" not in result.report and not _has_cjk(result.report)
+    assert all(r.passed is None for r in result.parity) and not result.parity_passed
+    # the differences themselves are still there, curve by curve
+    rows = {r.key: r for r in result.parity}
+    assert rows["actor/pg_loss"].mean_relative_difference == pytest.approx(0.10 / 1.10)
+    run = MlflowClient().get_run(result.run_id)
+    assert run.data.tags["compare.parity"].startswith("parity: not judged")
+    assert not any(k.startswith("compare/parity") for k in run.data.metrics)
+    assert "compare/mean_rel_diff/actor/pg_loss" in run.data.metrics
+
+
+def test_one_recipe_on_two_profiles_keeps_the_parity_verdict(result):
+    assert not result.recipes_differ
+    assert "parity FAIL: 6/7" in result.report and "| PASS |" in result.report
+    assert "no parity verdict" not in result.report

@@ -1,4 +1,4 @@
-"""`compare` against a real `mlflow server` on 127.0.0.1: same report, histories read in bulk over REST."""
+"""`compare` against a real `mlflow server` on 127.0.0.1: same report, histories read through MLflow's public client."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _train_run(name: str, device: str, gen: float, score: float, e2e: float) -> 
 
 
 @pytest.mark.slow
-def test_compare_reads_a_tracking_server_in_one_request_per_curve(server, tmp_path):
+def test_compare_reads_a_tracking_server_through_public_history_calls_only(server, tmp_path):
     url, log = server
     base = _train_run("h20", "gpu", gen=10.0, score=0.1, e2e=100.0)
     cand = _train_run("a3", "npu", gen=8.0, score=0.1, e2e=158.0)
@@ -83,7 +83,7 @@ def test_compare_reads_a_tracking_server_in_one_request_per_curve(server, tmp_pa
     assert "compare/report.md" in {f.path for f in MlflowClient().list_artifacts(result.run_id, "compare")}
 
     requests = log.read_text(errors="replace")[already:]
-    # both runs' histories of a curve come back in one call; no per-run, per-metric history calls
-    assert requests.count("/metrics/get-history-bulk-interval") == 2  # critic/score/mean, actor/pg_loss
-    assert "/metrics/get-history?" not in requests
-    assert url in result.report
+    # the public REST history call, once per run and logged curve (critic/score/mean, actor/pg_loss)
+    assert requests.count("/metrics/get-history?") == 4
+    assert "get-history-bulk-interval" not in requests
+    assert url in result.report and f"{url}/#/compare-runs?" in result.report  # the server's own address

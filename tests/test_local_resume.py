@@ -12,7 +12,6 @@ import os
 import signal
 from pathlib import Path
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
@@ -49,7 +48,7 @@ def test_killed_run_resumes_to_the_same_end_without_duplicate_steps(workdir, mon
     with pytest.raises(KeyboardInterrupt):
         _train(workdir, "resumed", on_step_end=_kill_during_step_3)
     client = MlflowClient()
-    killed = client.search_runs([mlflow.get_experiment_by_name("Default").experiment_id],
+    killed = client.search_runs([e.experiment_id for e in client.search_experiments()],
                                 filter_string="attributes.status = 'KILLED'")
     assert len(killed) == 1
     run_id = killed[0].info.run_id

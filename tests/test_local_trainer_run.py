@@ -9,7 +9,6 @@ import json
 import logging
 from pathlib import Path
 
-import mlflow
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -124,7 +123,8 @@ def test_bad_input_is_one_line_and_the_run_ends_failed(workdir, tmp_path, overri
     with pytest.raises(VerlflowError, match=message) as error:
         _train(workdir, tmp_path, overrides, data_dir=tmp_path / data_dir if data_dir else None)
     assert "\n" not in str(error.value)
-    runs = MlflowClient().search_runs([mlflow.get_experiment_by_name("Default").experiment_id])
+    client = MlflowClient()
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert [r.info.status for r in runs] == ["FAILED"]
 
 

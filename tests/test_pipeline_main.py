@@ -109,11 +109,11 @@ def test_main_on_the_embedded_default_learns_promotes_and_reuses(tmp_path, monke
     assert rerun.data.tags["verlflow.reused_run_id.preprocess"] == children["preprocess"].info.run_id
     assert rerun.data.tags["verlflow.reused_run_id.train"] == children["train"].info.run_id
     assert sorted(_children(client, rerun.info.run_id)) == ["evaluate", "promote", "register"]
-    # The same checkpoint again: a new, equal version becomes challenger; champion does not move.
-    challenger = client.get_model_version_by_alias(MODEL_NAME, "challenger")
-    assert int(challenger.version) == int(champion.version) + 1
-    assert challenger.tags["eval.gsm8k.accuracy"] == champion.tags["eval.gsm8k.accuracy"]
+    # The same train run again: its version is returned, not registered twice; champion does not move.
+    assert [v.version for v in client.search_model_versions(f"name='{MODEL_NAME}'")] == [champion.version]
+    assert client.get_model_version_by_alias(MODEL_NAME, "challenger").version == champion.version
     assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == champion.version
+    assert f"already {MODEL_NAME} version {champion.version}: not registered again" in second.stdout
     assert "stays on version" in second.stdout
 
     # A worse setting (no learning at all) trains and registers a new version that does not take the alias.
@@ -140,5 +140,6 @@ def test_a_step_that_fails_leaves_its_child_and_the_parent_failed(tracking_uri, 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(VerlflowError, match="source folder 'missing/folder' does not exist"):
         pipeline.run_main("smoke", "cpu", "missing/folder", "", "")
-    runs = MlflowClient().search_runs(["0"])
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("verlflow/smoke").experiment_id])
     assert {r.data.tags["verlflow.step"]: r.info.status for r in runs} == {"main": "FAILED", "preprocess": "FAILED"}

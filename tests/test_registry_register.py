@@ -62,9 +62,18 @@ def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipel
         "verlflow.profile": "cpu", "verlflow.backend": "local", "data.digest": "d1g35t",
     }
     assert client.get_model_version_by_alias(name, "challenger").version == mv.version
-    register_run = client.get_run(version.run_id)
+    # The version is made from a LoggedModel of the train run itself: its source run is the train run.
+    assert version.run_id == run_id
+    (model,) = client.search_logged_models(experiment_ids=[client.get_run(run_id).info.experiment_id],
+                                           filter_string=f"source_run_id = '{run_id}'")
+    assert version.source == model.model_uri and model.status == "READY"
+    (register_run,) = client.search_runs([client.get_run(run_id).info.experiment_id],
+                                         "tags.`verlflow.step` = 'register'")
     assert register_run.info.status == "FINISHED"
     assert register_run.data.tags["verlflow.source_run_id"] == run_id
+    # Registering the same train run again returns its version: no copy, no new version.
+    assert registry.run_register(run_id, "").version == mv.version
+    assert len(client.search_model_versions(f"name='{name}'")) == 1
     requirements = mlflow.pyfunc.get_model_dependencies(f"models:/{name}/{mv.version}")
     pinned = open(requirements).read()
     assert "transformers==" in pinned and "torch==" in pinned

@@ -36,8 +36,9 @@ def test_four_smoke_trials_give_distinct_objectives_and_the_best_is_registered(t
                         data_dir=str(tmp_path / "data"))
 
     client = MlflowClient()
-    trials = client.search_runs(["0"], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}' "
-                                       "and tags.`optuna.trial_number` != ''")
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    trials = client.search_runs(experiment_ids, f"tags.`mlflow.parentRunId` = '{result.parent_run_id}' "
+                                "and tags.`optuna.trial_number` != ''")
     objectives = [t.data.metrics["val-core/openai/gsm8k/reward/mean_at_1"] for t in trials]
     assert result.trial_counts.get("COMPLETE") == 4 and len(objectives) == 4
     assert len(set(objectives)) >= 3, objectives

@@ -35,6 +35,7 @@ def test_concurrent_registration_of_the_best_run_leaves_one_version(smoke_store,
     assert len(versions) == 1, [v.version for v in versions]
     assert {out.strip().splitlines()[-1] for out, _ in outputs} == {str(versions[0].version)}
     model = client.get_registered_model(versions[0].name)
-    assert str(model.aliases.get("challenger")) == str(versions[0].version)
+    # the search's own alias; challenger and champion belong to register / main / promote
+    assert str(model.aliases.get("search-best")) == str(versions[0].version) and "challenger" not in model.aliases
     tags = {client.get_run(w).data.tags["search.registered"] for w in workers}
     assert any(t.startswith(f"version {versions[0].version}") for t in tags)

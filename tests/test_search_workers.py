@@ -165,7 +165,7 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
         n = trials[number].params["actor_rollout_ref.rollout.n"]
         assert run.data.tags["optuna.param.actor_rollout_ref.rollout.n"] == str(n)
 
-    # The last worker's run carries the study's best, its plots, and the registered challenger.
+    # The last worker's run carries the study's best, its plots, and the best trial registered as search-best.
     last_worker = max(parents.values(), key=lambda r: r.info.end_time or 0)
     final = client.get_run(last_worker.info.run_id)
     assert final.info.status == "FINISHED"
@@ -180,7 +180,7 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
                ("parallel_coordinate", "param_importances", "intermediate_values"))
     versions = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")
     assert len(versions) == 1, "the best trial is registered once, however many workers summarise"
-    assert "challenger" in client.get_registered_model(versions[0].name).aliases
+    assert "search-best" in client.get_registered_model(versions[0].name).aliases
 
 
 def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, tracking_uri, smoke_store):

@@ -192,7 +192,8 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     deadline = time.monotonic() + 600
     run_id = None
     while time.monotonic() < deadline:
-        runs = client.search_runs(["0"], "tags.`verlflow.step` = 'train'")
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(experiment_ids, "tags.`verlflow.step` = 'train'")
         if runs and len(client.get_metric_history(runs[0].info.run_id, "timing_s/step")) >= 2:
             run_id = runs[0].info.run_id
             break

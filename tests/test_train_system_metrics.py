@@ -108,4 +108,5 @@ def test_compare_runs_link_points_at_the_tracking_server_or_says_how_to_open_it(
     assert link == ("http://mlflow.example:5000/#/compare-runs?runs=%5B%22r1%22%2C%22r2%22%5D"
                     "&experiments=%5B%223%22%5D")
     local = run_names.compare_runs_link("sqlite:///mlflow.db", ["0"], ["r1", "r2"])
-    assert local.startswith("mlflow ui --backend-store-uri 'sqlite:///mlflow.db', then open http://127.0.0.1:5000/#/")
+    assert local.startswith("mlflow ui --backend-store-uri 'sqlite:///mlflow.db', then open /#/compare-runs?")
+    assert local.endswith("on the address it prints") and "5000" not in local

@@ -141,5 +141,6 @@ def test_a_dry_run_with_every_mistake_exits_2_listing_them_all(data_dir, tmp_pat
         if "=500" not in mistake and "tensor_model" not in mistake:
             assert f"\n  {line}" in done.stderr
     assert "  data.train_files=" in done.stderr and "  actor_rollout_ref.model.path=/nowhere/qwen" in done.stderr
-    runs = MlflowClient(uri).search_runs(["0"])
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert [r.info.status for r in runs] == ["FAILED"]

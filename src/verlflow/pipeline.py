@@ -1,11 +1,14 @@
 """The ``main`` entry point: preprocess → evaluate the starting model → train → register → evaluate → promote.
 
-    mlflow run . --env-manager local                    # embedded default: smoke recipe, synthetic data, CPU
+    mlflow run . --env-manager local --experiment-name verlflow/smoke   # embedded default: smoke recipe, CPU
     mlflow run . --env-manager local -P device=npu      # the same chain with the guide's recipe on A3
-    verlflow main --recipe smoke --device cpu           # the same without `mlflow run`
+    verlflow main --recipe smoke --device cpu           # the same without `mlflow run` (in verlflow/smoke)
 
-The starting model is evaluated on the same test split as the trained one (a child ``evaluate`` run tagged
-``verlflow.eval_role=base``, reused like preprocess), so the parent carries ``eval/gsm8k/accuracy`` of the
+The chain logs into the recipe's experiment ``verlflow/<recipe>`` unless the caller chose one
+(:mod:`verlflow.runs.experiments`; under ``mlflow run``, its ``--experiment-name``, else Default).
+The starting model is evaluated on the same test split as the trained one (a child run ``evaluate · base``
+tagged ``verlflow.eval_role=base``, reused like preprocess; the trained model's is ``evaluate · trained``),
+so the parent carries ``eval/gsm8k/accuracy`` of the
 trained model, ``eval/gsm8k/accuracy_base`` and ``eval/gsm8k/accuracy_gain``, and the last line says both.
 
 Each step is a child run of the parent (tag ``mlflow.parentRunId``). A preprocess or train run that
@@ -14,8 +17,8 @@ does) and the same code version (tag ``verlflow.code_version``: the git commit o
 hash of uncommitted changes; the package version outside git) is reused instead of redone; the parent
 then carries ``verlflow.reused_run_id.<step>`` and the log says so. Train runs are matched on their
 data's digest as well, so new data means a new training. register, evaluate and promote always run:
-they are cheap and act on the registry as it is now (a reused checkpoint gets a new version, which
-promote moves ``champion`` to only when it is strictly better).
+they are cheap and act on the registry as it is now (a reused train run keeps the version it was
+registered as, no duplicate; promote moves ``champion`` only to a strictly better version).
 
 Steps run **in this process**, not as ``mlflow run -e <step>`` subprocesses. Each child run is created
 the way ``mlflow run`` creates one (parent link, step parameters logged as params, tags), then the
@@ -65,6 +68,7 @@ from verlflow.names import (
     STEP_RUN_TAG_PREFIX,
     STEP_TAG,
 )
+from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import filter_quote
 
@@ -84,6 +88,9 @@ PHASES = {
     "evaluate": "evaluating the trained model",
     "promote": "deciding the champion",
 }
+# What the UI shows for the two evaluations: which model each one measured.
+BASE_EVAL_RUN_NAME = "evaluate · base"
+TRAINED_EVAL_RUN_NAME = "evaluate · trained"
 
 
 @dataclass
@@ -186,10 +193,11 @@ class StepRunner:
 
     def run(self, step: str, params: dict[str, Any], call: Callable[[], Any], *, reusable: bool = False,
             match_tags: dict[str, str] | None = None, still_valid: Callable[[Run], bool] = lambda run: True,
-            tags: dict[str, str] | None = None, name: str = "") -> tuple[Run, Any]:
+            tags: dict[str, str] | None = None, name: str = "", run_name: str = "") -> tuple[Run, Any]:
         """Reuse or run one step; returns its (ended) run and, when it ran, what the step returned.
 
-        ``name`` tells apart two runs of one step in the chain (run name, parent tags; default ``step``).
+        ``name`` tells apart two runs of one step in the chain (parent tags, log; default ``step``);
+        ``run_name`` is what the MLflow UI shows (default ``name``).
         """
         params = {k: _as_param(v) for k, v in params.items()}
         match_tags = match_tags or {}
@@ -201,7 +209,7 @@ class StepRunner:
             self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
             self.runs[name], self.reused[name] = run_id, run_id
             return found, None
-        child = self.client.create_run(self.experiment_id, run_name=name, tags={
+        child = self.client.create_run(self.experiment_id, run_name=run_name or name, tags={
             MLFLOW_PARENT_RUN_ID: self.parent_id, STEP_TAG: step, CODE_VERSION_TAG: self.code,
             **match_tags, **(tags or {}),
         })
@@ -276,7 +284,7 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
     client = LockRetryingClient()
     parent_tags = {STEP_TAG: "main", RECIPE_TAG: plan.recipe, MODEL_NAME_TAG: plan.model_name,
                    CODE_VERSION_TAG: code_version()}
-    with tracking.tracked_run(run_name="main", tags=parent_tags) as active:
+    with tracking.tracked_run(run_name="main", tags=parent_tags, experiment=recipe_experiment(plan.recipe)) as active:
         runner = StepRunner(client, client.get_run(active.info.run_id))
 
         pre, _ = runner.run(
@@ -307,7 +315,8 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
         _, result = runner.run(
             "evaluate", {"model_uri": model_uri, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto"},
             lambda: evaluate.run_evaluate(model_uri=model_uri, data_dir=data_dir, split="test", limit=0,
-                                          backend="auto"),
+                                          backend="auto", run_name=TRAINED_EVAL_RUN_NAME),
+            tags={EVAL_ROLE_TAG: "trained"}, run_name=TRAINED_EVAL_RUN_NAME,
         )
 
         _, decision = runner.run(
@@ -349,8 +358,9 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
     run, result = runner.run(
         "evaluate", params,
         lambda: evaluate.run_evaluate(model_uri=folder, data_dir=data_dir, split="test", limit=0, backend="auto",
-                                      max_new_tokens=plan.max_response_length),
+                                      max_new_tokens=plan.max_response_length, run_name=BASE_EVAL_RUN_NAME),
         reusable=True, match_tags={EVAL_ROLE_TAG: "base", DATA_DIGEST_TAG: data_digest}, name=BASE_EVAL,
+        run_name=BASE_EVAL_RUN_NAME,
     )
     return result.accuracy if result is not None else run.data.metrics.get(metrics.EVAL_ACCURACY)
 

@@ -36,7 +36,7 @@ from verlflow.names import (
     TIMING_E2E,
     VERSION_TAG,
 )
-from verlflow.runs import lifecycle, metric_buffer, summaries
+from verlflow.runs import experiments, lifecycle, metric_buffer, summaries
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote, first_line
 
@@ -91,17 +91,24 @@ def tracked_run(
     from several processes need). The run's status is set through the client, so it is right even
     when another process (verl's logger) ended the run in between. ``log_system_metrics`` is passed to
     ``mlflow.start_run`` (False where the caller samples system metrics itself: train, see system_metrics).
+    ``experiment``: a training step's experiment (:mod:`verlflow.runs.experiments`), used unless the caller
+    chose one; the experiment the run lands in is marked as model training.
     """
-    if experiment and not os.environ.get("MLFLOW_RUN_ID"):
-        mlflow.set_experiment(experiment)
+    chosen = experiments.enter(experiment) if experiment else None
     all_tags = {VERSION_TAG: __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if mlflow.active_run() is None:
-        lifecycle.reap_at_start()  # the step's inputs are checked by now; dead RUNNING runs of its experiment end
-    run = retry_on_lock(mlflow.start_run, run_name=run_name, tags=all_tags, nested=mlflow.active_run() is not None,
-                           log_system_metrics=log_system_metrics)
+        # the step's inputs are checked by now; dead RUNNING runs of its experiment end
+        lifecycle.reap_at_start([chosen] if chosen else None)
+    parent = mlflow.active_run()
+    if parent is not None and chosen is None and not os.environ.get("MLFLOW_RUN_ID"):
+        chosen = parent.info.experiment_id  # a nested step (search's evaluate, register) stays with its parent
+    run = retry_on_lock(mlflow.start_run, run_name=run_name, tags=all_tags, nested=parent is not None,
+                        log_system_metrics=log_system_metrics, experiment_id=chosen)
     run_id = run.info.run_id
+    if experiment:
+        experiments.mark_training(run.info.experiment_id)
     heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
     error: BaseException | None = None
     try:
@@ -136,9 +143,17 @@ def _one_line(exc: BaseException) -> str:
 
 
 def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``)."""
-    from verl.utils.tracking import _compute_mlflow_params_from_objects
+    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``).
 
+    verl exposes no public function for this: its MLflow logger calls the private helper below. Reusing it
+    is what keeps local runs' param keys identical to verl runs' (so compare can diff them); present in every
+    verl release verlflow supports (0.5.0 through 0.9.x, tests/test_verl_version_matrix.py).
+    """
+    try:
+        from verl.utils.tracking import _compute_mlflow_params_from_objects
+    except ImportError as exc:
+        raise VerlflowError(f"this verl has no verl.utils.tracking._compute_mlflow_params_from_objects: "
+                            f"install a verl verlflow supports (>=0.5.0,<0.10): {exc}") from None
     return _compute_mlflow_params_from_objects(dict(config))
 
 
@@ -151,6 +166,7 @@ def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _verl_adapter():
+    # verl's key sanitizer is private too (no public equivalent); same reason and range as flatten_params.
     from verl.utils.tracking import _MlflowLoggingAdapter
 
     return _MlflowLoggingAdapter()

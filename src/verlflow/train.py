@@ -37,6 +37,8 @@ PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
 # verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
 VERL_CPU_PROFILE = "cpu-verl"
 BACKENDS = ("auto", "verl", "local")
+# How a train run uses each split (MLflow dataset input contexts): it trains on one and validates on the other.
+TRAIN_INPUT_CONTEXTS = {"train": "training", "test": "validation"}
 
 
 def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, str, str, str]:
@@ -152,7 +154,7 @@ def run_train(
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
         spill_root = Path(str(cfg.verlflow.output_dir or local.DEFAULT_OUTPUT_ROOT))
         with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
-                        spill_root=spill_root) as (run, since):
+                        spill_root=spill_root, overrides=overrides, data_dir=data_dir) as (run, since):
             return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
     import mlflow
 
@@ -167,7 +169,8 @@ def run_train(
     # A dry run launches nothing: no system metrics to sample.
     interval = None if dry_run else interval
     point = _verl_resume_point(resume, cfg, ray_address) if resume and not dry_run else None
-    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval) as (run, since):
+    with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
+                    overrides=overrides, data_dir=data_dir) as (run, since):
         if point is not None:
             from verlflow.backends.verl.command import checkpoint_dir_of
 
@@ -214,21 +217,27 @@ def _resume_verl_at(run_id: str, point, checkpoint_dir: str) -> None:
 
 
 @contextlib.contextmanager
-def _train_run(cfg, tags, recipe, profile, started_at, interval, spill_root: Path | None = None):
-    """The train run, named for the UI, timed across resumed attempts, with system metrics sampled while it trains.
+def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: Path | None = None,
+               overrides="", data_dir=""):
+    """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
+    timed across resumed attempts, with system metrics sampled while it trains.
 
     Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
     With ``spill_root`` (the local trainer) the run's metrics, tables and tags, its attempt time included, go
     through a metric buffer spilling to ``<spill_root>/<run_id>``, and its other MLflow calls are kept short.
     """
+    from verlflow.data.gsm8k import log_split_inputs
     from verlflow.runs import metric_buffer
     from verlflow.runs import resume as resuming
+    from verlflow.runs.experiments import recipe_experiment
 
-    with tracking.tracked_run(tags=tags, log_system_metrics=False) as run, \
+    with tracking.tracked_run(tags=tags, log_system_metrics=False, experiment=recipe_experiment(recipe)) as run, \
             (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
              else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run(run.info.run_id, recipe, profile, started_at)
+        run_names.name_train_run(run.info.run_id, recipe, profile, started_at, overrides)
+        if data_dir:
+            log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}
         with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
                                       environ=environ):

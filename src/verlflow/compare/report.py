@@ -8,7 +8,9 @@ tracking store in one pass per run), so it is plain computation: no MLflow calls
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -219,6 +221,11 @@ def parity_row(
     return ParityRow(key, title, steps, mrd, max_abs, mrd <= threshold, note)
 
 
+def without_verdict(rows: Sequence[ParityRow]) -> list[ParityRow]:
+    """The same differences with no PASS/FAIL: for runs of different recipes, where parity means nothing."""
+    return [dataclasses.replace(r, passed=None) for r in rows]
+
+
 def parity_rows(
     baseline: RunSnapshot,
     candidate: RunSnapshot,
@@ -261,8 +268,10 @@ def _verdict(row: ParityRow) -> str:
     return "PASS" if row.passed else "FAIL"
 
 
-def parity_summary(rows: Sequence[ParityRow], threshold: float) -> str:
-    """One line: how many comparable curves are within the threshold."""
+def parity_summary(rows: Sequence[ParityRow], threshold: float, *, judged: bool = True) -> str:
+    """One line: how many comparable curves are within the threshold (or that parity was not judged)."""
+    if not judged:
+        return "parity: not judged (the runs differ in recipe settings: a plain run-vs-run comparison)"
     compared = [r for r in rows if r.passed is not None]
     passed = [r for r in compared if r.passed]
     if not compared:
@@ -281,8 +290,17 @@ def recipe_warning(diff: ConfigDiff, limit: int = 5) -> str | None:
     more = f"; … {len(diff.recipe) - limit} more" if len(diff.recipe) > limit else ""
     return (
         f"⚠ RECIPES DIFFER: {len(diff.recipe)} setting(s) outside the device profile differ "
-        f"({shown}{more}) — the runs did not train the same way; the numbers below compare unlike things."
+        f"({shown}{more}): a plain run-vs-run comparison follows (curves and differences), no parity verdict — "
+        "parity is judged only between runs of one recipe on two device profiles."
     )
+
+
+_GUIDE_WORDS = re.compile(r"\s*\([^()]*[\u3000-\u9fff][^()]*\)")
+
+
+def plain_label(label: str) -> str:
+    """A label without the guide's Chinese words in brackets (``cards (卡数)`` → ``cards``)."""
+    return _GUIDE_WORDS.sub("", label)
 
 
 def render_markdown(
@@ -300,14 +318,22 @@ def render_markdown(
     compare_link: str = "",
 ) -> str:
     """The whole report as Markdown: warning, runs, §6.1, §6.3, §6.2 with parity, §6.4 (``utilisation``,
-    rendered by :mod:`verlflow.compare.utilisation`), config diff; ``compare_link``: MLflow's compare-runs page."""
+    rendered by :mod:`verlflow.compare.utilisation`), config diff; ``compare_link``: MLflow's compare-runs page.
+
+    When the recipes differ (``diff.recipes_differ``) it is a plain run-vs-run report: the same parts
+    without the guide's numbering and words, and curve differences without a parity verdict.
+    """
+    judged = not diff.recipes_differ
+    versions = version_rows(baseline, candidate)
+    if not judged:
+        versions = [(plain_label(label), b, c) for label, b, c in versions]
     sections = [
         _header(baseline, candidate, diff, parity, threshold, tracking_uri, compare_link),
         _runs_section(baseline, candidate),
-        ["## 6.1 Versions", "",
-         table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)), ""],
-        _timings_section(timings),
-        _curves_section(parity, threshold, grid_image, curve_images or {}),
+        ["## 6.1 Versions" if judged else "## Versions", "",
+         table(["component", baseline.label, candidate.label], versions), ""],
+        _timings_section(timings, judged),
+        _curves_section(parity, threshold, grid_image, curve_images or {}, judged),
         [utilisation.rstrip(), ""] if utilisation else [],
         _diff_section(diff),
     ]
@@ -321,11 +347,13 @@ def _header(baseline: RunSnapshot, candidate: RunSnapshot, diff: ConfigDiff, par
     warning = recipe_warning(diff)
     if warning:
         out += [f"**{warning}**", ""]
+    ratios = ("- ratios are candidate / baseline (the guide's §6.3 reads A3 relative to H20: >1 means slower)"
+              if not warning else "- ratios are candidate / baseline (>1: the candidate took longer)")
     return out + [
-        f"- {parity_summary(parity, threshold)}",
+        f"- {parity_summary(parity, threshold, judged=not warning)}",
         f"- tracking store: `{tracking_uri}`",
         *([f"- side by side in MLflow: {compare_link}"] if compare_link else []),
-        "- ratios are candidate / baseline (the guide's §6.3 reads A3 relative to H20: >1 means slower)",
+        ratios,
         "",
     ]
 
@@ -344,19 +372,27 @@ def _runs_section(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
     return out
 
 
-def _timings_section(timings: Sequence[TimingRow]) -> list[str]:
+def _timings_section(timings: Sequence[TimingRow], judged: bool = True) -> list[str]:
     """§6.3: each timing figure of both runs and their ratio."""
-    rows = [(r.label, f"`{r.key}`", _fmt_seconds(r.baseline), _fmt_seconds(r.candidate), _ratio(r)) for r in timings]
-    return ["## 6.3 Performance (seconds)", "",
+    rows = [(r.label if judged else plain_label(r.label), f"`{r.key}`", _fmt_seconds(r.baseline),
+             _fmt_seconds(r.candidate), _ratio(r)) for r in timings]
+    return ["## 6.3 Performance (seconds)" if judged else "## Performance (seconds)", "",
             table(["figure", "metric", "baseline", "candidate", "candidate / baseline"], rows), ""]
 
 
 def _curves_section(parity: Sequence[ParityRow], threshold: float, grid_image: str | None,
-                    images: Mapping[str, str]) -> list[str]:
-    """§6.2: the curves image and the parity verdict of each curve."""
-    out = ["## 6.2 Curves and precision parity", ""]
+                    images: Mapping[str, str], judged: bool = True) -> list[str]:
+    """§6.2: the curves image and the parity verdict of each curve (only their differences when not judged)."""
+    out = ["## 6.2 Curves and precision parity" if judged else "## Curves", ""]
     if grid_image:
         out += [f"![curves]({grid_image})", ""]
+    if not judged:
+        rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`",
+                 describe_steps(r.steps), _percent(r.mean_relative_difference), _fmt_number(r.max_absolute_difference),
+                 r.note) for r in parity]
+        header = ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "note"]
+        return out + ["Differences per curve over the common steps: mean of |candidate − baseline| / "
+                      "max(|baseline|, ε), and the largest |candidate − baseline|.", "", table(header, rows), ""]
     out += [
         f"Verdict per curve: mean over the common steps of |candidate − baseline| / max(|baseline|, ε), "
         f"PASS at or under {threshold:.0%} (verl's NPU/GPU precision-alignment rule: loss ≤ 2%, "

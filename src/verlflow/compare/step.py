@@ -8,13 +8,13 @@ report (``report.md``, ``comparison.json``, ``curves.png``, ``curves/<metric>.pn
 logged under ``compare/`` of a comparison run tagged with both run ids; its figures are also metrics of
 that run (``compare/ratio/timing_s_mean/gen``, ``compare/parity/critic/score/mean`` …).
 
-Histories are read in bulk: one request per curve for *both* runs (MLflow's
-``get-history-bulk-interval``), instead of one ``get_metric_history`` per metric per run.
+Histories are read with MLflow's public client (``get_metric_history``), only for the curves the report needs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import re
@@ -47,10 +47,12 @@ from verlflow.compare.report import (
     curve_filename,
     parity_rows,
     parity_summary,
+    plain_label,
     recipe_warning,
     render_markdown,
     timing_rows,
     version_rows,
+    without_verdict,
 )
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import (
@@ -77,10 +79,6 @@ from verlflow.util import gc_paused
 ARTIFACT_DIR = "compare"
 UTILISATION_IMAGE = "utilisation.png"
 COMPARE_LINK_TAG = "compare.mlflow_compare_runs"
-# MLflow's server caps get-history-bulk-interval at 2500 points per run (handlers.MAX_RESULTS_PER_RUN);
-# a history that reaches the cap is re-read in full with get_metric_history.
-BULK_MAX_POINTS = 2500
-BULK_ENDPOINT = "/api/2.0/mlflow/metrics/get-history-bulk-interval"
 # A reference is a filter string when it holds a comparison operator (run ids and names do not).
 _FILTER_RE = re.compile(r"(=|!=|<|>|\s(i?like|in)\s)", re.IGNORECASE)
 # The run's description in the MLflow UI; tag values are capped at 8000 characters.
@@ -110,8 +108,8 @@ class ComparisonResult:
 
     @property
     def parity_passed(self) -> bool:
-        """Whether every comparable curve is within the threshold."""
-        return all(r.passed for r in self.parity if r.passed is not None)
+        """Whether every comparable curve is within the threshold (False when not judged: recipes differ)."""
+        return not self.recipes_differ and all(r.passed for r in self.parity if r.passed is not None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,50 +158,20 @@ def resolve_run(ref: str, role: str = "run") -> Run:
 # ----------------------------------------------------------------------------------------------
 
 
-def _bulk_one_key(
-    client: MlflowClient, run_ids: Sequence[str], key: str
-) -> list[tuple[str, int, float, int]]:
-    """(run_id, step, value, timestamp) of ``key`` for all ``run_ids`` in one store request."""
-    from mlflow.store.tracking.rest_store import RestStore
-
-    store = client._tracking_client.store  # no public accessor; the store decides how "bulk" is served
-    if isinstance(store, RestStore):
-        from mlflow.protos.service_pb2 import GetMetricHistoryBulkInterval
-        from mlflow.utils.rest_utils import call_endpoint
-
-        body = json.dumps({"run_ids": list(run_ids), "metric_key": key, "max_results": BULK_MAX_POINTS})
-        try:
-            response = call_endpoint(
-                store.get_host_creds(), BULK_ENDPOINT, "GET", body, GetMetricHistoryBulkInterval.Response()
-            )
-        except MlflowException:  # a server without the endpoint: one plain history request per run
-            return [
-                (rid, m.step, m.value, m.timestamp)
-                for rid in run_ids
-                for m in client.get_metric_history(rid, key)
-            ]
-        return [(m.run_id, m.step, m.value, m.timestamp) for m in response.metrics]
-    points = store.get_metric_history_bulk_interval(list(run_ids), key, BULK_MAX_POINTS, None, None)
-    return [(m.run_id, m.step, m.value, m.timestamp) for m in points]
-
-
 def fetch_histories(
     run_ids: Sequence[str], keys: Iterable[str], client: MlflowClient | None = None
 ) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """Histories of ``keys`` for every run: {run_id: {key: [(step, value)] sorted by step}}.
 
-    One request per key covers all runs (SQL store: one query; tracking server: one REST call).
-    Where a step was logged twice, the later value wins, as the MLflow UI shows it.
+    Read with MLflow's public ``get_metric_history``, one request per run and key (MLflow's bulk-interval
+    read has no public client call). Where a step was logged twice, the later value wins, as the MLflow UI
+    shows it.
     """
     client = client or MlflowClient()
     out: dict[str, dict[str, list[tuple[int, float]]]] = {rid: {} for rid in run_ids}
     for key in keys:
-        by_run: dict[str, list[tuple[int, float, int]]] = {rid: [] for rid in run_ids}
-        for rid, step, value, ts in _bulk_one_key(client, run_ids, key):
-            by_run.setdefault(rid, []).append((step, value, ts))
-        for rid, points in by_run.items():
-            if len(points) >= BULK_MAX_POINTS:
-                points = [(m.step, m.value, m.timestamp) for m in client.get_metric_history(rid, key)]
+        for rid in run_ids:
+            points = [(m.step, m.value, m.timestamp) for m in client.get_metric_history(rid, key)]
             if points:
                 latest = {step: value for step, value, _ in sorted(points, key=lambda p: (p[0], p[2]))}
                 out[rid][key] = sorted(latest.items())
@@ -255,7 +223,7 @@ def _has_timing(snap: RunSnapshot) -> bool:
 
 
 def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
-    """Both runs as snapshots, with the §6.2 curve histories read in one bulk pass."""
+    """Both runs as snapshots, with the §6.2 curve histories the report needs."""
     snaps = (snapshot(baseline, "baseline"), snapshot(candidate, "candidate"))
     for snap in snaps:
         if not _has_timing(snap):
@@ -296,9 +264,13 @@ def _metric_values(
             if value is not None:
                 values[f"compare/{prefix}/{row.key}"] = value
     for row in parity:
-        if row.mean_relative_difference is not None:
-            values[f"compare/parity/{row.key}"] = row.mean_relative_difference
-            values[f"compare/parity_pass/{row.key}"] = float(bool(row.passed))
+        if row.mean_relative_difference is None:
+            continue
+        if diff.recipes_differ:  # a difference between unlike runs, not a parity figure
+            values[f"compare/mean_rel_diff/{row.key}"] = row.mean_relative_difference
+            continue
+        values[f"compare/parity/{row.key}"] = row.mean_relative_difference
+        values[f"compare/parity_pass/{row.key}"] = float(bool(row.passed))
     values["compare/config_diff/recipe"] = len(diff.recipe)
     values["compare/config_diff/profile"] = len(diff.profile)
     return {tracking.sanitize_metric_key(k): float(v) for k, v in values.items()}
@@ -345,19 +317,25 @@ def _write_report(
     baseline: RunSnapshot, candidate: RunSnapshot, out_dir: Path, threshold: float, eps: float,
     plotter: CurvePlotter,
 ) -> tuple[str, list[tuple[str, str, str]], list[TimingRow], ConfigDiff, list[ParityRow]]:
+    extra_profiles = {
+        r.tags[PROFILE_TAG] for r in (baseline, candidate) if r.tags.get(PROFILE_TAG)
+    }
+    diff = config_diff(baseline, candidate, profile_param_keys(extra_profiles), launch_param_names())
     parity = parity_rows(baseline, candidate, threshold, eps)
+    if diff.recipes_differ:  # runs of different recipes: their differences, never a parity verdict
+        parity = without_verdict(parity)
     notes = {
-        r.key: f"{r.mean_relative_difference:.2%} {'PASS' if r.passed else 'FAIL'}"
+        r.key: f"{r.mean_relative_difference:.2%} " + ("mean rel. diff" if r.passed is None
+                                                       else "PASS" if r.passed else "FAIL")
         for r in parity
         if r.mean_relative_difference is not None
     }
     plotter.submit(CURVES, baseline, candidate, out_dir, notes)
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
-    extra_profiles = {
-        r.tags[PROFILE_TAG] for r in (baseline, candidate) if r.tags.get(PROFILE_TAG)
-    }
-    diff = config_diff(baseline, candidate, profile_param_keys(extra_profiles), launch_param_names())
+    if diff.recipes_differ:
+        versions = [(plain_label(label), b, c) for label, b, c in versions]
+        timings = [dataclasses.replace(r, label=plain_label(r.label)) for r in timings]
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []
@@ -412,7 +390,7 @@ def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingR
     note = report if len(report) <= NOTE_LIMIT else report[:NOTE_LIMIT] + "\n\n… full report: compare/report.md"
     mlflow.set_tags({
         "compare.recipes_differ": str(diff.recipes_differ).lower(),
-        "compare.parity": parity_summary(parity, threshold),
+        "compare.parity": parity_summary(parity, threshold, judged=not diff.recipes_differ),
         NOTE_TAG: note,
         COMPARE_LINK_TAG: link,
     })

@@ -366,6 +366,35 @@ def _rows_digest(rows: list[dict]) -> str:
     return digest.hexdigest()[:16]  # MLflow keeps dataset digests of up to 36 characters
 
 
+def split_dataset(rows: list[dict], path: Path, split: str, digest: str):
+    """The MLflow dataset of one split: the same name, source and digest wherever it is logged, so MLflow
+    shows one dataset that preprocess produced and train / evaluate runs used."""
+    import mlflow
+
+    with warnings.catch_warnings():  # mlflow registers two local-file sources and warns it picked one
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+        return mlflow.data.from_pandas(pd.DataFrame(rows), source=str(path), name=f"gsm8k-{split}", digest=digest)
+
+
+def log_split_inputs(data_dir: str | Path, contexts: dict[str, str]) -> list[str]:
+    """Log the splits of a preprocessed folder as inputs of the active run (split → context, e.g.
+    ``{"train": "training", "test": "validation"}``); the splits logged (none when the files are elsewhere,
+    e.g. only on a cluster's shared disk)."""
+    import mlflow
+
+    if mlflow.active_run() is None:
+        return []
+    logged = []
+    for split, context in contexts.items():
+        path = Path(data_dir).expanduser().resolve() / f"{split}.parquet"
+        if not path.is_file():
+            continue
+        rows = pq.read_table(path).to_pylist()
+        mlflow.log_input(split_dataset(rows, path, split, _rows_digest(rows)), context=context)
+        logged.append(split)
+    return logged
+
+
 def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digests: dict[str, str]) -> None:
     import mlflow
 
@@ -373,11 +402,7 @@ def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digest
         return
     paths = {"train": result.train_path, "test": result.test_path}
     for split in SPLITS:
-        with warnings.catch_warnings():  # mlflow registers two local-file sources and warns it picked one
-            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
-            dataset = mlflow.data.from_pandas(
-                pd.DataFrame(rows[split]), source=str(paths[split]), name=f"gsm8k-{split}", digest=digests[split]
-            )
-        retry_on_lock(mlflow.log_input, dataset, context=MLFLOW_CONTEXTS[split])
+        retry_on_lock(mlflow.log_input, split_dataset(rows[split], paths[split], split, digests[split]),
+                      context=MLFLOW_CONTEXTS[split])
     retry_on_lock(mlflow.log_metrics, {"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
     retry_on_lock(mlflow.set_tags, {"data.source": result.source, DATA_DIGEST_TAG: result.digest})

@@ -30,13 +30,14 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import names as metrics
 from verlflow import tracking
+from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
 from verlflow.runs.store_retry import retry_on_lock
 
 __all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "run_evaluate",
-           "score", "load_problems", "choose_backend", "max_new_tokens_for"]
+           "score", "tag_version", "load_problems", "choose_backend", "max_new_tokens_for"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ DEFAULT_BATCH_SIZE = 32
 PREDICTIONS_TABLE = "eval/gsm8k_predictions.json"
 # Version tags written after an evaluation; promote reads VERSION_ACCURACY_TAG.
 VERSION_ACCURACY_TAG = "eval.gsm8k.accuracy"
+EVAL_INPUT_CONTEXT = "evaluation"  # the MLflow dataset input context of the evaluated split
 
 
 @dataclass
@@ -247,12 +249,14 @@ def run_evaluate(
     *,
     max_new_tokens: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    run_name: str = "evaluate",
 ) -> EvalResult:
     """Measure GSM8K accuracy of a model (step ``evaluate``) and log it as an MLflow run.
 
     Everything the user gave is checked before a run is opened, so bad input leaves no run behind.
     ``data_dir=""``: the data the model trained on (:func:`default_eval_data`).
-    ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``.
+    ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``. The evaluated split
+    is logged as the run's dataset input (context ``evaluation``), the same dataset preprocess logged.
     """
     engine = choose_backend(backend)
     model = None if data_dir else resolve_model(model_uri)  # no data_dir: the model says which data
@@ -269,7 +273,8 @@ def run_evaluate(
     if model.registered_name:
         tags.update({MODEL_NAME_TAG: model.registered_name, MODEL_VERSION_TAG: model.version})
 
-    with tracking.tracked_run(run_name="evaluate", tags=tags) as run:
+    with tracking.tracked_run(run_name=run_name, tags=tags) as run:
+        log_split_inputs(data_dir, {split: EVAL_INPUT_CONTEXT})
         prompts = [list(p["prompt"]) for p in problems]
         log.info("evaluating %s on %d %s problems (%s, max %d new tokens)", model_uri, len(problems), split,
                  engine, budget)
@@ -280,7 +285,7 @@ def run_evaluate(
         result = _score_and_log(problems, answers, run_id=run.info.run_id, model_uri=model_uri, model=model,
                                 engine=engine, budget=budget)
         if model.registered_name:
-            _tag_version(model, result)
+            tag_version(model.registered_name, model.version, result)
     where = f"{model.registered_name} v{model.version}" if model.registered_name else model_uri
     print(f"evaluate: {where}: accuracy {result.accuracy:.4f} (flexible {result.accuracy_flexible:.4f}) on "
           f"{result.num_samples} {split} problems, mean response {result.response_length_mean:.1f} tokens "
@@ -303,12 +308,12 @@ def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]
         backend=engine, max_new_tokens=budget, source_run_id=model.source_run_id,
         model_name=model.registered_name, model_version=model.version,
     )
-    retry_on_lock(mlflow.log_metrics, {
+    retry_on_lock(mlflow.log_metrics, {  # also on the LoggedModel measured, where there is one (its page shows them)
         metrics.EVAL_ACCURACY: result.accuracy,
         metrics.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
         metrics.EVAL_NUM_SAMPLES: n,
         metrics.EVAL_RESPONSE_LENGTH: result.response_length_mean,
-    })
+    }, model_id=model.model_id)
     retry_on_lock(mlflow.log_table, {
         "question": [_question(p) for p in problems],
         "response": responses,
@@ -326,8 +331,8 @@ def _question(problem: dict[str, Any]) -> str:
     return str(info.get("question") or problem["prompt"][-1]["content"])
 
 
-def _tag_version(model: ResolvedModel, result: EvalResult) -> None:
-    """Put the score on the registered version, where promote and the registry UI see it."""
+def tag_version(name: str, version: str, result: EvalResult) -> None:
+    """Put the score on a registered version, where promote and the registry UI see it."""
     client = MlflowClient()
     for key, value in {
         VERSION_ACCURACY_TAG: f"{result.accuracy:.6g}",
@@ -335,4 +340,4 @@ def _tag_version(model: ResolvedModel, result: EvalResult) -> None:
         "eval.gsm8k.num_samples": str(result.num_samples),
         "eval.run_id": result.run_id,
     }.items():
-        client.set_model_version_tag(model.registered_name, model.version, key, value)
+        client.set_model_version_tag(name, version, key, value)

@@ -39,6 +39,8 @@ class ResolvedModel:
     source_run_id: str | None = None
     registered_name: str | None = None
     version: str | None = None
+    # The MLflow 3 LoggedModel behind it (evaluation metrics are linked to it), when there is one.
+    model_id: str | None = None
 
 
 def resolve_model(model_uri: str) -> ResolvedModel:
@@ -67,7 +69,9 @@ def _resolve_registered(uri: str) -> ResolvedModel:
     elif "/" in ref:
         name, _, version = ref.rpartition("/")
     elif ref.startswith("m-"):  # an MLflow 3 logged model id: no registry lineage
-        return _from_download(uri, source_run_id=_logged_model_run(client, ref))
+        resolved = _from_download(uri, source_run_id=_logged_model_run(client, ref))
+        resolved.model_id = ref
+        return resolved
     else:
         raise VerlflowError(f"model URI '{uri}' names no version: use models:/{ref}@<alias> or models:/{ref}/<n>")
     require_registered_model(client, name)
@@ -82,7 +86,18 @@ def _resolve_registered(uri: str) -> ResolvedModel:
     source_run = mv.tags.get("source_run_id") or _source_of_run(client, mv.run_id)
     resolved = _from_download(f"models:/{name}/{mv.version}", source_run_id=source_run)
     resolved.uri, resolved.registered_name, resolved.version = uri, name, str(mv.version)
+    resolved.model_id = logged_model_id(mv)
     return resolved
+
+
+def logged_model_id(mv) -> str | None:
+    """The LoggedModel a registered version was made from (``models:/m-…`` source), None for older versions."""
+    model_id = getattr(mv, "model_id", None)
+    if model_id:
+        return model_id
+    source = str(getattr(mv, "source", "") or "")
+    ref = source.removeprefix("models:/")
+    return ref if source.startswith("models:/") and ref.startswith("m-") and "/" not in ref else None
 
 
 def require_registered_model(client: MlflowClient, name: str) -> None:

@@ -1,12 +1,13 @@
 """Register a train run's final checkpoint, and promote the best version with an alias.
 
-    verlflow register --run_id <train run>                  # new version, alias challenger → it
+    verlflow register --run_id <train run>                  # its version (made once), alias challenger → it
     verlflow promote --model_name tiny-qwen3-gsm8k-smoke    # champion → best eval/gsm8k/accuracy
 
-``register`` logs the Hugging Face folder a train run ended with (tag ``verlflow.checkpoint_dir``, set
-by both backends) as an MLflow transformers model and registers *that logged model* (MLflow 3 cannot
-register a plain artifact folder), with its lineage on the version as tags: source run, recipe, profile,
-backend, data digest.
+``register`` makes the Hugging Face folder a train run ended with (tag ``verlflow.checkpoint_dir``, set
+by both backends) an MLflow 3 LoggedModel (transformers flavor) whose source run is *the train run*, so
+the train run's page lists it under "Logged models", and registers that LoggedModel (``models:/<model_id>``):
+the version's source run is the train run, and the checkpoint is copied once. Its lineage is on the version
+as tags: source run, recipe, profile, backend, data digest. A train run registered before keeps its version.
 
 ``promote`` ranks versions by a metric, read from a version tag (``eval/gsm8k/accuracy`` →
 ``eval.gsm8k.accuracy``, written by evaluate) or else from the version's source run, and moves an alias
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import mlflow
+from mlflow.entities import LoggedModel, LoggedModelStatus
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -55,6 +58,10 @@ from verlflow.util import filter_quote
 
 CHALLENGER = "challenger"
 CHAMPION = "champion"
+# The alias a search moves to its best trial (evaluated first); challenger and champion are main's.
+SEARCH_BEST = "search-best"
+# On a register run: the train run had a version already, which was returned instead of a new one.
+REUSED_VERSION_TAG = "verlflow.reused_version"
 MODEL_ARTIFACT = "model"
 # What loading the model needs; pinned to what saved it. Listed so MLflow does not infer requirements
 # (slow, and it drags in the CUDA world from the environment).
@@ -151,27 +158,76 @@ def point_alias(client: MlflowClient, name: str, alias: str, version: str | int,
             time.sleep(0.2 * (attempt + 1))
 
 
-def run_register(run_id: str, model_name: str) -> ModelVersion:
-    """Register a train run's final checkpoint as a new model version with lineage; alias challenger → it."""
+def checkpoint_model(client: MlflowClient, train_run, checkpoint: Path) -> LoggedModel:
+    """The train run's final checkpoint as a READY LoggedModel whose source run is the train run (made once).
+
+    Built with MLflow's public LoggedModel calls (initialize, log artifacts, finalize) rather than
+    ``log_model`` in an active run, because the train run has ended: reopening it would rewrite its status
+    and end time.
+    """
+    run_id, experiment_id = train_run.info.run_id, train_run.info.experiment_id
+    query = f"source_run_id = '{run_id}' AND name = '{MODEL_ARTIFACT}'"
+    for found in client.search_logged_models(experiment_ids=[experiment_id], filter_string=query):
+        if found.status == LoggedModelStatus.READY:
+            return found
+    model = mlflow.initialize_logged_model(
+        name=MODEL_ARTIFACT, source_run_id=run_id, experiment_id=experiment_id, model_type="transformers",
+        tags={CHECKPOINT_DIR_TAG: str(checkpoint)},
+    )
+    try:
+        with tempfile.TemporaryDirectory(prefix="verlflow-model-") as tmp:
+            saved = Path(tmp) / MODEL_ARTIFACT
+            mlflow.transformers.save_model(str(checkpoint), path=str(saved), task="text-generation",
+                                           pip_requirements=pip_requirements())
+            client.log_model_artifacts(model.model_id, str(saved))
+    except BaseException:
+        mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+        raise
+    return mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+
+
+def existing_version(client: MlflowClient, name: str, run_id: str) -> ModelVersion | None:
+    """The lowest version of ``name`` registered from train run ``run_id``, if there is one."""
+    query = f"name='{filter_quote(name)}' and tags.source_run_id = '{filter_quote(run_id)}'"
+    try:
+        versions = client.search_model_versions(query)
+    except MlflowException:
+        return None
+    return min(versions, key=lambda mv: int(mv.version), default=None)
+
+
+def run_register(run_id: str, model_name: str, alias: str = CHALLENGER) -> ModelVersion:
+    """Register a train run's final checkpoint as a model version with lineage; ``alias`` (challenger) → it.
+
+    A train run registered before is not registered again: its version is returned (and gets the alias), so
+    a rerun of ``main`` that reuses the train run adds no duplicate version.
+    """
     train_run = tracking.get_run(run_id)
     run_id = train_run.info.run_id
     checkpoint = checkpoint_of(train_run)
     name = model_name_for(train_run, model_name)
     check_model_name(name)
+    check_alias(alias)
+    client = LockRetryingClient()
+    tags = {STEP_TAG: "register", SOURCE_RUN_TAG: run_id, MODEL_NAME_TAG: name}
+    if (known := existing_version(client, name, run_id)) is not None:
+        with tracking.tracked_run(run_name="register", tags=tags):
+            point_alias(client, name, alias, known.version)
+            mlflow.set_tags({MODEL_VERSION_TAG: str(known.version), REUSED_VERSION_TAG: "true"})
+        print(f"register: run {run_id} is already {name} version {known.version}: not registered again; "
+              f"alias {alias} → {known.version}")
+        return known
     lineage = {"source_run_id": run_id}
     lineage.update({k: train_run.data.tags[k] for k in LINEAGE_TAGS if train_run.data.tags.get(k)})
     if digest := data_digest_of(train_run):
         lineage[DATA_DIGEST_TAG] = digest
 
-    tags = {STEP_TAG: "register", SOURCE_RUN_TAG: run_id, MODEL_NAME_TAG: name}
     with tracking.tracked_run(run_name="register", tags=tags):
-        info = mlflow.transformers.log_model(
-            str(checkpoint), name=MODEL_ARTIFACT, task="text-generation", pip_requirements=pip_requirements(),
-        )
-        mv = retry_on_lock(mlflow.register_model, info.model_uri, name, tags=lineage)
-        point_alias(LockRetryingClient(), name, CHALLENGER, mv.version)
-        retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: info.model_uri})
-    print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {CHALLENGER} → "
+        model = checkpoint_model(client, train_run, checkpoint)
+        mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
+        point_alias(client, name, alias, mv.version)
+        retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
+    print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
           f"{mv.version}")
     return mv
 
@@ -202,7 +258,11 @@ class PromotionDecision:
 
 
 def check_alias(alias: str) -> None:
-    """Reject, in one line, an alias name MLflow would reject (checked before anything is written)."""
+    """Reject, in one line, an alias name MLflow would reject (checked before anything is written).
+
+    MLflow's alias rules are only in its private validators (no public check); where they moved, MLflow
+    still checks the name when the alias is set, only later.
+    """
     from mlflow.utils import validation
 
     try:

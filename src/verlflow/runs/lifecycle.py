@@ -184,10 +184,10 @@ def current_experiment_ids(client: MlflowClient | None = None) -> list[str]:
     return [experiment.experiment_id] if experiment else []
 
 
-def reap_at_start() -> list[Reaped]:
-    """Reap the current experiment before a step runs; a store that refuses only costs a warning."""
+def reap_at_start(experiment_ids: list[str] | None = None) -> list[Reaped]:
+    """Reap the step's experiment (default: the current one) before it runs; a refusing store costs a warning."""
     try:
-        reaped = reap(current_experiment_ids())
+        reaped = reap(experiment_ids if experiment_ids is not None else current_experiment_ids())
     except MlflowException as exc:
         log.warning("could not check for dead RUNNING runs: %s", first_line(exc))
         return []

@@ -2,20 +2,24 @@
 
     python -c "from verlflow.runs.naming import train_run_name; print(train_run_name('qwen3-4b-gsm8k-grpo', 'a3'))"
 
-A train run is named ``<recipe> · <profile> · <MMDD-HHMM>`` (``qwen3-4b-gsm8k-grpo · a3 · 1202-1416``)
-unless someone named it: ``mlflow run --run-name`` (MLflow sets the name tag itself, before or after
-the step starts — either way a real name is kept) or a caller such as a search trial. Only the names
+A train run is named ``<recipe> · <profile> · <overrides, short>`` (``smoke · cpu · seed=2 lr=1e-05``: each
+override's last key segment, more segments where two would read alike), or ``<recipe> · <profile> · <MMDD-HHMM>``
+(``qwen3-4b-gsm8k-grpo · a3 · 1202-1416``) when it has no overrides; its description (``mlflow.note.content``)
+lists the overrides in full. That is, unless someone named it: ``mlflow run --run-name`` (MLflow sets the
+name tag itself, before or after the step starts — either way a real name is kept) or a caller such as a
+search trial. Only the names
 MLflow makes up (``bold-cat-123``) and the pipeline's bare step name ``train`` are replaced.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import urllib.parse
 from collections.abc import Sequence
 
-from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow.runs.store_retry import LockRetryingClient
 
@@ -24,10 +28,55 @@ SEPARATOR = " · "
 STEP_PLACEHOLDERS = {"train"}
 
 
-def train_run_name(recipe: str, profile: str, started_at: float | None = None) -> str:
-    """``<recipe> · <profile> · <MMDD-HHMM>`` in local time; recipe/profile paths shortened to their stem."""
-    stamp = time.strftime("%m%d-%H%M", time.localtime(started_at))
-    return SEPARATOR.join((_stem(recipe), _stem(profile), stamp))
+# Longer names are cut (with "…"): the full list is in the run's description.
+MAX_NAME_CHARS = 160
+
+
+def train_run_name(recipe: str, profile: str, started_at: float | None = None, overrides: str = "") -> str:
+    """``<recipe> · <profile> · <short overrides>``, or ``… · <MMDD-HHMM>`` (local time) without overrides.
+
+    Recipe/profile paths are shortened to their stem.
+    """
+    short = " ".join(short_overrides(overrides))
+    tail = short or time.strftime("%m%d-%H%M", time.localtime(started_at))
+    name = SEPARATOR.join((_stem(recipe), _stem(profile), tail))
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
+
+
+def override_tokens(overrides: str) -> list[str]:
+    """The ``key=value`` overrides as given (shell-split, as the train step parses them)."""
+    try:
+        return shlex.split(overrides or "")
+    except ValueError:
+        return (overrides or "").split()
+
+
+def short_overrides(overrides: str) -> list[str]:
+    """Each override with its key cut to the last segment(s) that still tell it apart (``data.seed=2`` → ``seed=2``)."""
+    parsed = []
+    for token in override_tokens(overrides):
+        key, eq, value = token.partition("=")
+        prefix = key[:len(key) - len(key.lstrip("+~"))]
+        parsed.append((prefix, key[len(prefix):].split("."), eq + value))
+    depth = {i: 1 for i in range(len(parsed))}
+    for _ in range(8):  # lengthen the keys that still collide, a segment at a time
+        shown = {i: ".".join(parsed[i][1][-depth[i]:]) for i in depth}
+        clashing = [i for i in depth if list(shown.values()).count(shown[i]) > 1
+                    and depth[i] < len(parsed[i][1])]
+        if not clashing:
+            break
+        for i in clashing:
+            depth[i] += 1
+    return [f"{prefix}{'.'.join(segments[-depth[i]:])}{rest}" for i, (prefix, segments, rest) in enumerate(parsed)]
+
+
+def train_run_description(recipe: str, profile: str, overrides: str) -> str:
+    """The run's description (Markdown): the recipe, the profile and every override in full."""
+    lines = [f"Recipe `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
+    tokens = override_tokens(overrides)
+    if not tokens:
+        return lines[0] + ", no overrides."
+    return "\n".join([lines[0] + ", with overrides:", "", *(f"- `{token}`" for token in tokens)])
 
 
 def _stem(name: str) -> str:
@@ -35,22 +84,40 @@ def _stem(name: str) -> str:
     return tail.rsplit(".", 1)[0] if tail.endswith((".yaml", ".yml")) else tail
 
 
+def _generator_words() -> tuple[frozenset[str], frozenset[str]] | None:
+    """MLflow's word lists for made-up run names. Private (MLflow has no public "was this name generated"),
+    so used only where present; without them any ``word-word-number`` name counts as made up."""
+    try:
+        from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
+    except ImportError:
+        return None
+    return frozenset(_GENERATOR_PREDICATES), frozenset(_GENERATOR_NOUNS)
+
+
 def is_generated_name(name: str | None) -> bool:
     """Whether ``name`` is one MLflow made up for an unnamed run (``<predicate>-<noun>-<number>``)."""
     if not name:
         return True
     parts = name.split("-")
-    return (len(parts) == 3 and parts[0] in _GENERATOR_PREDICATES and parts[1] in _GENERATOR_NOUNS
-            and parts[2].isdigit())
+    if len(parts) != 3 or not parts[2].isdigit():
+        return False
+    words = _generator_words()
+    if words is None:
+        return parts[0].isalpha() and parts[1].isalpha()
+    return parts[0] in words[0] and parts[1] in words[1]
 
 
-def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | None = None) -> str:
-    """Give a train run its descriptive name unless it already has a real one; return the name it has."""
+def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | None = None,
+                   overrides: str = "") -> str:
+    """Give a train run its descriptive name (unless it has a real one) and description; return its name."""
     client = LockRetryingClient()
-    current = client.get_run(run_id).info.run_name
+    run = client.get_run(run_id)
+    if not run.data.tags.get(MLFLOW_RUN_NOTE):  # a description someone wrote is kept
+        client.set_tag(run_id, MLFLOW_RUN_NOTE, train_run_description(recipe, profile, overrides))
+    current = run.info.run_name
     if not (is_generated_name(current) or current in STEP_PLACEHOLDERS):
         return current
-    name = train_run_name(recipe, profile, started_at)
+    name = train_run_name(recipe, profile, started_at, overrides)
     client.update_run(run_id, name=name)
     return name
 
@@ -58,8 +125,9 @@ def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | N
 def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:
     """Where MLflow's compare-runs page for ``run_ids`` is, for a reader of the report.
 
-    An http(s) tracking server: the page's URL. Any other store (SQLite file, folder): the
-    ``mlflow ui --backend-store-uri …`` command to start, then the path to open on it.
+    An http(s) tracking server: the page's URL, on the server's own address. Any other store (SQLite
+    file, folder): the ``mlflow ui --backend-store-uri …`` command to start, then the page's path to open
+    on the address it prints (its port is whatever ``mlflow ui`` chose, so none is assumed).
     """
     # The UI builds this route as ?runs=<JSON list>&experiments=<JSON list>; quoted so terminals link it whole.
     query = urllib.parse.urlencode({
@@ -69,4 +137,4 @@ def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids:
     page = f"#/compare-runs?{query}"
     if tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
-    return f"mlflow ui --backend-store-uri '{tracking_uri}', then open http://127.0.0.1:5000/{page}"
+    return f"mlflow ui --backend-store-uri '{tracking_uri}', then open /{page} on the address it prints"

@@ -12,8 +12,11 @@ Setup → trials → summary:
    run ``n_trials`` trials in this worker (:mod:`verlflow.search.trial`), each a child of this run.
 3. Log on this run: ``best/<objective metric>``, tags ``best_run_id``, ``best_trial_number``,
    ``best.param.<key>``, trial counts ``search/trials_<state>``, Optuna's plots under
-   ``search/plots/*.png``, the trials table ``search/trials.csv``; register the best trial's checkpoint
-   (alias ``challenger``) through :func:`verlflow.models.registry.run_register`.
+   ``search/plots/`` (``*.png`` and interactive ``*.html``, short parameter labels), the trials table
+   ``search/trials.csv``; evaluate the best trial's checkpoint
+   with the evaluate step (a child run ``evaluate · search-best``), then register it through
+   :func:`verlflow.models.registry.run_register` with the score on the version and the search's own alias
+   ``search-best``. ``challenger`` and ``champion`` stay where ``main`` / ``register`` / ``promote`` put them.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from omegaconf import OmegaConf
 from verlflow import config, tracking, train
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
+from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.search.space import (
     PRUNERS,
@@ -124,7 +128,8 @@ def run_search(
         **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
         **_search_tags(search, study, shown_storage, pruner_name),
     }
-    with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags) as run:
+    with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags,
+                              experiment=recipe_experiment(base.recipe_name)) as run:
         parent_id = run.info.run_id
         retry_on_lock(mlflow.log_text, search.path.read_text(), "search/config.yaml")
         retry_on_lock(mlflow.log_dict, {k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
@@ -141,7 +146,7 @@ def run_search(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(lambda trial: runner(trial, suggest(trial, dists)), n_trials=n_trials,
                            catch=(TrialFailed,), gc_after_trial=False)
-        result = summarize(study, parent_id, search, shown_storage)
+        result = summarize(study, parent_id, search, shown_storage, data_dir=data_dir)
     _print_result(result, search)
     return result
 
@@ -174,8 +179,10 @@ def _search_tags(search: SearchConfig, study: optuna.Study, storage: str, pruner
     }
 
 
-def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: str) -> SearchResult:
-    """Log the study's best trial, trial counts, trials table and plots on the search run; register it."""
+def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: str, *,
+              data_dir: str = "") -> SearchResult:
+    """Log the study's best trial, trial counts, trials table and plots on the search run; evaluate the best
+    trial on ``data_dir``'s test split and register it."""
     client = LockRetryingClient()
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
@@ -204,45 +211,70 @@ def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: s
         client.log_artifact(run_id, str(table), "search")
     result.plots = log_plots(study, run_id)
     if result.best_run_id:
-        result.registered = register_best(result.best_run_id, run_id)
+        result.registered = register_best(result.best_run_id, run_id, data_dir=data_dir)
     return result
 
 
+def readable_study(study: optuna.Study) -> optuna.Study:
+    """An in-memory copy of the study whose parameters carry short labels (``actor_rollout_ref.actor.optim.lr``
+    → ``lr``, more key segments where two would read alike), so plot axes show names, not ``actor_rollout_ref…``."""
+    from verlflow.runs.naming import short_overrides
+
+    keys = sorted({key for t in study.get_trials(deepcopy=False) for key in t.params})
+    labels = dict(zip(keys, (short.split("=", 1)[0] for short in short_overrides(" ".join(f"{k}=" for k in keys))),
+                      strict=True))
+    copy = optuna.create_study(directions=study.directions, study_name=study.study_name)
+    for trial in study.get_trials(deepcopy=True):
+        trial.params = {labels[k]: v for k, v in trial.params.items()}
+        trial.distributions = {labels[k]: d for k, d in trial.distributions.items()}
+        copy.add_trial(trial)
+    return copy
+
+
 def log_plots(study: optuna.Study, run_id: str) -> list[str]:
-    """Log Optuna's matplotlib plots as PNGs; a plot Optuna cannot draw yet (importances need two finished
-    trials that differ) is skipped with its reason in the tag ``search.plots_skipped``."""
+    """Log Optuna's plots, each as a PNG (matplotlib) and an interactive HTML page (plotly) beside it, with
+    short parameter labels; a plot Optuna cannot draw yet (importances need two finished trials that
+    differ) is skipped with its reason in the tag ``search.plots_skipped``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna import visualization as interactive
     from optuna.visualization import matplotlib as ovm
 
     client, logged, skipped = LockRetryingClient(), [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study = readable_study(study)
     for name in PLOTS:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                axes = getattr(ovm, f"plot_{name}")(study)
-            figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
-            figure.set_size_inches(10, 6)
-            figure.tight_layout()
-            path = f"search/plots/{name}.png"
-            client.log_figure(run_id, figure, path)
-            logged.append(path)
-        except Exception as exc:  # noqa: BLE001 - Optuna raises several kinds for a study it cannot plot
-            reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            skipped.append(f"{name}: {reason}"[:200])
-            log.warning("search: plot %s skipped: %s", name, reason)
-        finally:
-            plt.close("all")
+        for kind, draw in (("png", getattr(ovm, f"plot_{name}")), ("html", getattr(interactive, f"plot_{name}"))):
+            path = f"search/plots/{name}.{kind}"
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    drawn = draw(study)
+                if kind == "png":
+                    drawn = (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
+                    drawn.set_size_inches(10, 6)
+                    drawn.tight_layout()
+                client.log_figure(run_id, drawn, path)
+                logged.append(path)
+            except Exception as exc:  # noqa: BLE001 - Optuna raises several kinds for a study it cannot plot
+                reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+                skipped.append(f"{name}.{kind}: {reason}"[:200])
+                log.warning("search: plot %s.%s skipped: %s", name, kind, reason)
+            finally:
+                plt.close("all")
     if skipped:
         client.set_tag(run_id, "search.plots_skipped", "; ".join(skipped)[:5000])
     return logged
 
 
-def register_best(best_run_id: str, run_id: str) -> Any:
-    """Register the best trial's checkpoint as the challenger (the pipeline's registry); tag the outcome."""
-    from verlflow.models.registry import run_register
+def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
+    """Evaluate the best trial's checkpoint (on ``data_dir``'s test split, when given), register it with
+    alias ``search-best`` and its score on the version; tag the outcome on the search run ``run_id``."""
+    from verlflow.models.evaluate import run_evaluate, tag_version
+    from verlflow.models.registry import SEARCH_BEST, run_register
 
     client = LockRetryingClient()
     # Workers of one study each summarise at their end: register the best run once, not once per worker.
@@ -254,8 +286,14 @@ def register_best(best_run_id: str, run_id: str) -> Any:
         version = existing[0]
         client.set_tag(run_id, "search.registered", f"version {version.version} (already registered)")
         return version
-    registered = run_register(best_run_id, "")
+    evaluation = None
+    if data_dir:  # a trial's short training is measured like main's model before it enters the registry
+        evaluation = run_evaluate(model_uri=f"runs:/{best_run_id}", data_dir=data_dir, split="test", limit=0,
+                                  backend="auto", run_name=f"evaluate · {SEARCH_BEST}")
+    registered = run_register(best_run_id, "", alias=SEARCH_BEST)
     version = getattr(registered, "version", None)
+    if evaluation is not None and version is not None:
+        tag_version(registered.name, str(version), evaluation)
     if version is not None:
         kept = keep_first_registration(client, registered, best_run_id)
         if kept.version != version:
@@ -269,9 +307,9 @@ def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -
     """Two workers that summarise together may both register the best run: the lowest version stays.
 
     Each worker deletes its own version when a lower one of the same run exists, so however the
-    registrations interleave exactly one version is left, and the challenger alias points at it.
+    registrations interleave exactly one version is left, and the search-best alias points at it.
     """
-    from verlflow.models.registry import CHALLENGER, point_alias
+    from verlflow.models.registry import SEARCH_BEST, point_alias
 
     versions = client.search_model_versions(f"tags.source_run_id = '{best_run_id}'")
     first = min((v for v in versions if v.name == mine.name), key=lambda v: int(v.version), default=mine)
@@ -281,8 +319,8 @@ def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -
         with contextlib.suppress(MlflowException):
             client.delete_model_version(mine.name, mine.version)
         aliases = client.get_registered_model(mine.name).aliases
-        if CHALLENGER not in aliases:
-            point_alias(client, mine.name, CHALLENGER, first.version)
+        if SEARCH_BEST not in aliases:
+            point_alias(client, mine.name, SEARCH_BEST, first.version)
     return first
 
 

@@ -33,7 +33,6 @@ import optuna
 from mlflow.exceptions import MlflowException
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
@@ -44,6 +43,16 @@ from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
+
+# Private on purpose, and the only Optuna internal verlflow uses: Optuna has no public heartbeat base class,
+# and its optimize loop records heartbeats and fails stale trials only for storages that subclass this one
+# (RDBStorage does; JournalStorage does not). Without it a killed worker's trial on a journal file would stay
+# RUNNING forever. Present from Optuna 2.x through 5.x (checked by tests/test_search_workers.py's retry).
+try:
+    from optuna.storages._heartbeat import BaseHeartbeat
+except ImportError as exc:  # pragma: no cover - an Optuna that moved it
+    raise ImportError(f"optuna {optuna.__version__} has no optuna.storages._heartbeat.BaseHeartbeat, which "
+                      "verlflow's journal heartbeats need: install optuna>=4.2,<6") from exc
 
 HEARTBEAT_ATTR = "verlflow:heartbeat"
 # Trial user attributes that tie an Optuna trial to its MLflow runs.

@@ -1,0 +1,170 @@
+"""Runs read like MLflow's own: a named training experiment, dataset inputs, telling names, a tidy registry.
+
+`main` twice on the tiny recipe (the second reuses preprocess, the base evaluation and train) and a 2-trial
+search, all in process on one SQLite store, then what a user opening the MLflow UI would see.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+from verlflow import pipeline
+from verlflow.runs import experiments
+from verlflow.runs.naming import short_overrides, train_run_description, train_run_name
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
+
+
+def _all_runs(client: MlflowClient, filter_string: str = ""):
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(ids, filter_string, max_results=500)
+
+
+def _inputs(run) -> dict[str, tuple[str, str]]:
+    """A run's dataset inputs: name → (context, digest)."""
+    found = {}
+    for item in run.inputs.dataset_inputs:
+        context = next((t.value for t in item.tags if t.key == "mlflow.data.context"), "")
+        found[item.dataset.name] = (context, item.dataset.digest)
+    return found
+
+
+def _search_config(tmp_path: Path) -> Path:
+    data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
+    data["trial"] = {"overrides": {"trainer.total_training_steps": 2, "trainer.total_epochs": 2,
+                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 30}
+    data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tracking_uri, tmp_path, monkeypatch):
+    from verlflow.search.step import run_search
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    client = MlflowClient()
+    first = pipeline.run_main("tiny", "cpu", "", "", "data.seed=2")
+    second = pipeline.run_main("tiny", "cpu", "", "", "data.seed=2")
+
+    # One experiment, the recipe's, opened by the UI in its model-training view.
+    experiment = client.get_experiment_by_name("verlflow/tiny")
+    assert experiment.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert {r.info.experiment_id for r in _all_runs(client)} == {experiment.experiment_id}
+
+    runs = {name: client.get_run(run_id) for name, run_id in first.step_run_ids.items()}
+    train, preprocess = runs["train"], runs["preprocess"]
+    # Names that say what each run is: the evaluated model, the overrides of the recipe.
+    assert runs[pipeline.BASE_EVAL].info.run_name == "evaluate · base"
+    assert runs["evaluate"].info.run_name == "evaluate · trained"
+    assert train.info.run_name == "tiny · cpu · seed=2"
+    assert "- `data.seed=2`" in train.data.tags[MLFLOW_RUN_NOTE]
+
+    # The datasets preprocess produced are the train and evaluate runs' inputs (same names and digests).
+    produced = _inputs(preprocess)
+    assert produced["gsm8k-train"][0] == "training" and produced["gsm8k-test"][0] == "evaluation"
+    assert _inputs(train) == {"gsm8k-train": ("training", produced["gsm8k-train"][1]),
+                              "gsm8k-test": ("validation", produced["gsm8k-test"][1])}
+    for evaluation in (runs[pipeline.BASE_EVAL], runs["evaluate"]):
+        assert _inputs(evaluation) == {"gsm8k-test": ("evaluation", produced["gsm8k-test"][1])}
+
+    # The rerun reused the train run, so its registration is the same version, not a copy.
+    assert second.reused["train"] == train.info.run_id
+    assert second.model_version == first.model_version
+    versions = client.search_model_versions(f"name='{MODEL_NAME}'")
+    assert [str(v.version) for v in versions] == [first.model_version]
+    assert versions[0].tags["source_run_id"] == train.info.run_id
+    # ... made from the train run's own LoggedModel, whose evaluation metrics are linked to it.
+    (model,) = client.search_logged_models(experiment_ids=[experiment.experiment_id],
+                                           filter_string=f"source_run_id = '{train.info.run_id}'")
+    assert versions[0].run_id == train.info.run_id and versions[0].source == model.model_uri
+    linked = {(m.key, m.run_id) for m in client.get_logged_model(model.model_id).metrics}
+    assert ("eval/gsm8k/accuracy", runs["evaluate"].info.run_id) in linked
+
+    # A search evaluates its best trial, registers it under its own alias and leaves main's aliases alone.
+    aliases_before = dict(client.get_registered_model(MODEL_NAME).aliases)
+    result = run_search("tiny", "cpu", 2, "conv", str(tmp_path / "study.journal"), "none",
+                        str(_search_config(tmp_path)), data_dir=str(preprocess.data.tags["verlflow.data_dir"]))
+    model = client.get_registered_model(MODEL_NAME)
+    assert {a: v for a, v in model.aliases.items() if a != "search-best"} == aliases_before
+    best = client.get_model_version_by_alias(MODEL_NAME, "search-best")
+    assert best.tags["source_run_id"] == result.best_run_id and "eval.gsm8k.accuracy" in best.tags
+    (search_eval,) = _all_runs(client, f"tags.`mlflow.parentRunId` = '{result.parent_run_id}' "
+                                       "and tags.`verlflow.step` = 'evaluate'")
+    assert search_eval.info.run_name == "evaluate · search-best"
+    assert best.tags["eval.run_id"] == search_eval.info.run_id
+    trial = client.get_run(result.best_run_id)
+    assert set(_inputs(trial)) == {"gsm8k-train", "gsm8k-test"}
+    assert {r.info.experiment_id for r in _all_runs(client)} == {experiment.experiment_id}
+    assert _all_runs(client, "attributes.status = 'RUNNING'") == []
+
+
+def test_an_experiment_the_caller_names_is_kept(tracking_uri, monkeypatch):
+    MlflowClient().create_experiment("my-team")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "my-team")
+    assert experiments.enter(experiments.recipe_experiment("smoke")) is None
+    with mlflow.start_run() as run:
+        experiments.mark_training(run.info.experiment_id)
+    experiment = MlflowClient().get_experiment_by_name("my-team")
+    assert run.info.experiment_id == experiment.experiment_id
+    assert experiment.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert MlflowClient().get_experiment_by_name("verlflow/smoke") is None
+
+
+def test_a_recipe_experiment_is_created_as_model_training_without_changing_the_active_one(tracking_uri):
+    experiment_id = experiments.enter("verlflow/smoke")
+    assert experiments.enter("verlflow/smoke") == experiment_id  # found, not created twice
+    created = MlflowClient().get_experiment(experiment_id)
+    assert created.name == "verlflow/smoke"
+    assert created.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    with mlflow.start_run() as run:  # a plain run of the process still goes where it went before
+        pass
+    assert run.info.experiment_id == "0"
+
+
+def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
+    client = MlflowClient()
+    experiment_id = client.create_experiment("chat", tags={experiments.EXPERIMENT_KIND_TAG: "genai_development"})
+    experiments.mark_training(experiment_id)
+    assert client.get_experiment(experiment_id).tags[experiments.EXPERIMENT_KIND_TAG] == "genai_development"
+
+
+def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_full():
+    assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "smoke · cpu · seed=2"
+    assert train_run_name("recipes/smoke.yaml", "a3", overrides="").startswith("smoke · a3 · ")
+    # Keys that would read alike keep one more segment; Hydra's prefixes stay.
+    assert short_overrides("actor_rollout_ref.rollout.n=4 algorithm.x.n=3 actor_rollout_ref.actor.optim.lr=1e-6 "
+                           "+trainer.foo=1 ~data.seed") == ["rollout.n=4", "x.n=3", "lr=1e-6", "+foo=1", "~seed"]
+    described = train_run_description("smoke", "cpu", "data.seed=2 actor_rollout_ref.actor.optim.lr=1e-6")
+    assert "- `data.seed=2`" in described and "- `actor_rollout_ref.actor.optim.lr=1e-6`" in described
+    assert train_run_description("smoke", "cpu", "").endswith("no overrides.")
+
+
+def test_search_plots_are_logged_as_png_and_interactive_html_with_short_parameter_labels(tracking_uri):
+    import optuna
+
+    from verlflow.search.step import log_plots
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: t.suggest_float("actor_rollout_ref.actor.optim.lr", 1e-6, 1e-4, log=True)
+                   + t.suggest_categorical("actor_rollout_ref.rollout.n", [2, 4]), n_trials=4)
+    with mlflow.start_run() as run:
+        pass
+    logged = log_plots(study, run.info.run_id)
+    assert {"search/plots/parallel_coordinate.png", "search/plots/parallel_coordinate.html",
+            "search/plots/optimization_history.html"} <= set(logged)
+    page = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
+                                                    artifact_path="search/plots/parallel_coordinate.html"))
+    html = page.read_text()
+    assert '"lr"' in html and '"n"' in html and "actor_rollout_ref" not in html
