@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +52,18 @@ def wait_for_http(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: fl
             if proc.poll() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(poll_s)
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """End a server started with ``start_new_session=True``: SIGTERM its group, SIGKILL it after ``grace_s``."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ tracking URI, a tracking server under a wrong path, and credentials in URLs and 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import REPO_ROOT, isolated_store, wait_for_http
+from conftest import REPO_ROOT, isolated_store, stop_process_group, wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow import cli
@@ -184,12 +183,7 @@ def test_live_server_under_a_wrong_path_is_one_line_exit_2(tmp_path, capsys, mon
 
         check_tracking_server(root)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_process_group(server)
 
 
 def test_what_only_names_a_secret_is_not_refused():

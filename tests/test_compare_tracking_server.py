@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +10,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import wait_for_http
+from conftest import stop_process_group, wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow import tracking
@@ -48,12 +46,7 @@ def server(tmp_path, monkeypatch):
     finally:
         while mlflow.active_run():
             mlflow.end_run()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc)
 
 
 def _train_run(name: str, device: str, gen: float, score: float, e2e: float) -> str:

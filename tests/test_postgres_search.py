@@ -8,7 +8,6 @@ too), started in the test's folder on a Unix socket and stopped afterwards.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import wait_for_http
+from conftest import stop_process_group, wait_for_http
 from mlflow.tracking import MlflowClient
 from test_search_workers import _short_search_config
 
@@ -75,10 +74,4 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, s
         assert [r.info.run_id for r in runs if r.info.status == "RUNNING"] == []
         assert all("password" not in str(v).lower() for r in runs for v in r.data.params.values())
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        stop_process_group(server)
