@@ -148,4 +148,4 @@ def test_samplers_start_only_for_launches_that_span_a_ray_cluster():
     assert sampler_address("", 1, environ={}) is None  # one node, verl's own Ray: verlflow's monitor covers it
     assert sampler_address("", 2, environ={}) == "auto"
     assert sampler_address("", 2, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
-    assert sampler_address("http://head:8265", 1, environ={}) == "ray://head:10001"
+    assert sampler_address("http://head:8265", 2, environ={}) is None  # a Ray job: not sampled per node yet

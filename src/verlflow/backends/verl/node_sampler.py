@@ -3,12 +3,14 @@
     pytest tests/test_node_sampler.py -m slow      # a two-node local Ray cluster, metrics from both nodes
 
 verlflow's own monitor (:mod:`verlflow.device.system_metrics`) samples only the machine verlflow runs on;
-in a multi-node verl launch the training happens on the other nodes too. :func:`start_node_samplers`
-connects to the cluster as a Ray driver and places one :class:`NodeSampler` actor on each alive node
-(``NodeAffinitySchedulingStrategy``, ``num_cpus=0``: it takes none of the resources verl's placement groups
-ask for). Each actor runs MLflow's own ``SystemMetricsMonitor`` with ``node_id`` set, so the run gets MLflow's
-node-id convention: ``system/<node>/cpu_utilization_percentage``, ``system/<node>/gpu_0_utilization_percentage``, …
-where ``<node>`` is the node's IP and the first 8 hex digits of its Ray node id (two nodes on one machine differ).
+in a multi-node verl launch (``trainer.nnodes > 1`` on the Ray cluster verl joins from here) the training
+happens on the other nodes too. The train step wraps such a launch in :func:`sampling_nodes`.
+:func:`start_node_samplers` connects to the cluster as a Ray driver and places one :class:`NodeSampler`
+actor on each alive node (``NodeAffinitySchedulingStrategy``, ``num_cpus=0``: it takes none of the resources
+verl's placement groups ask for). Each actor runs MLflow's own ``SystemMetricsMonitor`` with ``node_id`` set,
+so the run gets MLflow's node-id convention: ``system/<node>/cpu_utilization_percentage``,
+``system/<node>/gpu_0_utilization_percentage``, … where ``<node>`` is the node's IP and the first 8 hex digits
+of its Ray node id (two nodes on one machine differ).
 
 Off the critical path: the monitors run in the actors' own processes and log straight to the tracking
 store; verl never waits on them. They stop with the run: :meth:`NodeSamplers.stop` (called however the
@@ -18,9 +20,11 @@ verlflow's process does. A cluster that cannot be joined is a warning, never a f
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,20 +126,35 @@ def _leave_cluster() -> None:
         pass
 
 
-def sampler_address(ray_address: str, nnodes: Any, environ: dict[str, str] | None = None) -> str | None:
-    """Where to start node samplers for a verl launch, or None when it runs on this machine alone.
+@contextlib.contextmanager
+def sampling_nodes(run_id: str, *, address: str | None, tracking_uri: str,
+                   interval_s: float | None) -> Iterator[NodeSamplers | None]:
+    """Node samplers for the block's duration (none when ``address`` or ``interval_s`` is None), stopped however
+    the block ends: the launch hook around a verl launch on Ray."""
+    samplers = None
+    if address and interval_s:
+        samplers = start_node_samplers(run_id, address=address, tracking_uri=tracking_uri, interval_s=interval_s)
+    try:
+        yield samplers
+    finally:
+        if samplers is not None:
+            try:
+                samplers.stop()
+            except Exception as exc:  # the cluster went away with the run: its actors went with it
+                log.warning("node samplers: stopping failed: %s", exc)
 
-    A local multi-node launch joins the cluster verl's own ``ray.init()`` joins (``RAY_ADDRESS`` or a
-    ``ray start`` here: ``auto``). A Ray job's dashboard address is turned into a Ray Client address on
-    the same host (``ray://<head>:10001``, Ray's default client port).
+
+def sampler_address(ray_address: str, nnodes: Any, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where to start node samplers for a verl launch, or None when there are none to start.
+
+    A local multi-node launch (``trainer.nnodes > 1`` without ``ray_address``) joins the cluster verl's own
+    ``ray.init()`` joins from here (``RAY_ADDRESS``, else a ``ray start`` on this machine: ``auto``). A Ray job
+    (``ray_address``, the dashboard's HTTP address) is not sampled per node yet: a driver would need the head's
+    GCS or Ray Client port, which the dashboard address does not give, and guessing one could join another cluster.
     """
-    import os
-    from urllib.parse import urlsplit
-
     environ = os.environ if environ is None else environ
     if ray_address:
-        host = urlsplit(ray_address if "://" in ray_address else f"http://{ray_address}").hostname
-        return f"ray://{host}:10001" if host else None
+        return None
     try:
         several = int(nnodes) > 1
     except (TypeError, ValueError):
@@ -143,4 +162,5 @@ def sampler_address(ray_address: str, nnodes: Any, environ: dict[str, str] | Non
     return (environ.get("RAY_ADDRESS") or "auto") if several else None
 
 
-__all__: Sequence[str] = ["NodeSampler", "NodeSamplers", "node_label", "start_node_samplers", "sampler_address"]
+__all__: Sequence[str] = ["NodeSampler", "NodeSamplers", "node_label", "start_node_samplers", "sampling_nodes",
+                            "sampler_address"]
