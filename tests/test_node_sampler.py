@@ -127,10 +127,12 @@ def _sampler_actors_alive(address: str, run_id: str, labels: list[str]) -> list[
 @pytest.mark.slow
 def test_each_node_of_a_two_node_cluster_logs_system_metrics_under_its_own_node_id(tracking_uri, two_node_cluster):
     client = MlflowClient(tracking_uri)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     with mlflow.start_run() as run:
         run_id = run.info.run_id
         samplers = start_node_samplers(run_id, address=two_node_cluster, tracking_uri=tracking_uri, interval_s=1)
         assert samplers is not None
+        assert signal.getsignal(signal.SIGTERM) is on_sigterm  # joining Ray left verlflow's SIGTERM handling alone
         try:
             assert len(set(samplers.labels)) == 2
             found = _poll(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels) or None, 300,

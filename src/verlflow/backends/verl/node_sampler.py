@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,8 +96,8 @@ def start_node_samplers(run_id: str, *, address: str, tracking_uri: str, interva
 
         # By value: the actor class need not be importable on the other nodes (verlflow may not be there).
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        ray.init(address=address, namespace=namespace, log_to_driver=False, ignore_reinit_error=True,
-                 logging_level=logging.WARNING)
+        _joining(lambda: ray.init(address=address, namespace=namespace, log_to_driver=False,
+                                  ignore_reinit_error=True, logging_level=logging.WARNING))
         remote = ray.remote(num_cpus=0, max_restarts=0)(NodeSampler)
         samplers = NodeSamplers()
         for node in ray.nodes():
@@ -114,6 +116,18 @@ def start_node_samplers(run_id: str, *, address: str, tracking_uri: str, interva
     print(f"verlflow: sampling system metrics on {len(samplers.labels)} Ray node(s): {', '.join(samplers.labels)}",
           flush=True)
     return samplers
+
+
+def _joining(join: Callable[[], Any]) -> None:
+    """``join()`` with this process's SIGTERM handler kept: ``ray.init`` replaces it with ``sys.exit``, which
+    would bypass verlflow's handling of a stopped run (the launch forwards SIGTERM to verl, the run ends KILLED)."""
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if on_main else None
+    try:
+        join()
+    finally:
+        if on_main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _leave_cluster() -> None:
