@@ -110,3 +110,48 @@ def test_a_run_without_system_metrics_gets_a_note_instead_of_the_table(store):
     assert "## 6.4 Utilisation" in report
     assert "Not shown: the candidate run logged no system metrics" in report
     assert "device utilisation (%)" not in report
+
+
+def run_with_system_metrics(name: str, samples: dict[str, list[float]]) -> str:
+    """A train-shaped run whose ``system/*`` metrics are ``samples`` (key → value per step), as samplers log them."""
+    tags = {**tracking.standard_tags(backend="verl", recipe="qwen3-4b-gsm8k-grpo", profile="h20"),
+            "verlflow.step": "train", "device.type": "gpu"}
+    started = time.time()
+    with tracking.tracked_run(run_name=name, tags=tags, log_system_metrics=False) as run:
+        for key, values in samples.items():
+            for step, value in enumerate(values):
+                mlflow.log_metric(key, value, step=step)
+        for step in (1, 2):
+            tracking.log_metrics({"timing_s/step": 10.0, "critic/score/mean": 0.1 * step}, step=step)
+        tracking.log_run_summaries(run.info.run_id, started)
+    return run.info.run_id
+
+
+def test_a_multi_node_run_is_aggregated_across_its_nodes_with_a_row_per_node(tracking_uri):
+    # Two nodes sampled under MLflow node ids (node A busier than node B), plus the unscoped metrics of the
+    # machine verlflow ran on, which the node samplers already cover and which must not count twice.
+    two_nodes = run_with_system_metrics("two-nodes", {
+        "system/10.0.0.1_aaaaaaaa/gpu_0_utilization_percentage": [80.0, 100.0],
+        "system/10.0.0.1_aaaaaaaa/gpu_0_power_usage_watts": [300.0, 300.0],
+        "system/10.0.0.1_aaaaaaaa/cpu_utilization_percentage": [50.0, 50.0],
+        "system/10.0.0.2_bbbbbbbb/gpu_0_utilization_percentage": [20.0, 40.0],
+        "system/10.0.0.2_bbbbbbbb/gpu_0_power_usage_watts": [100.0, 100.0],
+        "system/10.0.0.2_bbbbbbbb/cpu_utilization_percentage": [10.0, 10.0],
+        "system/cpu_utilization_percentage": [99.0, 99.0],
+    })
+    one_node = run_with_system_metrics("one-node", {
+        "system/gpu_0_utilization_percentage": [60.0, 60.0],
+        "system/gpu_0_power_usage_watts": [200.0, 200.0],
+        "system/cpu_utilization_percentage": [30.0, 30.0],
+    })
+    report = run_compare(two_nodes, one_node).report
+    assert "baseline (gpu × 2 on 2 nodes)" in report and "candidate (gpu × 1)" in report
+    assert row(report, "device utilisation (%)", "mean")[2:4] == ["60.0", "60.0"]  # mean of 90 and 30 across nodes
+    assert row(report, "device utilisation (%)", "peak")[2] == "100.0"
+    assert row(report, "device power, all devices (W)", "mean")[2] == "400.0"  # the cluster's draw
+    assert row(report, "host CPU utilisation (%)", "mean")[2] == "30.0"  # mean across nodes; 99 is not read
+    per_node = {cells[1]: cells for ln in report.splitlines()
+                if ln.startswith("| baseline | 10.0.0.") and (cells := [c.strip() for c in ln.strip("|").split("|")])}
+    assert set(per_node) == {"10.0.0.1_aaaaaaaa", "10.0.0.2_bbbbbbbb"}
+    assert per_node["10.0.0.1_aaaaaaaa"][2] == "90.0" and per_node["10.0.0.2_bbbbbbbb"][2] == "30.0"
+    assert not [ln for ln in report.splitlines() if ln.startswith("| candidate | ")]  # one node: no per-node rows

@@ -11,6 +11,12 @@ records (MLflow's CPU/memory/GPU monitors, verlflow's NPU monitor) can. Per run 
 - power: at each sample the sum over the devices that report it (an A3 card reports on its first
   chip), then its mean and peak — the whole node's draw, comparable between an A3 and an H20 node;
 - the host's CPU utilisation and memory, from MLflow's CPU monitor.
+
+A multi-node run's per-node samplers (:mod:`verlflow.backends.verl.node_sampler`) log under MLflow's node
+ids, ``system/<node>/…``. When a run has such keys, only they are read (the unscoped ones are the machine
+verlflow ran on, one of those nodes or none): the figures above pool every node's devices (utilisation and
+memory: mean across all nodes' devices; power: the cluster's draw; host: mean across nodes), and each node
+also gets its own row of means.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from verlflow.compare.report import candidate_over_baseline, table
@@ -38,6 +44,9 @@ DEVICE_NAMES: dict[str, dict[str, str]] = {
 }
 HOST_CPU = "system/cpu_utilization_percentage"
 HOST_MEMORY = "system/system_memory_usage_megabytes"
+# system/[<node id>/]<host figure>
+HOST_KEY = re.compile(r"^system/(?:([^/]+)/)?(cpu_utilization_percentage|system_memory_usage_megabytes)$")
+HOST_FIGURES = {"cpu_utilization_percentage": "cpu", "system_memory_usage_megabytes": "host_mem"}
 
 # (figure, label) in table order
 FIGURES: list[tuple[str, str]] = [
@@ -71,10 +80,13 @@ class RunUtilisation:
     device_count: int
     interval_s: float
     series: dict[str, Series]
+    # node id → that node's figures, for runs whose nodes were sampled under MLflow node ids (else empty)
+    nodes: dict[str, dict[str, Series]] = field(default_factory=dict)
 
     def describe(self) -> str:
-        """``npu × 16`` / ``gpu × 8`` / ``host only``."""
-        return f"{self.device} × {self.device_count}" if self.device else "host only"
+        """``npu × 16`` / ``gpu × 8`` / ``host only``, with ``on 2 nodes`` when nodes were sampled."""
+        text = f"{self.device} × {self.device_count}" if self.device else "host only"
+        return f"{text} on {len(self.nodes)} nodes" if len(self.nodes) > 1 else text
 
 
 def system_keys(snap: RunSnapshot) -> list[str]:
@@ -82,11 +94,19 @@ def system_keys(snap: RunSnapshot) -> list[str]:
     return sorted(k for k in snap.metrics if k.startswith(SYSTEM_PREFIX))
 
 
+def node_of(key: str) -> str | None:
+    """The MLflow node id in ``system/<node>/<name>``; None for an unscoped ``system/<name>``."""
+    parts = key.split("/")
+    return parts[1] if len(parts) == 3 else None
+
+
 def needed_keys(snap: RunSnapshot) -> list[str]:
-    """The ``system/*`` keys §6.4 reads for a run (not disk or network)."""
+    """The ``system/*`` keys §6.4 reads for a run (not disk or network): the node-scoped ones when it has any."""
     wanted = {name for names in DEVICE_NAMES.values() for name in names.values()}
-    keys = [k for k in system_keys(snap) if (m := DEVICE_KEY.match(k)) and m.group(3) in wanted]
-    return keys + [k for k in (HOST_CPU, HOST_MEMORY) if k in snap.metrics]
+    keys = [k for k in system_keys(snap)
+            if ((m := DEVICE_KEY.match(k)) and m.group(3) in wanted) or HOST_KEY.match(k)]
+    scoped = [k for k in keys if node_of(k)]
+    return scoped or keys
 
 
 def _device_type(snap: RunSnapshot, keys: Sequence[str]) -> str | None:
@@ -113,22 +133,33 @@ def run_utilisation(snap: RunSnapshot, histories: Mapping[str, list[tuple[int, f
     if not keys:
         return None
     device = _device_type(snap, keys)
-    series: dict[str, Series] = {}
-    indices: set[str] = set()
-    if device:
-        for figure, name in DEVICE_NAMES[device].items():
-            chosen = [k for k in keys if (m := DEVICE_KEY.match(k)) and m.group(1) == device and m.group(3) == name]
-            indices.update(DEVICE_KEY.match(k).group(2) for k in chosen)
-            if chosen:
-                series[figure] = _across_devices(histories, chosen, total=figure == "power")
-    for figure, key in (("cpu", HOST_CPU), ("host_mem", HOST_MEMORY)):
-        if histories.get(key):
-            series[figure] = _across_devices(histories, [key], total=False)
+    figure_keys = _figure_keys(keys, device)
+    series = {figure: _across_devices(histories, chosen, total=figure == "power")
+              for figure, chosen in figure_keys.items()}
+    indices = {(node_of(k), DEVICE_KEY.match(k).group(2)) for k in keys
+               if (m := DEVICE_KEY.match(k)) and m.group(1) == device}
+    node_ids = sorted({n for k in keys if (n := node_of(k))})
+    nodes = {node: {figure: _across_devices(histories, mine, total=figure == "power")
+                    for figure, chosen in figure_keys.items() if (mine := [k for k in chosen if node_of(k) == node])}
+             for node in node_ids}
     try:
         interval = float(snap.tags.get(SYSTEM_METRICS_INTERVAL_TAG, DEFAULT_INTERVAL_S))
     except ValueError:
         interval = DEFAULT_INTERVAL_S
-    return RunUtilisation(device, len(indices), interval, series)
+    return RunUtilisation(device, len(indices), interval, series, nodes)
+
+
+def _figure_keys(keys: Sequence[str], device: str | None) -> dict[str, list[str]]:
+    """Figure → the keys (of every node) it is computed from."""
+    chosen: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        if (m := DEVICE_KEY.match(key)) and m.group(1) == device:
+            figure = next((f for f, name in DEVICE_NAMES[device].items() if name == m.group(3)), None)
+            if figure:
+                chosen[figure].append(key)
+        elif m := HOST_KEY.match(key):
+            chosen[HOST_FIGURES[m.group(2)]].append(key)
+    return dict(chosen)
 
 
 @dataclass
@@ -181,8 +212,9 @@ def render_section(
     b, c = used
     out += [
         f"From the runs' `system/*` metrics (sampled every {b.interval_s:g} s / {c.interval_s:g} s on the machine "
-        "verlflow ran on). Utilisation and memory: mean over devices per sample, then over the run; peak: the "
-        "highest single device sample. Power: sum over devices per sample.",
+        "verlflow ran on, or on every node of a run whose nodes were sampled). Utilisation and memory: mean over "
+        "devices per sample, then over the run; peak: the highest single device sample. Power: sum over devices "
+        "per sample.",
         "",
         table(
             ["figure", "", f"baseline ({b.describe()})", f"candidate ({c.describe()})", "candidate / baseline"],
@@ -191,9 +223,24 @@ def render_section(
         ),
         "",
     ]
+    out += per_node_section(baseline, candidate, used)
     if image:
         out += [f"![utilisation]({image})", ""]
     return "\n".join(out)
+
+
+def per_node_section(baseline: RunSnapshot, candidate: RunSnapshot,
+                     used: tuple[RunUtilisation, RunUtilisation]) -> list[str]:
+    """Markdown lines: each sampled node's mean of every figure, for the runs whose nodes were sampled."""
+    sampled = [(snap.role, node, mine) for snap, u in zip((baseline, candidate), used, strict=True)
+               for node, mine in u.nodes.items()]
+    figures = [(f, label) for f, label in FIGURES if any(f in mine for _, _, mine in sampled)]
+    if not sampled:
+        return []
+    rows = [(role, node, *(_fmt(mine[f].mean) if f in mine else MISSING for f, _ in figures))
+            for role, node, mine in sampled]
+    return ["Per node (mean over the run; the node ids are the samplers' `system/<node>/…`):", "",
+            table(["run", "node", *(label for _, label in figures)], rows), ""]
 
 
 def plot_utilisation(

@@ -18,6 +18,8 @@ Recipe ``verlflow:`` keys read here (set on the command line as ``-P overrides="
 - ``launch_module``: module run instead of ``verl.trainer.main_ppo``, or a ``.py`` file (the tests' stand-in).
 - ``skip_preflight``: ``true`` launches without checking for NPUs/GPUs, data files and the model folder
   (a stand-in needs no device; also the way around a detection that is wrong on some machine).
+- ``system_metrics_interval``: also the interval of the per-node samplers a multi-node launch on a Ray
+  cluster gets (:mod:`.node_sampler`: ``system/<node>/*`` from every node, stopped when verl ends).
 - ``output_dir``: root of the per-run folders (default ``outputs/verl``; ``<root>/<run id>/``).
 """
 
@@ -39,10 +41,12 @@ from verlflow import config, input_checks, tracking
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
+from verlflow.backends.verl import node_sampler as verl_node_sampler
 from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
 from verlflow.device import detect as device
+from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
 from verlflow.names import (
     CHECKPOINT_DIR_TAG,
@@ -232,7 +236,10 @@ def train_verl(
         print(command)
         return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
                                run_dir=str(plan.run_dir), checkpoint_dir=None)
-    rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
+    nodes_at = verl_node_sampler.sampler_address(ray_address, plan.overrides.get("trainer.nnodes", 1))
+    with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=mlflow.get_tracking_uri(),
+                                          interval_s=system_metrics.sampling_interval(cfg.verlflow)):
+        rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
     tracking.log_run_summaries(run_id, started_at)
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():

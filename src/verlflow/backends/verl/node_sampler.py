@@ -1,0 +1,180 @@
+"""Every node of a Ray cluster sampled: one MLflow system-metrics monitor per alive node, as a Ray actor.
+
+    pytest tests/test_node_sampler.py -m slow      # a two-node local Ray cluster, metrics from both nodes
+
+verlflow's own monitor (:mod:`verlflow.device.system_metrics`) samples only the machine verlflow runs on;
+in a multi-node verl launch (``trainer.nnodes > 1`` on the Ray cluster verl joins from here) the training
+happens on the other nodes too. The train step wraps such a launch in :func:`sampling_nodes`.
+:func:`start_node_samplers` connects to the cluster as a Ray driver and places one :class:`NodeSampler`
+actor on each alive node (``NodeAffinitySchedulingStrategy``, ``num_cpus=0``: it takes none of the resources
+verl's placement groups ask for). Each actor runs MLflow's own ``SystemMetricsMonitor`` with ``node_id`` set,
+so the run gets MLflow's node-id convention: ``system/<node>/cpu_utilization_percentage``,
+``system/<node>/gpu_0_utilization_percentage``, … where ``<node>`` is the node's IP and the first 8 hex digits
+of its Ray node id (two nodes on one machine differ).
+
+Off the critical path: the monitors run in the actors' own processes and log straight to the tracking
+store; verl never waits on them. They stop with the run: :meth:`NodeSamplers.stop` (called however the
+launch ends) kills the actors, and as ordinary (non-detached) actors of this driver they also die when
+verlflow's process does. A cluster that cannot be joined is a warning, never a failed training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ACTOR_NAME_PREFIX = "verlflow-node-sampler"
+
+
+class NodeSampler:
+    """Ray actor body: MLflow's ``SystemMetricsMonitor`` for one node, logging ``system/<node_id>/*``."""
+
+    def __init__(self, run_id: str, *, node_id: str, tracking_uri: str, interval_s: float):
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # resume_logging: a resumed run's samples continue after the steps it already has.
+        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
+                                            node_id=node_id, tracking_uri=tracking_uri)
+        self.monitor.start()
+
+    def node_id(self) -> str:
+        """The node id this sampler logs under (answers once the monitor has started)."""
+        return self.monitor.node_id
+
+    def stop(self) -> None:
+        """Stop sampling and flush what is buffered."""
+        self.monitor.finish()
+
+
+def node_label(ip: str, ray_node_id: str) -> str:
+    """``<ip>_<8 hex>``: readable, and distinct for two Ray nodes on one machine."""
+    return f"{ip}_{ray_node_id[:8]}"
+
+
+@dataclass
+class NodeSamplers:
+    """The running samplers of one launch: their node labels and actor handles."""
+
+    labels: list[str] = field(default_factory=list)
+    actors: list[Any] = field(default_factory=list)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Flush and kill every sampler actor, then leave the cluster; safe to call more than once."""
+        import ray
+
+        if self.actors:
+            try:
+                ray.wait([a.stop.remote() for a in self.actors], num_returns=len(self.actors), timeout=timeout_s)
+            except Exception as exc:  # an actor whose node died: killing it below is all that is left
+                log.warning("node samplers: flushing failed: %s", exc)
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
+        self.actors = []
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def start_node_samplers(run_id: str, *, address: str, tracking_uri: str, interval_s: float,
+                        namespace: str = "verlflow") -> NodeSamplers | None:
+    """One :class:`NodeSampler` per alive node of the Ray cluster at ``address`` (``auto``: the one found here).
+
+    Returns the samplers (stop them with :meth:`NodeSamplers.stop`), or None with a warning when the cluster
+    cannot be joined or the actors cannot be placed: sampling is evidence, never a reason to stop training.
+    """
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # By value: the actor class need not be importable on the other nodes (verlflow may not be there).
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        _joining(lambda: ray.init(address=address, namespace=namespace, log_to_driver=False,
+                                  ignore_reinit_error=True, logging_level=logging.WARNING))
+        remote = ray.remote(num_cpus=0, max_restarts=0)(NodeSampler)
+        samplers = NodeSamplers()
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            label = node_label(node["NodeManagerAddress"], node["NodeID"])
+            strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+            samplers.actors.append(remote.options(scheduling_strategy=strategy,
+                                                  name=f"{ACTOR_NAME_PREFIX}-{run_id}-{label}").remote(
+                run_id, node_id=label, tracking_uri=tracking_uri, interval_s=interval_s))
+            samplers.labels.append(label)
+    except Exception as exc:
+        log.warning("node samplers off for this run: %s", exc)
+        _leave_cluster()
+        return None
+    print(f"verlflow: sampling system metrics on {len(samplers.labels)} Ray node(s): {', '.join(samplers.labels)}",
+          flush=True)
+    return samplers
+
+
+def _joining(join: Callable[[], Any]) -> None:
+    """``join()`` with this process's SIGTERM handler kept: ``ray.init`` replaces it with ``sys.exit``, which
+    would bypass verlflow's handling of a stopped run (the launch forwards SIGTERM to verl, the run ends KILLED)."""
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if on_main else None
+    try:
+        join()
+    finally:
+        if on_main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _leave_cluster() -> None:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:  # nothing joined, nothing to leave
+        pass
+
+
+@contextlib.contextmanager
+def sampling_nodes(run_id: str, *, address: str | None, tracking_uri: str,
+                   interval_s: float | None) -> Iterator[NodeSamplers | None]:
+    """Node samplers for the block's duration (none when ``address`` or ``interval_s`` is None), stopped however
+    the block ends: the launch hook around a verl launch on Ray."""
+    samplers = None
+    if address and interval_s:
+        samplers = start_node_samplers(run_id, address=address, tracking_uri=tracking_uri, interval_s=interval_s)
+    try:
+        yield samplers
+    finally:
+        if samplers is not None:
+            try:
+                samplers.stop()
+            except Exception as exc:  # the cluster went away with the run: its actors went with it
+                log.warning("node samplers: stopping failed: %s", exc)
+
+
+def sampler_address(ray_address: str, nnodes: Any, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where to start node samplers for a verl launch, or None when there are none to start.
+
+    A local multi-node launch (``trainer.nnodes > 1`` without ``ray_address``) joins the cluster verl's own
+    ``ray.init()`` joins from here (``RAY_ADDRESS``, else a ``ray start`` on this machine: ``auto``). A Ray job
+    (``ray_address``, the dashboard's HTTP address) is not sampled per node yet: a driver would need the head's
+    GCS or Ray Client port, which the dashboard address does not give, and guessing one could join another cluster.
+    """
+    environ = os.environ if environ is None else environ
+    if ray_address:
+        return None
+    try:
+        several = int(nnodes) > 1
+    except (TypeError, ValueError):
+        several = False
+    return (environ.get("RAY_ADDRESS") or "auto") if several else None
+
+
+__all__: Sequence[str] = ["NodeSampler", "NodeSamplers", "node_label", "start_node_samplers", "sampling_nodes",
+                            "sampler_address"]

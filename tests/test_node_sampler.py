@@ -1,0 +1,153 @@
+"""Every node of a Ray cluster sampled: a two-node local cluster logs system metrics under two node ids.
+
+    pytest tests/test_node_sampler.py -q
+
+The cluster is real: ``ray start --head`` and a second ``ray start --address=<head>`` on this machine (its own
+Ray node id), each ``--block``ed in its own process group and killed afterwards. No dashboard: the samplers
+are found by their actor names through Ray's driver API.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from verlflow.backends.verl.node_sampler import ACTOR_NAME_PREFIX, sampler_address, start_node_samplers
+
+CPU_NAME = "cpu_utilization_percentage"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ray_start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", "--dashboard-agent-listen-port",
+         str(_free_port()), "--metrics-export-port", str(_free_port()), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _alive_nodes(address: str) -> int:
+    import ray
+
+    ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        return sum(1 for n in ray.nodes() if n.get("Alive"))
+    finally:
+        ray.shutdown()
+
+
+def _poll(condition, timeout_s: float, what: str, procs=()):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = condition()
+        if got:
+            return got
+        dead = [p.args for p in procs if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:.0f} s" + (f" (exited: {dead})" if dead else ""))
+        time.sleep(1)
+
+
+@pytest.fixture
+def two_node_cluster():
+    """GCS address of a fresh two-node local Ray cluster; both nodes' process groups killed afterwards."""
+    if shutil.which("ray") is None:
+        pytest.fail("the ray CLI is not installed: pip install -e '.[dev]' (verl brings ray)")
+    previous_auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    temp = tempfile.mkdtemp(prefix="vfns", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [_ray_start(["--head", "--port", address.split(":")[1], "--node-ip-address", "127.0.0.1",
+                         "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()),
+                         "--temp-dir", temp])]
+    try:
+        _poll(lambda: _gcs_answers(address), 300, "the Ray head's GCS port", procs)
+        procs.append(_ray_start(["--address", address, "--node-ip-address", "127.0.0.1"]))
+        _poll(lambda: _alive_nodes(address) >= 2, 300, "two alive Ray nodes", procs)
+        yield address
+    finally:
+        for proc in reversed(procs):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+        if previous_auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous_auth
+
+
+def _gcs_answers(address: str) -> bool:
+    host, port = address.split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _node_ids_with_cpu_metrics(client: MlflowClient, run_id: str) -> set[str]:
+    keys = client.get_run(run_id).data.metrics
+    return {k.split("/")[1] for k in keys
+            if k.startswith("system/") and k.endswith(f"/{CPU_NAME}") and k.count("/") == 2}
+
+
+def _sampler_actors_alive(address: str, run_id: str, labels: list[str]) -> list[str]:
+    import ray
+
+    ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+    alive = []
+    try:
+        for label in labels:
+            try:
+                ray.get_actor(f"{ACTOR_NAME_PREFIX}-{run_id}-{label}", namespace="verlflow")
+                alive.append(label)
+            except ValueError:
+                pass
+    finally:
+        ray.shutdown()
+    return alive
+
+
+@pytest.mark.slow
+def test_each_node_of_a_two_node_cluster_logs_system_metrics_under_its_own_node_id(tracking_uri, two_node_cluster):
+    client = MlflowClient(tracking_uri)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    with mlflow.start_run() as run:
+        run_id = run.info.run_id
+        samplers = start_node_samplers(run_id, address=two_node_cluster, tracking_uri=tracking_uri, interval_s=1)
+        assert samplers is not None
+        assert signal.getsignal(signal.SIGTERM) is on_sigterm  # joining Ray left verlflow's SIGTERM handling alone
+        try:
+            assert len(set(samplers.labels)) == 2
+            found = _poll(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels) or None, 300,
+                          f"system/<node>/{CPU_NAME} from both nodes {samplers.labels}")
+            assert found
+        finally:
+            samplers.stop()
+        labels = samplers.labels
+    # The run's own (unscoped) system/* keys are not these: only the samplers wrote node-scoped keys.
+    assert _node_ids_with_cpu_metrics(client, run_id) == set(labels)
+    _poll(lambda: not _sampler_actors_alive(two_node_cluster, run_id, labels), 120, "sampler actors gone")
+
+
+def test_samplers_start_only_for_launches_that_span_a_ray_cluster():
+    assert sampler_address("", 1, environ={}) is None  # one node, verl's own Ray: verlflow's monitor covers it
+    assert sampler_address("", 2, environ={}) == "auto"
+    assert sampler_address("", 2, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
+    assert sampler_address("http://head:8265", 2, environ={}) is None  # a Ray job: not sampled per node yet
