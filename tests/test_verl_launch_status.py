@@ -30,7 +30,10 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def _train(tmp_path: Path, model: Path, mode: str, **popen) -> subprocess.Popen:
-    overrides = (f"verlflow.launch_module={STANDIN} verlflow.skip_preflight=true "
+    # One device, rollout TP 1: the tiny recipe's 4 x 4 responses split over the h20 profile's 8 GPUs would leave a
+    # per-device mini-batch (2) that its micro-batch (4) cannot divide, which the preflight refuses.
+    overrides = (f"verlflow.launch_module={STANDIN} verlflow.skip_preflight=true trainer.n_gpus_per_node=1 "
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'} verlflow.system_metrics_interval=1")
     argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "gpu",
             "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"), "--overrides", overrides]

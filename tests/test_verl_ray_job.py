@@ -107,7 +107,10 @@ def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, t
     from verlflow.models.tinymodel import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)
+    # One GPU per node, rollout TP 1: the tiny recipe's 16 responses over 8 GPUs leave a per-device mini-batch (2) its
+    # micro-batch (4) cannot divide, which the preflight refuses.
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.output_dir={tmp_path / 'outputs'} "
+                 "trainer.n_gpus_per_node=1 actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
                  "profile.env.VERLFLOW_STANDIN_MODE=hang")
     argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "gpu",
             "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"),
