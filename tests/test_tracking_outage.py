@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for_http
+from conftest import stop_process_group, wait_for_http
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -51,15 +51,11 @@ class Server:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
                                          start_new_session=True)
         if not wait_for_http(f"{self.url}/health", self.proc, timeout_s=120):
+            self.stop()  # a server that never answered must not outlive the test
             pytest.fail(f"mlflow server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
 
     def stop(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_process_group(self.proc)
 
 
 @pytest.fixture
