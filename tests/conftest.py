@@ -54,6 +54,11 @@ def wait_for_http(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: fl
             time.sleep(poll_s)
 
 
+def every_experiment(client: MlflowClient | None = None) -> list[str]:
+    """Every experiment's id: train runs land in ``verlflow/<recipe>``, ``mlflow run``'s in Default."""
+    return [e.experiment_id for e in (client or MlflowClient()).search_experiments()]
+
+
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
     """End a server started with ``start_new_session=True``: SIGTERM its group, SIGKILL it after ``grace_s``."""
     if proc.poll() is None:

@@ -14,8 +14,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -124,17 +126,19 @@ def _sampler_actors_alive(address: str, run_id: str, labels: list[str]) -> list[
     return alive
 
 
-@pytest.mark.slow
-def test_each_node_of_a_two_node_cluster_logs_system_metrics_under_its_own_node_id(tracking_uri, two_node_cluster):
+def check_two_nodes(address: str, tracking_uri: str) -> None:
+    """The test's body, run in a fresh process: Ray reads RAY_AUTH_MODE once, when it is first imported, and
+    earlier tests of this session have imported it (through verl) without the token mode the cluster uses."""
+    mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)
     on_sigterm = signal.getsignal(signal.SIGTERM)
     with mlflow.start_run() as run:
         run_id = run.info.run_id
-        samplers = start_node_samplers(run_id, address=two_node_cluster, tracking_uri=tracking_uri, interval_s=1)
+        samplers = start_node_samplers(run_id, address=address, tracking_uri=tracking_uri, interval_s=1)
         assert samplers is not None
         assert signal.getsignal(signal.SIGTERM) is on_sigterm  # joining Ray left verlflow's SIGTERM handling alone
         try:
-            assert len(set(samplers.labels)) == 2
+            assert len(set(samplers.labels)) == 2, samplers.labels
             found = _poll(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels) or None, 300,
                           f"system/<node>/{CPU_NAME} from both nodes {samplers.labels}")
             assert found
@@ -143,7 +147,19 @@ def test_each_node_of_a_two_node_cluster_logs_system_metrics_under_its_own_node_
         labels = samplers.labels
     # The run's own (unscoped) system/* keys are not these: only the samplers wrote node-scoped keys.
     assert _node_ids_with_cpu_metrics(client, run_id) == set(labels)
-    _poll(lambda: not _sampler_actors_alive(two_node_cluster, run_id, labels), 120, "sampler actors gone")
+    _poll(lambda: not _sampler_actors_alive(address, run_id, labels), 120, "sampler actors gone")
+    print("TWO_NODES_OK", sorted(labels))
+
+
+@pytest.mark.slow
+def test_each_node_of_a_two_node_cluster_logs_system_metrics_under_its_own_node_id(tracking_uri, two_node_cluster):
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_node_sampler as t; "
+              "t.check_two_nodes(sys.argv[2], sys.argv[3])")
+    done = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), two_node_cluster, tracking_uri],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    assert done.returncode == 0 and "TWO_NODES_OK" in done.stdout, (done.stdout + done.stderr)[-4000:]
+    labels = done.stdout.rpartition("TWO_NODES_OK ")[2].strip()
+    assert labels.count("_") >= 2  # two distinct <ip>_<ray node id> labels
 
 
 def test_samplers_start_only_for_launches_that_span_a_ray_cluster():

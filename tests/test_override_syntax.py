@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import every_experiment
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -50,7 +51,7 @@ def test_the_cli_refuses_an_unbalanced_quote_in_one_line_with_no_run(tmp_path, t
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert lines[0].startswith("verlflow train: error: overrides \"trainer.experiment_name='my run\" have an "
                                "unbalanced quote"), lines[0]
-    assert MlflowClient().search_runs(["0"]) == []
+    assert MlflowClient().search_runs(every_experiment()) == []
 
 
 NAMES = [

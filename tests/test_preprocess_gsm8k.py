@@ -18,6 +18,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
+from conftest import every_experiment
 
 from verlflow.data import gsm8k
 from verlflow.data.synthetic import synthetic_examples
@@ -125,7 +126,7 @@ def test_both_splits_and_row_counts_are_logged_to_mlflow(tracking_uri, tmp_path)
     client = mlflow.MlflowClient()
     gsm8k.preprocess(str(GSM8K), tmp_path / "quiet", limit=5)  # no active run: logs nothing, starts nothing
     assert mlflow.active_run() is None
-    assert client.search_runs(["0"]) == []
+    assert client.search_runs(every_experiment(client)) == []
 
     with mlflow.start_run() as run:
         result = gsm8k.preprocess(str(GSM8K), tmp_path / "out")

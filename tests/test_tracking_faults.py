@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import every_experiment
 from mlflow.tracking import MlflowClient
 from test_tracking_outage import Server
 
@@ -42,7 +43,7 @@ def _start_training(tmp_path: Path, overrides: str = "", **env: str) -> subproce
 def _wait_for_steps(client: MlflowClient, proc: subprocess.Popen, steps: int) -> str:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        runs = client.search_runs(["0"], "tags.`verlflow.step` = 'train'")
+        runs = client.search_runs(every_experiment(client), "tags.`verlflow.step` = 'train'")
         if runs and len(client.get_metric_history(runs[0].info.run_id, "timing_s/step")) >= steps:
             return runs[0].info.run_id
         assert proc.poll() is None, proc.stdout.read()[-3000:]

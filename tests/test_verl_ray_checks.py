@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import every_experiment
 from mlflow.tracking import MlflowClient
 
 from verlflow.backends.verl.ray_cluster import RayNode, local_only_reason, resource_problems, tracking_problems
@@ -32,7 +33,8 @@ def _one_line_no_run(done: subprocess.CompletedProcess) -> str:
     assert done.returncode == EXIT_BAD_INPUT, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert MlflowClient().search_runs(["0"]) == []  # refused before a run opened: nothing RUNNING, nothing at all
+    # refused before a run opened: nothing RUNNING, nothing at all
+    assert MlflowClient().search_runs(every_experiment()) == []
     return lines[0]
 
 

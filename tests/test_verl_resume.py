@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import every_experiment
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP
@@ -75,14 +76,14 @@ def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp
                 first.kill()
 
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
-    [run] = client.search_runs(["0"], filter_string="tags.`verlflow.step` = 'train'")
+    [run] = client.search_runs(every_experiment(client), filter_string="tags.`verlflow.step` = 'train'")
     assert run.info.status == "KILLED"
     run_id = run.info.run_id
 
     resumed = _cli(["train", "--resume", run_id], env, tmp_path)
 
     assert resumed.returncode == 0, f"{resumed.stdout[-4000:]}\n{resumed.stderr[-4000:]}"
-    runs = client.search_runs(["0"], filter_string="tags.`verlflow.step` = 'train'")
+    runs = client.search_runs(every_experiment(client), filter_string="tags.`verlflow.step` = 'train'")
     assert [r.info.run_id for r in runs] == [run_id]  # one MLflow run for both attempts
     assert client.get_run(run_id).info.status == "FINISHED"
     steps = sorted(m.step for m in client.get_metric_history(run_id, TIMING_STEP))

@@ -101,7 +101,8 @@ DRIVER = textwrap.dedent(
                           "--overrides", overrides])
             except SystemExit as exc:
                 code = exc.code
-        runs = [r for r in client.search_runs(["0"]) if r.info.run_id not in seen]
+        every = [e.experiment_id for e in client.search_experiments()]  # train runs go to verlflow/<recipe>
+        runs = [r for r in client.search_runs(every) if r.info.run_id not in seen]
         seen |= {r.info.run_id for r in runs}
         out[row] = {"code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue(),
                     "statuses": [r.info.status for r in runs]}

@@ -141,7 +141,7 @@ def preprocess(
     paths, digests = {}, {}
     for split in SPLITS:
         paths[split] = out / f"{split}.parquet"
-        tmp = paths[split].with_suffix(".parquet.tmp")
+        tmp = paths[split].with_suffix(f".parquet.{os.getpid()}.tmp")  # two pipelines may write one folder at once
         pq.write_table(pa.Table.from_pylist(rows[split]), tmp)
         os.replace(tmp, paths[split])  # never leave a half-written split behind
         digests[split] = _rows_digest(rows[split])
