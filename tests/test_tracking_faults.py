@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import every_experiment
 from mlflow.tracking import MlflowClient
-from test_tracking_outage import Server
+from test_tracking_outage import serving
 
 from verlflow import names
 from verlflow.data import gsm8k
@@ -89,16 +89,7 @@ def test_a_killed_metric_writer_costs_the_run_nothing(tracking_uri, tmp_path):
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
-    srv = Server(tmp_path)
-    srv.start()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", srv.url)
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    import mlflow
-
-    mlflow.set_tracking_uri(srv.url)
-    yield srv
-    if srv.proc.poll() is None:
-        srv.stop()
+    yield from serving(tmp_path, monkeypatch, {})  # MLflow's default HTTP retries, as a user's run has them
 
 
 @pytest.mark.slow

@@ -60,9 +60,14 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
+    yield from serving(tmp_path, monkeypatch, FAST_FAIL)
+
+
+def serving(tmp_path, monkeypatch, env: dict[str, str]):
+    """A started :class:`Server` as this test's tracking URI (with ``env`` set), stopped afterwards."""
     srv = Server(tmp_path)
     srv.start()
-    for key, value in FAST_FAIL.items():
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", srv.url)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
