@@ -42,9 +42,13 @@ def _ray_start(args: list[str]) -> subprocess.Popen:
 
 
 def _alive_nodes(address: str) -> int:
+    """Alive nodes of the cluster, 0 while it cannot be joined yet (only ever called in the token-auth process)."""
     import ray
 
-    ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+    except ConnectionError:
+        return 0
     try:
         return sum(1 for n in ray.nodes() if n.get("Alive"))
     finally:
@@ -78,7 +82,8 @@ def two_node_cluster():
     try:
         _poll(lambda: _gcs_answers(address), 300, "the Ray head's GCS port", procs)
         procs.append(_ray_start(["--address", address, "--node-ip-address", "127.0.0.1"]))
-        _poll(lambda: _alive_nodes(address) >= 2, 300, "two alive Ray nodes", procs)
+        # Both nodes are awaited in the test's own process (check_two_nodes): joining from this one would use
+        # whatever auth mode Ray was first imported with here.
         yield address
     finally:
         for proc in reversed(procs):
@@ -131,6 +136,7 @@ def check_two_nodes(address: str, tracking_uri: str) -> None:
     earlier tests of this session have imported it (through verl) without the token mode the cluster uses."""
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)
+    _poll(lambda: _alive_nodes(address) >= 2, 300, "two alive Ray nodes")
     on_sigterm = signal.getsignal(signal.SIGTERM)
     with mlflow.start_run() as run:
         run_id = run.info.run_id
