@@ -1,12 +1,18 @@
-"""Shared fixtures: the files kept with the tests (tests/fixtures), and a fresh SQLite tracking store per test."""
+"""Shared fixtures: the files kept with the tests (tests/fixtures), a fresh SQLite tracking store per test, and
+the set-ups several modules need (a tiny-model cache with synthetic GSM8K, a real ``mlflow server``, a local Ray
+cluster's teardown).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -39,6 +45,29 @@ def isolated_store(root: Path):
         mp.delenv("MLFLOW_RUN_ID", raising=False)
         mlflow.set_tracking_uri(uri)
         yield uri
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05):
+    """Poll ``condition`` until it returns something truthy, and return that; fail naming ``what`` after ``timeout_s``.
+
+    For waits on something another thread or process does: the deadline is generous (for a loaded machine),
+    the poll short, so the test goes on as soon as the condition holds instead of after a fixed sleep.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(poll_s)
 
 
 def wait_for_http(url: str, proc: subprocess.Popen, timeout_s: float, poll_s: float = 0.5) -> bool:
@@ -157,3 +186,95 @@ def guide_verl(request) -> Path:
         if done.returncode != 0:
             pytest.fail(f"cannot install verl=={GUIDE_VERL} from the registry: {done.stderr[-1500:]}")
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_workdir(tmp_path_factory) -> Path:
+    """A verlflow cache holding the tiny recipe's model (``cache``) and synthetic GSM8K parquet (``data``).
+
+    Built once per session for the tests that train the tiny recipe in process; point ``VERLFLOW_CACHE`` at
+    ``tiny_workdir / "cache"`` so the model is not built again.
+    """
+    from verlflow.data import gsm8k
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
+
+    root = tmp_path_factory.mktemp("tiny-workdir")
+    resolve_model_path(TINY_SENTINEL, root / "cache")
+    gsm8k.preprocess("synthetic", root / "data", 0, log_to_mlflow=False)
+    return root
+
+
+class MlflowServer:
+    """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifacts, requests logged to ``log``) in its
+    own process group, that can be stopped and started again on the same port and store."""
+
+    def __init__(self, root: Path):
+        self.root, self.port = root, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / "server.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Start the server and wait until it answers; fail (leaving no server behind) when it never does."""
+        cmd = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
+               str(self.port), "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+               "--artifacts-destination", str(self.root / "artifacts")]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
+                                         start_new_session=True)
+        if not wait_for_http(f"{self.url}/health", self.proc, timeout_s=120):
+            self.stop()  # a server that never answered must not outlive the test
+            pytest.fail(f"mlflow server did not start: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        """Stop the server's whole process group."""
+        stop_process_group(self.proc)
+
+
+def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]):
+    """A started :class:`MlflowServer` as this test's tracking URI (with ``env`` set), stopped afterwards.
+
+    The body of a test module's ``server`` fixture: ``yield from serving(tmp_path, monkeypatch, {...})``.
+    """
+    server = MlflowServer(tmp_path)
+    server.start()
+    try:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
+        monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(server.url)
+        yield server
+    finally:
+        while mlflow.active_run():
+            mlflow.end_run()
+        if server.proc.poll() is None:
+            server.stop()
+
+
+@contextlib.contextmanager
+def local_ray(prefix: str):
+    """Room for a local Ray cluster started by a test: ``(temp_dir, procs)``, torn down afterwards.
+
+    Ray >= 2.5x starts a local head with token auth and its clients send the token only when told, so
+    ``RAY_AUTH_MODE=token`` is set for this process (and restored after). ``temp_dir`` is short, as Ray's
+    socket paths must stay < 108 characters. Every ``ray start --block`` process the caller appends to
+    ``procs`` (started with ``start_new_session=True``) has its whole process group killed afterwards: Ray's
+    daemons share it, and a graceful stop takes half a minute on 2 cores.
+    """
+    previous_auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    temp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    procs: list[subprocess.Popen] = []
+    try:
+        yield temp, procs
+    finally:
+        for proc in reversed(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+        if previous_auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous_auth

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import isolated_store
+from conftest import isolated_store, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow import tracking
@@ -35,7 +35,9 @@ def train_shaped_run(name: str, device_tags: dict[str, str], step_s: float, npu_
         if npu_smi is not None:
             os.environ["FAKE_NPU_SMI_INFO"] = str(npu_smi)
             with system_metrics.recording(run.info.run_id, interval=0.2, device="npu"):
-                time.sleep(1.2)
+                wait_until(lambda: {"system/npu_0_power_watts", "system/cpu_utilization_percentage"}
+                           <= set(MlflowClient().get_run(run.info.run_id).data.metrics), 120,
+                           "the NPU and CPU samples of the run")
         for step in (1, 2):
             tracking.log_metrics({"timing_s/step": step_s, "critic/score/mean": 0.1 * step}, step=step)
         tracking.log_run_summaries(run.info.run_id, started)

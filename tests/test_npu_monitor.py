@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 import mlflow
 import pytest
+from conftest import wait_until
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 from mlflow.tracking import MlflowClient
 
@@ -156,7 +156,9 @@ def test_the_npu_monitor_publishes_through_mlflows_own_system_metrics_monitor(fa
         with system_metrics.recording(run.info.run_id, interval=0.2, device="npu") as monitor:
             assert isinstance(monitor, SystemMetricsMonitor)
             assert system_metrics.monitor_names(monitor)[-1] == "npu"
-            time.sleep(1.0)
+            wait_until(lambda: len(MlflowClient().get_metric_history(run.info.run_id, "system/npu_0_power_watts")) >= 2
+                       and _logged(run.info.run_id, "system/cpu_utilization_percentage"),
+                       120, "two NPU samples and MLflow's CPU sample")
     data = MlflowClient().get_run(run.info.run_id).data
     assert data.metrics["system/npu_0_hbm_usage_megabytes"] == 8676.0
     assert data.metrics["system/npu_7_power_watts"] > 0
@@ -189,9 +191,15 @@ def test_npu_smi_failing_at_start_leaves_mlflows_monitors_and_the_run_alone(fake
         with tracking.tracked_run() as run:
             with system_metrics.recording(run.info.run_id, interval=0.2, device="npu") as monitor:
                 assert "npu" not in system_metrics.monitor_names(monitor)
-                time.sleep(0.7)
+                wait_until(lambda: _logged(run.info.run_id, "system/cpu_utilization_percentage"), 120,
+                           "MLflow's CPU sample")
     finished = MlflowClient().get_run(run.info.run_id)
     assert finished.info.status == "FINISHED"
     assert "system/cpu_utilization_percentage" in finished.data.metrics
     assert not any(k.startswith("system/npu_") for k in finished.data.metrics)
     assert len([r for r in caplog.records if r.name.startswith("verlflow")]) == 1
+
+
+def _logged(run_id: str, key: str) -> bool:
+    """Whether ``run_id`` has a value for ``key`` in the store yet."""
+    return key in MlflowClient().get_run(run_id).data.metrics

@@ -10,11 +10,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import optuna
 import pytest
+from conftest import wait_until
 from mlflow.tracking import MlflowClient
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
@@ -70,10 +70,12 @@ def test_trial_of_a_dead_worker_is_failed_closed_and_retried(tmp_path, tracking_
     trial.set_user_attr(RUN_ID_ATTR, child.info.run_id)
     trial.set_user_attr(PARENT_RUN_ID_ATTR, parent.info.run_id)
     dead._storage.record_heartbeat(trial._trial_id)
-    time.sleep(2.5)
 
-    # The next worker (a fresh storage object, as another process has) fails it and runs it again.
+    # The next worker (a fresh storage object, as another process has) fails it and runs it again, once its
+    # heartbeat is older than the grace period (1 s).
     worker = _study(storage)
+    wait_until(lambda: trial._trial_id in worker._storage._get_stale_trial_ids(worker._study_id), 60,
+               "the dead worker's trial seen as stale")
     worker.optimize(_objective, n_trials=1)
     lost, retried = worker.trials
     assert (lost.state, retried.state) == (TrialState.FAIL, TrialState.COMPLETE)
