@@ -9,14 +9,12 @@ tracking URI, a tracking server under a wrong path, and credentials in URLs and 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import REPO_ROOT, isolated_store, stop_process_group, wait_for_http
+from conftest import REPO_ROOT, MlflowServer, isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import cli
@@ -152,25 +150,13 @@ def test_unusable_numeric_setting_is_one_line_at_start(setting, bad):
     assert _runs(bad["uri"]) == before
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_live_server_under_a_wrong_path_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     """`/health` answers from the server's root whatever the path; the probe must ask the API under the path."""
-    port = _free_port()
-    log = tmp_path / "server.log"
-    cmd = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}"]
-    with open(log, "wb") as out:
-        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-    root = f"http://127.0.0.1:{port}"
+    server = MlflowServer(tmp_path)
+    server.start()
+    root = server.url
     try:
-        if not wait_for_http(f"{root}/health", server, timeout_s=120):
-            pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
         wrong = f"{root}/nope"
         monkeypatch.setenv("MLFLOW_TRACKING_URI", wrong)
         monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
@@ -183,7 +169,7 @@ def test_live_server_under_a_wrong_path_is_one_line_exit_2(tmp_path, capsys, mon
 
         check_tracking_server(root)
     finally:
-        stop_process_group(server)
+        server.stop()
 
 
 def test_what_only_names_a_secret_is_not_refused():

@@ -2,51 +2,19 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import mlflow
 import pytest
-from conftest import stop_process_group, wait_for_http
+from conftest import serving
 from mlflow.tracking import MlflowClient
 
 from verlflow import tracking
 from verlflow.compare.step import run_compare
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path, monkeypatch):
-    """An `mlflow server` (SQLite backend, proxied artifacts) in its own process group, logging requests."""
-    port = _free_port()
-    log = tmp_path / "server.log"
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    cmd = [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-           "--artifacts-destination", str(tmp_path / "artifacts")]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_for_http(f"{url}/health", proc, timeout_s=120):
-            pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
-        monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-        mlflow.set_tracking_uri(url)
-        yield url, log
-    finally:
-        while mlflow.active_run():
-            mlflow.end_run()
-        stop_process_group(proc)
+    yield from serving(tmp_path, monkeypatch, {})
 
 
 def _train_run(name: str, device: str, gen: float, score: float, e2e: float) -> str:
@@ -61,7 +29,7 @@ def _train_run(name: str, device: str, gen: float, score: float, e2e: float) -> 
 
 @pytest.mark.slow
 def test_compare_reads_a_tracking_server_through_public_history_calls_only(server, tmp_path):
-    url, log = server
+    url, log = server.url, server.log
     base = _train_run("h20", "gpu", gen=10.0, score=0.1, e2e=100.0)
     cand = _train_run("a3", "npu", gen=8.0, score=0.1, e2e=158.0)
     already = len(log.read_text(errors="replace"))

@@ -8,24 +8,16 @@ too), started in the test's folder on a Unix socket and stopped afterwards.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import optuna
 import pytest
-from conftest import stop_process_group, wait_for_http
+from conftest import MlflowServer
 from mlflow.tracking import MlflowClient
 from test_search_workers import _short_search_config
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -44,17 +36,12 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, s
     # psycopg2 (dev extra) named explicitly: SQLAlchemy 2.1 would pick psycopg 3 for plain postgresql://.
     tracking_db = f"postgresql+psycopg2://postgres@/tracking?host={postgres}"
     storage = f"postgresql+psycopg2://postgres@/optuna?host={postgres}"
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "server.log").open("wb")
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", tracking_db, "--artifacts-destination", str(tmp_path / "art")],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+    server = MlflowServer(tmp_path, backend_store_uri=tracking_db)
+    server.start()
+    url = server.url
     try:
-        assert wait_for_http(f"{url}/health", server, timeout_s=180), (tmp_path / "server.log").read_text()[-2000:]
         env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-        env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(smoke_store.workdir / "cache")})
+        env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(smoke_store.cache)})
         args = ["search", "--recipe", "tiny", "--device", "cpu", "--n_trials", "1", "--study_name", "pg",
                 "--storage", storage, "--pruner", "none", "--data_dir", str(smoke_store.data_dir),
                 "--search_config", str(_short_search_config(tmp_path))]
@@ -74,4 +61,4 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, s
         assert [r.info.run_id for r in runs if r.info.status == "RUNNING"] == []
         assert all("password" not in str(v).lower() for r in runs for v in r.data.params.values())
     finally:
-        stop_process_group(server)
+        server.stop()

@@ -1,7 +1,7 @@
 """Tracking faults a user meets in a real train run: the metric writer dies, the server never comes back.
 
 Real ``verlflow train`` processes on the ``tiny`` recipe, with a real SQLite store (``tracking_uri``) or a
-real ``mlflow server`` on 127.0.0.1 (:class:`test_tracking_outage.Server`) that is stopped for good.
+real ``mlflow server`` on 127.0.0.1 (:class:`conftest.MlflowServer`) that is stopped for good.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import every_experiment
+from conftest import every_experiment, serving
 from mlflow.tracking import MlflowClient
-from test_tracking_outage import serving
 
 from verlflow import names
 from verlflow.data import gsm8k
@@ -28,12 +27,12 @@ STEPS = 6
 FLUSH_S = 5
 
 
-def _start_training(tmp_path: Path, overrides: str = "", **env: str) -> subprocess.Popen:
+def _start_training(tmp_path: Path, cache: Path, overrides: str = "", **env: str) -> subprocess.Popen:
     gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
     overrides = (f"trainer.total_training_steps={STEPS} verlflow.output_dir={tmp_path / 'outputs'} "
                  f"verlflow.system_metrics_interval=1 {overrides}")
     # Each step written as it ends (not gathered for 2 s), so the fault lands while steps remain.
-    env = {**os.environ, "VERLFLOW_CACHE": str(tmp_path / "cache"), "VERLFLOW_METRICS_WRITE_S": "0",
+    env = {**os.environ, "VERLFLOW_CACHE": str(cache), "VERLFLOW_METRICS_WRITE_S": "0",
            "VERLFLOW_METRICS_NICE": "0", "PYTHONPATH": str(ROOT / "src"), **env}
     return subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
                              "--data_dir", str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path, env=env,
@@ -69,10 +68,10 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_killed_metric_writer_costs_the_run_nothing(tracking_uri, tmp_path):
+def test_a_killed_metric_writer_costs_the_run_nothing(tracking_uri, tmp_path, tiny_workdir):
     client = MlflowClient()
     client.search_experiments()  # create the store's tables before two processes race to
-    proc = _start_training(tmp_path, "trainer.test_freq=-1")
+    proc = _start_training(tmp_path, tiny_workdir / "cache", "trainer.test_freq=-1")
     run_id = _wait_for_steps(client, proc, 2)
     trainer_pid = int(client.get_run(run_id).data.tags[names.PID_TAG])
     os.kill(_writer_pid(trainer_pid), signal.SIGKILL)  # what the OOM killer does
@@ -95,11 +94,11 @@ def server(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # training, an outage and an upload on a busy 2-core machine
 def test_a_server_that_never_returns_ends_training_on_time_and_the_printed_command_finishes_the_run(
-        server, tmp_path):
+        server, tmp_path, tiny_workdir):
     # MLflow's own HTTP retries are left at their defaults (minutes per call): the trainer must bound them.
     client = MlflowClient()
-    proc = _start_training(tmp_path, "trainer.test_freq=2", VERLFLOW_METRICS_FLUSH_S=str(FLUSH_S),
-                           VERLFLOW_METRICS_RETRY_S="1")
+    proc = _start_training(tmp_path, tiny_workdir / "cache", "trainer.test_freq=2",
+                           VERLFLOW_METRICS_FLUSH_S=str(FLUSH_S), VERLFLOW_METRICS_RETRY_S="1")
     run_id = _wait_for_steps(client, proc, 2)
     server.stop()
     stopped = time.monotonic()

@@ -8,9 +8,10 @@ the points queue up, spill to the file, and are replayed with their original ste
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import stop_process_group, wait_for_http
+from conftest import serving, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -29,54 +30,9 @@ FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOU
              "VERLFLOW_METRICS_RETRY_S": "1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """An ``mlflow server`` that can be stopped and started again on the same port and store."""
-
-    def __init__(self, root: Path):
-        self.root, self.port = root, _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        cmd = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
-               str(self.port), "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-               "--artifacts-destination", str(self.root / "artifacts")]
-        with open(self.root / "server.log", "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
-                                         start_new_session=True)
-        if not wait_for_http(f"{self.url}/health", self.proc, timeout_s=120):
-            self.stop()  # a server that never answered must not outlive the test
-            pytest.fail(f"mlflow server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        stop_process_group(self.proc)
-
-
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     yield from serving(tmp_path, monkeypatch, FAST_FAIL)
-
-
-def serving(tmp_path, monkeypatch, env: dict[str, str]):
-    """A started :class:`Server` as this test's tracking URI (with ``env`` set), stopped afterwards."""
-    srv = Server(tmp_path)
-    srv.start()
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", srv.url)
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    import mlflow
-
-    mlflow.set_tracking_uri(srv.url)
-    yield srv
-    if srv.proc.poll() is None:
-        srv.stop()
 
 
 def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
@@ -92,8 +48,8 @@ def test_points_logged_during_an_outage_are_replayed_with_their_step_and_time(se
         if step == 11:
             server.stop()
             down_at = time.monotonic()
-        if step == 31:
-            assert (tmp_path / "spill.jsonl").is_file()  # kept on disk while the server is away
+        if step == 31:  # kept on disk while the server is away (as soon as the writer has tried it)
+            wait_until((tmp_path / "spill.jsonl").is_file, 120, "the spill file during the outage")
             server.start()
             print(f"outage survived: {time.monotonic() - down_at:.1f} s")  # fault figure, not asserted
         stamps[step] = int(time.time() * 1000)
@@ -177,8 +133,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server, tmp_path, monkeypatch, tiny_workdir):
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
     # Each step written as it ends (not gathered for 2 s), so the outage starts while steps remain.
     monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
     monkeypatch.setenv("VERLFLOW_METRICS_NICE", "0")  # at nice 19 a busy trainer's steps show seconds late
@@ -202,7 +158,11 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
         time.sleep(1)
     assert run_id, "training did not reach step 2"
     server.stop()
-    time.sleep(25)  # a few training steps with no server
+    # A few training steps with no server: the writer mirrors each step it cannot write to the spill file.
+    reached = max(_steps(client, run_id, "timing_s/step"))
+    wait_until(lambda: proc.poll() is not None or _spilled_steps(tmp_path / "outputs") >= set(range(reached + 1,
+                                                                                                 reached + 4)),
+               600, f"steps {reached + 1}..{reached + 3} during the outage")
     assert proc.poll() is None, "training stopped during the outage:\n" + proc.stdout.read()[-3000:]
     server.start()
     out, _ = proc.communicate(timeout=600)
@@ -211,6 +171,18 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     assert run.info.status == "FINISHED"
     for key in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
         assert _steps(client, run_id, key) == list(range(1, steps + 1)), key
+
+
+def _spilled_steps(outputs: Path) -> set[int]:
+    """Steps whose ``timing_s/step`` point a writer has put in a spill file under ``outputs``."""
+    steps = set()
+    for path in outputs.rglob("metrics.spill.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # a line being appended right now
+                point = json.loads(line)
+                if point.get("key") == "timing_s/step":
+                    steps.add(int(point["step"]))
+    return steps
 
 
 def test_verl_is_given_mlflow_http_retry_knobs_for_a_tracking_server():
