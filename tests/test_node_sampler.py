@@ -15,12 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import mlflow
 import pytest
+from conftest import free_port, local_ray
 from mlflow.tracking import MlflowClient
 
 from verlflow.backends.verl.node_sampler import ACTOR_NAME_PREFIX, sampler_address, start_node_samplers
@@ -28,16 +28,10 @@ from verlflow.backends.verl.node_sampler import ACTOR_NAME_PREFIX, sampler_addre
 CPU_NAME = "cpu_utilization_percentage"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _ray_start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
         ["ray", "start", "--block", "--num-cpus", "1", "--disable-usage-stats", "--dashboard-agent-listen-port",
-         str(_free_port()), "--metrics-export-port", str(_free_port()), *args],
+         str(free_port()), "--metrics-export-port", str(free_port()), *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -72,31 +66,16 @@ def two_node_cluster():
     """GCS address of a fresh two-node local Ray cluster; both nodes' process groups killed afterwards."""
     if shutil.which("ray") is None:
         pytest.fail("the ray CLI is not installed: pip install -e '.[dev]' (verl brings ray)")
-    previous_auth = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "token"
-    temp = tempfile.mkdtemp(prefix="vfns", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
-    address = f"127.0.0.1:{_free_port()}"
-    procs = [_ray_start(["--head", "--port", address.split(":")[1], "--node-ip-address", "127.0.0.1",
-                         "--include-dashboard", "false", "--ray-client-server-port", str(_free_port()),
-                         "--temp-dir", temp])]
-    try:
+    with local_ray("vfns") as (temp, procs):
+        address = f"127.0.0.1:{free_port()}"
+        procs.append(_ray_start(["--head", "--port", address.split(":")[1], "--node-ip-address", "127.0.0.1",
+                                 "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
+                                 "--temp-dir", temp]))
         _poll(lambda: _gcs_answers(address), 300, "the Ray head's GCS port", procs)
         procs.append(_ray_start(["--address", address, "--node-ip-address", "127.0.0.1"]))
         # Both nodes are awaited in the test's own process (check_two_nodes): joining from this one would use
         # whatever auth mode Ray was first imported with here.
         yield address
-    finally:
-        for proc in reversed(procs):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
-        if previous_auth is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous_auth
 
 
 def _gcs_answers(address: str) -> bool:

@@ -13,25 +13,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port, local_ray
 from mlflow.tracking import MlflowClient
 
 STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for_dashboard(url: str, proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -62,51 +55,31 @@ def _job_status(address: str, job_id: str) -> str:
 
 @pytest.fixture(scope="module")
 def ray_head():
-    """Address of a fresh local Ray head with the job API; stopped (its whole process group) afterwards."""
+    """Address of a fresh local Ray head with the job API; its whole process group killed afterwards."""
     if shutil.which("ray") is None:  # ray comes with verl; a failure, not a skip, so the job path stays tested
         pytest.fail("the ray CLI is not installed: pip install -e '.[dev]' (verl brings ray, dev its job API)")
-    # Ray >= 2.5x starts a local head with token auth (token in ~/.ray/auth_token); its clients send the
-    # token only when told to. Say so explicitly to head, verlflow and this test's own job client alike.
-    previous_auth = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "token"
-    temp = tempfile.mkdtemp(prefix="vfray", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
-    gcs, dashboard = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        ["ray", "start", "--head", "--block", "--port", str(gcs), "--dashboard-port", str(dashboard),
-         "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2", "--num-gpus", "8",
-         "--temp-dir", temp, "--disable-usage-stats"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    address = f"http://127.0.0.1:{dashboard}"
-    try:
+    # Ray >= 2.5x starts a local head with token auth: local_ray says RAY_AUTH_MODE=token to head, verlflow and
+    # this test's own job client alike.
+    with local_ray("vfray") as (temp, procs):
+        gcs, dashboard = free_port(), free_port()
+        procs.append(subprocess.Popen(
+            ["ray", "start", "--head", "--block", "--port", str(gcs), "--dashboard-port", str(dashboard),
+             "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2", "--num-gpus", "8",
+             "--temp-dir", temp, "--disable-usage-stats"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        address = f"http://127.0.0.1:{dashboard}"
         # The dashboard (job API) needs ray[default]'s packages (the dev extra) and minutes on 2 busy cores.
-        if not _wait_for_dashboard(f"{address}/api/version", proc, timeout_s=420):
+        if not _wait_for_dashboard(f"{address}/api/version", procs[0], timeout_s=420):
             pytest.fail("a local Ray head with its dashboard did not come up within 420 s: is ray[default] "
                         "installed (pip install -e '.[dev]')?")
         yield address
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
-        # Ray's daemons share the head's process group; a graceful stop takes half a minute on 2 cores.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
-        if previous_auth is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous_auth
 
 
 @pytest.mark.slow
-def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, tmp_path, ray_head):
-    from verlflow.models.tinymodel import build_tiny_model
+def test_ray_job_attaches_follows_logs_and_is_stopped_by_sigterm(tracking_uri, tmp_path, ray_head, tiny_workdir):
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache")  # read only: the session's copy
     # One GPU per node, rollout TP 1: the tiny recipe's 16 responses over 8 GPUs leave a per-device mini-batch (2) its
     # micro-batch (4) cannot divide, which the preflight refuses.
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.output_dir={tmp_path / 'outputs'} "
