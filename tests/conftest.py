@@ -121,6 +121,7 @@ class SmokeStore:
     run_ids: list[str]
     data_dir: Path
     workdir: Path
+    cache: Path  # VERLFLOW_CACHE of the runs (the tiny model)
 
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
@@ -131,7 +132,7 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def smoke_store(tmp_path_factory) -> SmokeStore:
+def smoke_store(tmp_path_factory, tiny_workdir) -> SmokeStore:
     """Preprocess synthetic data, then train the tiny recipe twice on the cpu profile (1 and 2 threads).
 
     Built once per test session through the real CLI in subprocesses (about a minute on 2 cores) and
@@ -141,7 +142,7 @@ def smoke_store(tmp_path_factory) -> SmokeStore:
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
     env["MLFLOW_TRACKING_URI"] = uri
-    env["VERLFLOW_CACHE"] = str(workdir / "cache")
+    env["VERLFLOW_CACHE"] = str(tiny_workdir / "cache")
     data_dir = workdir / "data"
     _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "64"], env, workdir)
     for threads in (1, 2):
@@ -152,7 +153,8 @@ def smoke_store(tmp_path_factory) -> SmokeStore:
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               filter_string="tags.`verlflow.step` = 'train'", order_by=["attributes.start_time ASC"])
     assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
-    return SmokeStore(tracking_uri=uri, run_ids=[r.info.run_id for r in runs], data_dir=data_dir, workdir=workdir)
+    return SmokeStore(tracking_uri=uri, run_ids=[r.info.run_id for r in runs], data_dir=data_dir, workdir=workdir,
+                      cache=tiny_workdir / "cache")
 
 
 @pytest.fixture(scope="session")
@@ -206,10 +208,14 @@ def tiny_workdir(tmp_path_factory) -> Path:
 
 class MlflowServer:
     """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifacts, requests logged to ``log``) in its
-    own process group, that can be stopped and started again on the same port and store."""
+    own process group, that can be stopped and started again on the same port and store.
 
-    def __init__(self, root: Path):
+    ``backend_store_uri`` replaces the SQLite file in ``root`` (a PostgreSQL database, say).
+    """
+
+    def __init__(self, root: Path, backend_store_uri: str | None = None):
         self.root, self.port = root, free_port()
+        self.backend_store_uri = backend_store_uri or f"sqlite:///{root / 'server.db'}"
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / "server.log"
         self.proc: subprocess.Popen | None = None
@@ -217,7 +223,7 @@ class MlflowServer:
     def start(self) -> None:
         """Start the server and wait until it answers; fail (leaving no server behind) when it never does."""
         cmd = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
-               str(self.port), "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
+               str(self.port), "--workers", "1", "--backend-store-uri", self.backend_store_uri,
                "--artifacts-destination", str(self.root / "artifacts")]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,

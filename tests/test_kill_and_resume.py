@@ -42,8 +42,9 @@ def _train_run(client: MlflowClient):
 
 
 @pytest.mark.slow
-def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_uri, tmp_path, monkeypatch):
-    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_uri, tmp_path, monkeypatch,
+                                                                      tiny_workdir):
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
     # Each step written as it ends (not gathered for 2 s), so the test can signal while steps remain.
     monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
     monkeypatch.setenv("VERLFLOW_METRICS_NICE", "0")  # at nice 19 a busy trainer's steps show seconds late

@@ -24,8 +24,8 @@ STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch, tracking_uri) -> Path:
-    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+def workdir(tmp_path, monkeypatch, tracking_uri, tiny_workdir) -> Path:
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
     gsm8k.preprocess("synthetic", tmp_path / "data", 0, log_to_mlflow=False)
     return tmp_path
 

@@ -17,7 +17,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verlflow import config, tracking
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
-from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
 
@@ -33,13 +32,11 @@ VALIDATION = ["val-core/openai/gsm8k/reward/mean_at_1", "timing_s/testing"]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """A tiny-model cache and synthetic GSM8K parquet shared by this module's runs."""
-    root = tmp_path_factory.mktemp("local-run")
+def workdir(tiny_workdir) -> Path:
+    """conftest's tiny-model cache and synthetic GSM8K parquet, the cache set for this module's runs."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VERLFLOW_CACHE", str(root / "cache"))
-        gsm8k.preprocess("synthetic", root / "data", 0, log_to_mlflow=False)
-        yield root
+        patch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
+        yield tiny_workdir
 
 
 @pytest.fixture(autouse=True)

@@ -48,11 +48,12 @@ def _search_config(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tracking_uri, tmp_path, monkeypatch):
+def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tracking_uri, tmp_path, monkeypatch,
+                                                                               tiny_workdir):
     from verlflow.search.step import run_search
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("VERLFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
     client = MlflowClient()
     first = pipeline.run_main("tiny", "cpu", "", "", "data.seed=2")
     second = pipeline.run_main("tiny", "cpu", "", "", "data.seed=2")

@@ -81,13 +81,10 @@ def _project_copy(root: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_two_main_pipelines_at_once_on_one_store_both_finish_with_one_champion(tmp_path):
+def test_two_main_pipelines_at_once_on_one_store_both_finish_with_one_champion(tmp_path, tiny_workdir):
     """The README's command twice at the same moment in one folder (tiny recipe: the plumbing, not learning)."""
-    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
-
     work = _project_copy(tmp_path)
-    cache = tmp_path / "cache"
-    resolve_model_path(TINY_SENTINEL, cache)  # built once here, not by both pipelines racing for the folder
+    cache = tiny_workdir / "cache"  # the model built once, not by both pipelines racing for the folder
     # The folder's store exists, as in a project used before: two `mlflow run` creating a new store at the
     # same moment race in MLflow's own schema migration, before any verlflow code runs.
     MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}").search_experiments()

@@ -81,9 +81,9 @@ def test_an_explicit_data_dir_without_splits_is_refused_before_the_run(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_step_prepares_its_synthetic_data_and_another_folder_reuses_it(tmp_path):
+def test_a_step_prepares_its_synthetic_data_and_another_folder_reuses_it(tmp_path, tiny_workdir):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = _env(MLFLOW_TRACKING_URI=uri, VERLFLOW_CACHE=str(tmp_path / "cache"))
+    env = _env(MLFLOW_TRACKING_URI=uri, VERLFLOW_CACHE=str(tiny_workdir / "cache"))
     first = _mlflow_run(_project(tmp_path / "a"), env, "-e", "train", "-P", "recipe=tiny",
                         "-P", "overrides=trainer.total_training_steps=1")
     assert "data: data/synthetic has no train.parquet: preparing the recipe's data" in first.stdout
@@ -114,10 +114,10 @@ def _short_search_config(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_train_search_and_evaluate_after_main_find_mains_data(tmp_path):
+def test_train_search_and_evaluate_after_main_find_mains_data(tmp_path, tiny_workdir):
     # The tiny recipe (an untrained model, 4 steps): the same chain as the smoke one, minus the warm start.
     work = _project(tmp_path / "project")
-    env = _env(VERLFLOW_CACHE=str(tmp_path / "cache"))
+    env = _env(VERLFLOW_CACHE=str(tiny_workdir / "cache"))
     _mlflow_run(work, env, "-P", "recipe=tiny")  # main: the tiny recipe's data into data/synthetic
     data = work / "data" / "synthetic"
     assert (data / "train.parquet").is_file()

@@ -43,8 +43,11 @@ def test_a_short_build_is_a_loadable_model_folder_and_deterministic(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_sentinel_builds_a_model_that_earns_reward_once_and_reuses_it(tmp_path):
-    """The full warm start (about a minute on 2 cores): greedy answers score on easy held-out problems."""
+def test_the_sentinel_builds_a_model_that_earns_reward_once_and_reuses_it(warm_model_cache):
+    """The full warm start (about a minute on 2 cores): greedy answers score on easy held-out problems.
+
+    The build is conftest's ``warm_model_cache``: the same sentinel resolved into a fresh cache, once per session.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from verl.utils.reward_score.gsm8k import compute_score
@@ -52,10 +55,10 @@ def test_the_sentinel_builds_a_model_that_earns_reward_once_and_reuses_it(tmp_pa
     from verlflow.data.gsm8k import PROMPT_SUFFIX
     from verlflow.data.synthetic import synthetic_examples
 
-    folder = Path(resolve_model_path(SFT_SENTINEL, tmp_path))
-    assert folder.name == f"{SFT_SENTINEL}-v1-seed0" and folder.parent == tmp_path
+    folder = Path(resolve_model_path(SFT_SENTINEL, warm_model_cache))
+    assert folder.name == f"{SFT_SENTINEL}-v1-seed0" and folder.parent == warm_model_cache
     built = _digest(folder)
-    assert resolve_model_path(SFT_SENTINEL, tmp_path) == str(folder) and _digest(folder) == built
+    assert resolve_model_path(SFT_SENTINEL, warm_model_cache) == str(folder) and _digest(folder) == built
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()

@@ -45,10 +45,10 @@ class VerlCpuStore:
     wall_s: float
 
 
-def _env(workdir: Path) -> dict[str, str]:
+def _env(workdir: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{workdir / 'mlflow.db'}"
-    env["VERLFLOW_CACHE"] = str(workdir / "cache")
+    env["VERLFLOW_CACHE"] = str(cache)
     return env
 
 
@@ -86,10 +86,10 @@ def _ray_processes_of(run_id: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def verl_cpu(tmp_path_factory) -> VerlCpuStore:
+def verl_cpu(tmp_path_factory, tiny_workdir) -> VerlCpuStore:
     """Synthetic data, then ONE real verl launch on the CPU through `mlflow run`, shared by this module."""
     workdir = tmp_path_factory.mktemp("verl_cpu")
-    env = _env(workdir)
+    env = _env(workdir, tiny_workdir / "cache")
     data_dir = workdir / "data"
     _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, workdir)
     started = time.monotonic()

@@ -23,10 +23,11 @@ STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    from verlflow.models.tinymodel import build_tiny_model
+def tiny_model(tiny_workdir) -> Path:
+    """The tiny recipe's model, from conftest's session cache (the stand-in only reads it)."""
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    return Path(resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache"))
 
 
 def _train(tmp_path: Path, model: Path, mode: str, **popen) -> subprocess.Popen:

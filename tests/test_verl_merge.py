@@ -39,12 +39,12 @@ def test_last_checkpoint_follows_verls_tracker_else_the_highest_step(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_rank_fsdp_checkpoint_merges_into_a_model_transformers_runs(tmp_path):
+def test_two_rank_fsdp_checkpoint_merges_into_a_model_transformers_runs(tmp_path, tiny_workdir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verlflow.models.tinymodel import build_tiny_model
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
 
-    model_dir = build_tiny_model(tmp_path / "tiny", seed=0)
+    model_dir = resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache")  # read only: the session's copy
     ckpt = tmp_path / "checkpoints"
     subprocess.run([sys.executable, str(STANDINS / "fsdp_checkpoint.py"), str(model_dir),
                     str(ckpt / "global_step_3" / "actor"), "--world-size", "2", "--fsdp", "2", "--step", "3"],

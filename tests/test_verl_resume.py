@@ -26,10 +26,10 @@ STEPS = 3
 OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"
 
 
-def _env(workdir: Path) -> dict[str, str]:
+def _env(workdir: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{workdir / 'mlflow.db'}"
-    env["VERLFLOW_CACHE"] = str(workdir / "cache")
+    env["VERLFLOW_CACHE"] = str(cache)
     return env
 
 
@@ -55,8 +55,8 @@ def _wait_for_checkpoint(outputs: Path, step: int, proc: subprocess.Popen, log: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # two verl launches on a busy 2-core machine
-def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp_path):
-    env = _env(tmp_path)
+def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp_path, tiny_workdir):
+    env = _env(tmp_path, tiny_workdir / "cache")
     data_dir = tmp_path / "data"
     prep = _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, tmp_path)
     assert prep.returncode == 0, prep.stderr[-3000:]
