@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mlflow
 import pytest
+from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import cli, tracking
@@ -14,7 +15,7 @@ from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     """Two train-shaped runs with timings (train-a, train-b) and a preprocess-shaped run without (prep)."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('compare-errors') / 'mlflow.db'}"
+    uri = fresh_store(tmp_path_factory.mktemp("compare-errors"))
     mp = pytest.MonkeyPatch()
     mp.setenv("MLFLOW_TRACKING_URI", uri)
     mp.delenv("MLFLOW_RUN_ID", raising=False)

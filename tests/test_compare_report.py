@@ -12,6 +12,7 @@ import time
 
 import mlflow
 import pytest
+from conftest import fresh_store
 from matplotlib.image import imread
 from mlflow.tracking import MlflowClient
 
@@ -95,7 +96,7 @@ def a3_curves() -> dict[str, list[float | None]]:
 def store(tmp_path_factory):
     """A real SQLite store with an H20 run and an A3 run of the guide's recipe, and one smoke run on cpu."""
     root = tmp_path_factory.mktemp("compare")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = fresh_store(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         mp.delenv("MLFLOW_RUN_ID", raising=False)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ def _all_runs(uri: str):
     ["search", "--recipe", "qwen3-4b-gsm8k-grpo", "--device", "cpu", "--n_trials", "1"],
 ])
 def test_missing_hub_data_exits_2_with_the_command_before_any_run(tmp_path, step):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path)
     done = subprocess.run([sys.executable, "-m", "verlflow.cli", *step], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, env=_env(MLFLOW_TRACKING_URI=uri))
     assert done.returncode == 2, done.stderr[-2000:]
@@ -68,7 +69,7 @@ def test_missing_hub_data_exits_2_with_the_command_before_any_run(tmp_path, step
 
 
 def test_an_explicit_data_dir_without_splits_is_refused_before_the_run(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path)
     (tmp_path / "empty").mkdir()
     done = subprocess.run([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
                            "--data_dir", "empty"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
@@ -82,7 +83,7 @@ def test_an_explicit_data_dir_without_splits_is_refused_before_the_run(tmp_path)
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_step_prepares_its_synthetic_data_and_another_folder_reuses_it(tmp_path, tiny_workdir):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path)
     env = _env(MLFLOW_TRACKING_URI=uri, VERLFLOW_CACHE=str(tiny_workdir / "cache"))
     first = _mlflow_run(_project(tmp_path / "a"), env, "-e", "train", "-P", "recipe=tiny",
                         "-P", "overrides=trainer.total_training_steps=1")

@@ -20,6 +20,7 @@ from pathlib import Path
 import mlflow
 import psutil
 import pytest
+from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
@@ -47,7 +48,7 @@ class VerlCpuStore:
 
 def _env(workdir: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{workdir / 'mlflow.db'}"
+    env["MLFLOW_TRACKING_URI"] = fresh_store(workdir)
     env["VERLFLOW_CACHE"] = str(cache)
     return env
 

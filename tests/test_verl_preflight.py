@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import config
@@ -127,7 +128,7 @@ def test_verls_own_command_line_takes_plus_and_tilde_and_awkward_names(data_dir,
 
 @pytest.mark.slow
 def test_a_dry_run_with_every_mistake_exits_2_listing_them_all(data_dir, tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = fresh_store(tmp_path)
     overrides = " ".join(k for k in MISTAKES if "=500" not in k and "tensor_model" not in k)
     done = subprocess.run(
         [sys.executable, "-m", "verlflow.cli", "train", "--device", "npu", "--dry_run", "true",

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import every_experiment
+from conftest import every_experiment, fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP
@@ -28,7 +28,7 @@ OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.t
 
 def _env(workdir: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{workdir / 'mlflow.db'}"
+    env["MLFLOW_TRACKING_URI"] = fresh_store(workdir)
     env["VERLFLOW_CACHE"] = str(cache)
     return env
 

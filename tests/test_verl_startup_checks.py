@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import fresh_store
 
 REPO = Path(__file__).resolve().parents[1]
 VERSIONS = ("guide", "newest")
@@ -139,7 +140,7 @@ def _run_rows(which: str, guide_verl: Path, tmp: Path) -> dict:
         text = overrides if isinstance(overrides, str) else overrides[which]
         rows[row] = [device, text.format(reward=reward)]
     paths = [str(guide_verl)] if which == "guide" else []
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+    env = {**os.environ, "MLFLOW_TRACKING_URI": fresh_store(tmp),
            "PYTHONPATH": os.pathsep.join([*paths, str(REPO / "src")])}
     env.pop("MLFLOW_RUN_ID", None)
     done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps({"data": str(tmp / "data"), "rows": rows})],

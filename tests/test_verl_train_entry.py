@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def _mlflow_run(tmp_path: Path, *params: str) -> subprocess.CompletedProcess:
     for p in (*params, f"data_dir={tmp_path / 'data' / 'gsm8k'}"):
         argv += ["-P", p]
     return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+                          env={**os.environ, "MLFLOW_TRACKING_URI": fresh_store(tmp_path)})
 
 
 def _only_run(tmp_path: Path):
