@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from verlflow.data import gsm8k
 from verlflow.runs import naming as run_names
 from verlflow.train import run_train
 
@@ -25,9 +26,16 @@ FAST_SAMPLING = "verlflow.system_metrics_interval=1"
 LONG_FAST_SAMPLED = "verlflow.system_metrics_interval=0.1 trainer.total_training_steps=60 trainer.test_freq=-1"
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sysmetrics-train")
+    gsm8k.preprocess("synthetic", root / "data", 64, log_to_mlflow=False)
+    return root
+
+
 @pytest.fixture
-def fake_npu_smi(monkeypatch, tiny_workdir, tmp_path, tracking_uri):
-    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
+def fake_npu_smi(monkeypatch, data_dir, tmp_path, tracking_uri, tiny_workdir):
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))  # the model built once per session
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", f"{TESTS / 'fakes'}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_NPU_SMI_INFO", str(A3_16))
@@ -36,9 +44,9 @@ def fake_npu_smi(monkeypatch, tiny_workdir, tmp_path, tracking_uri):
     return monkeypatch
 
 
-def train(workdir: Path, overrides: str = FAST_SAMPLING):
+def train(data_dir: Path, overrides: str = FAST_SAMPLING):
     """The train step as `verlflow train --device cpu --backend local --overrides ...` runs it."""
-    return run_train("tiny", "cpu", "cpu", str(workdir / "data"), "", overrides, "local", False, "")
+    return run_train("tiny", "cpu", "cpu", str(data_dir / "data"), "", overrides, "local", False, "")
 
 
 def warnings_about_system_metrics(caplog) -> list[str]:
@@ -48,13 +56,13 @@ def warnings_about_system_metrics(caplog) -> list[str]:
 
 @pytest.mark.slow
 def test_a_smoke_train_run_ends_with_npu_and_cpu_system_metrics_and_outlives_a_failing_npu_smi(
-        fake_npu_smi, tiny_workdir, tmp_path, caplog):
+        fake_npu_smi, data_dir, tmp_path, caplog):
     # npu-smi answers its first 6 calls (the start check and 5 samples), then exits 1 with garbage,
     # as a driver that stops answering mid-run does
     fake_npu_smi.setenv("FAKE_NPU_SMI_CALLS", str(tmp_path / "calls.txt"))
     fake_npu_smi.setenv("FAKE_NPU_SMI_FAIL_AFTER", "6")
     with caplog.at_level(logging.WARNING):
-        result = train(tiny_workdir, LONG_FAST_SAMPLED)
+        result = train(data_dir, LONG_FAST_SAMPLED)
     client = MlflowClient()
     run = client.get_run(result.run_id)
     assert run.info.status == "FINISHED"
