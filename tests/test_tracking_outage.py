@@ -138,6 +138,8 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     # Each step written as it ends (not gathered for 2 s), so the outage starts while steps remain.
     monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
     monkeypatch.setenv("VERLFLOW_METRICS_NICE", "0")  # at nice 19 a busy trainer's steps show seconds late
+    # Done training, the trainer waits this long for the server to take the rest: longer than a restart takes.
+    monkeypatch.setenv("VERLFLOW_METRICS_FLUSH_S", "600")
     gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
     steps = 16
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
@@ -147,22 +149,22 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     client = MlflowClient()
     deadline = time.monotonic() + 600
-    run_id = None
+    run_id, written = None, []
     while time.monotonic() < deadline:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
         runs = client.search_runs(experiment_ids, "tags.`verlflow.step` = 'train'")
-        if runs and len(client.get_metric_history(runs[0].info.run_id, "timing_s/step")) >= 2:
+        if runs and len(written := _steps(client, runs[0].info.run_id, "timing_s/step")) >= 2:
             run_id = runs[0].info.run_id
             break
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         time.sleep(1)
     assert run_id, "training did not reach step 2"
     server.stop()
-    # A few training steps with no server: the writer mirrors each step it cannot write to the spill file.
-    reached = max(_steps(client, run_id, "timing_s/step"))
-    wait_until(lambda: proc.poll() is not None or _spilled_steps(tmp_path / "outputs") >= set(range(reached + 1,
-                                                                                                 reached + 4)),
-               600, f"steps {reached + 1}..{reached + 3} during the outage")
+    # The rest of training with no server: the writer mirrors each step it cannot write to the spill file, and
+    # the trainer, done, waits for the server instead of ending without it.
+    rest = set(range(max(written) + 1, steps + 1))
+    wait_until(lambda: proc.poll() is not None or _spilled_steps(tmp_path / "outputs") >= rest, 600,
+               f"steps {min(rest, default=steps)}..{steps} made during the outage")
     assert proc.poll() is None, "training stopped during the outage:\n" + proc.stdout.read()[-3000:]
     server.start()
     out, _ = proc.communicate(timeout=600)
