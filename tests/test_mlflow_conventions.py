@@ -6,6 +6,8 @@ search, all in process on one SQLite store, then what a user opening the MLflow 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -130,6 +132,49 @@ def test_a_recipe_experiment_is_created_as_model_training_without_changing_the_a
     with mlflow.start_run() as run:  # a plain run of the process still goes where it went before
         pass
     assert run.info.experiment_id == "0"
+
+
+MINI_PROJECT_STEP = """
+import mlflow
+from verlflow.runs import experiments
+
+chosen = experiments.enter(experiments.recipe_experiment("smoke"))
+with mlflow.start_run(experiment_id=chosen) as run:  # what a training step does (verlflow.tracking)
+    experiments.mark_training(run.info.experiment_id)
+"""
+
+
+def _mlflow_run_mini_project(tmp_path: Path, *flags: str) -> tuple[object, str]:
+    """``mlflow run`` a one-step project whose step enters the recipe experiment as train does: run, stderr."""
+    project = tmp_path / f"project{len(flags)}"
+    project.mkdir()
+    (project / "MLproject").write_text("name: mini\nentry_points:\n  main:\n    command: python step.py\n")
+    (project / "step.py").write_text(MINI_PROJECT_STEP)
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    done = subprocess.run([str(mlflow_cli), "run", str(project), "--env-manager", "local", *flags],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = _all_runs(MlflowClient())
+    return run, done.stderr
+
+
+@pytest.mark.slow
+def test_plain_mlflow_run_stays_in_default_and_names_the_flag_that_files_it_with_the_recipe(tmp_path,
+                                                                                           tracking_uri):
+    """MLflow's project runner creates the run before the step starts (Default without --experiment-name)
+    and cannot move it: the step keeps that run and says which flag files it under ``verlflow/<recipe>``."""
+    run, stderr = _mlflow_run_mini_project(tmp_path)
+    assert run.info.experiment_id == "0" and run.info.status == "FINISHED"
+    assert "pass --experiment-name verlflow/smoke to keep it with the recipe's runs" in stderr
+    assert MlflowClient().get_experiment_by_name("verlflow/smoke") is None  # no half-filled second experiment
+
+    for existing in _all_runs(MlflowClient()):
+        MlflowClient().delete_run(existing.info.run_id)
+    run, stderr = _mlflow_run_mini_project(tmp_path, "--experiment-name", "verlflow/smoke")
+    experiment = MlflowClient().get_experiment_by_name("verlflow/smoke")
+    assert run.info.experiment_id == experiment.experiment_id
+    assert experiment.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert "--experiment-name" not in stderr
 
 
 def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
