@@ -17,8 +17,10 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow import pipeline
-from verlflow.runs import experiments
-from verlflow.runs.naming import short_overrides, train_run_description, train_run_name
+from verlflow.errors import VerlflowError
+from verlflow.models.registry import check_alias
+from verlflow.runs import experiments, naming
+from verlflow.runs.naming import is_generated_name, short_overrides, train_run_description, train_run_name
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
@@ -213,3 +215,18 @@ def test_search_plots_are_logged_as_png_and_interactive_html_with_short_paramete
                                                     artifact_path="search/plots/parallel_coordinate.html"))
     html = page.read_text()
     assert '"lr"' in html and '"n"' in html and "actor_rollout_ref" not in html
+
+
+def test_the_private_mlflow_rules_verlflow_leans_on_are_in_this_mlflow(tracking_uri):
+    """Alias-name rules and made-up run names are MLflow-private (no public check exists); verlflow guards
+    both, and this fails in either CI venv (lowest and newest MLflow) the day a release moves them."""
+    with pytest.raises(VerlflowError, match="alias 'latest' is rejected by MLflow"):
+        check_alias("latest")  # reserved
+    with pytest.raises(VerlflowError, match="alias 'v3' is rejected by MLflow"):
+        check_alias("v3")  # reads as a version
+    check_alias("search-best")
+    assert naming._generator_words() is not None
+    with mlflow.start_run() as run:  # no name given: MLflow makes one up
+        pass
+    assert is_generated_name(run.info.run_name)
+    assert not is_generated_name("team-baseline-2")  # user-chosen, though shaped like one
