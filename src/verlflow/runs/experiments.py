@@ -67,11 +67,15 @@ def enter(name: str) -> str | None:
         raise
 
 
+_HINTED: set[str] = set()
+
+
 def _hint_when_in_default(name: str) -> None:
     """Name the flag that files a ``mlflow run`` run with its recipe's runs when MLflow put it in Default."""
     run_id = os.environ.get("MLFLOW_RUN_ID")
-    if not run_id or os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+    if not run_id or os.environ.get("MLFLOW_EXPERIMENT_NAME") or run_id in _HINTED:
         return
+    _HINTED.add(run_id)  # once per run: main's train step enters the experiment again
     try:
         in_default = MlflowClient().get_run(run_id).info.experiment_id == DEFAULT_EXPERIMENT_ID
     except MlflowException:  # the run's own step reports a missing run; a hint is never worth failing for
