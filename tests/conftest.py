@@ -140,6 +140,9 @@ def tracking_uri(tmp_path, monkeypatch) -> str:
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     mlflow.set_tracking_uri(uri)
+    # The store's tables now, in set-up: MLflow < 3.9's schema migration reconfigures the root logger (alembic's
+    # fileConfig), which would drop the test's own log capture if it ran during the test.
+    MlflowClient().search_experiments()
     yield uri
     while mlflow.active_run():
         mlflow.end_run()

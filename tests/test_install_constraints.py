@@ -69,6 +69,19 @@ def test_the_constraints_pin_every_dependency_and_leave_torch_to_the_install_com
     assert not [name for name in pins if name == "torch" or (CUDA_TORCH_EXTRAS.match(name) and name not in ours)]
 
 
+def test_ci_also_runs_the_fast_tests_at_the_lowest_mlflow_pyproject_admits():
+    """pyproject.toml's lower bound is the MLflow the second venv installs, and the README's test command runs it."""
+    (mlflow_requirement,) = [r for r in _project_requirements() if _norm(r.name) == "mlflow"]
+    (floor,) = [spec.version for spec in mlflow_requirement.specifier if spec.operator == ">="]
+    lowest = _pins((REPO / "constraints-mlflow-lowest.txt").read_text())
+    assert lowest["mlflow"] == lowest["mlflow-skinny"] == floor, "regenerate constraints-mlflow-lowest.txt"
+    newest = _pins((REPO / "constraints.txt").read_text())["mlflow"]
+    assert newest != floor and mlflow_requirement.specifier.contains(newest)
+    assert _readme_block("ci:test").endswith(" && python -m pytest && bash scripts/test_lowest_mlflow.sh")
+    script = (REPO / "scripts/test_lowest_mlflow.sh").read_text()
+    assert "set -euo pipefail" in script and "-c constraints-mlflow-lowest.txt" in script
+
+
 def test_the_cluster_install_takes_no_constraints():
     readme = (REPO / "README.md").read_text()
     cluster = readme.split("## On a cluster", 1)[1].split("\n## ", 1)[0]

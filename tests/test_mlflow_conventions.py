@@ -6,6 +6,8 @@ search, all in process on one SQLite store, then what a user opening the MLflow 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -15,8 +17,10 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow import pipeline
-from verlflow.runs import experiments
-from verlflow.runs.naming import short_overrides, train_run_description, train_run_name
+from verlflow.errors import VerlflowError
+from verlflow.models.registry import check_alias
+from verlflow.runs import experiments, naming
+from verlflow.runs.naming import is_generated_name, short_overrides, train_run_description, train_run_name
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
@@ -133,6 +137,50 @@ def test_a_recipe_experiment_is_created_as_model_training_without_changing_the_a
     assert run.info.experiment_id == "0"
 
 
+MINI_PROJECT_STEP = """
+import mlflow
+from verlflow.runs import experiments
+
+chosen = experiments.enter(experiments.recipe_experiment("smoke"))
+with mlflow.start_run(experiment_id=chosen) as run:  # what a training step does (verlflow.tracking)
+    experiments.mark_training(run.info.experiment_id)
+experiments.enter(experiments.recipe_experiment("smoke"))  # as main's train step enters it again
+"""
+
+
+def _mlflow_run_mini_project(tmp_path: Path, *flags: str) -> tuple[object, str]:
+    """``mlflow run`` a one-step project whose step enters the recipe experiment as train does: run, stderr."""
+    project = tmp_path / f"project{len(flags)}"
+    project.mkdir()
+    (project / "MLproject").write_text("name: mini\nentry_points:\n  main:\n    command: python step.py\n")
+    (project / "step.py").write_text(MINI_PROJECT_STEP)
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    done = subprocess.run([str(mlflow_cli), "run", str(project), "--env-manager", "local", *flags],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = _all_runs(MlflowClient())
+    return run, done.stderr
+
+
+@pytest.mark.slow
+def test_plain_mlflow_run_stays_in_default_and_names_the_flag_that_files_it_with_the_recipe(tmp_path,
+                                                                                           tracking_uri):
+    """MLflow's project runner creates the run before the step starts (Default without --experiment-name)
+    and cannot move it: the step keeps that run and says which flag files it under ``verlflow/<recipe>``."""
+    run, stderr = _mlflow_run_mini_project(tmp_path)
+    assert run.info.experiment_id == "0" and run.info.status == "FINISHED"
+    assert stderr.count("pass --experiment-name verlflow/smoke to keep it with the recipe's runs") == 1
+    assert MlflowClient().get_experiment_by_name("verlflow/smoke") is None  # no half-filled second experiment
+
+    for existing in _all_runs(MlflowClient()):
+        MlflowClient().delete_run(existing.info.run_id)
+    run, stderr = _mlflow_run_mini_project(tmp_path, "--experiment-name", "verlflow/smoke")
+    experiment = MlflowClient().get_experiment_by_name("verlflow/smoke")
+    assert run.info.experiment_id == experiment.experiment_id
+    assert experiment.tags[experiments.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert "--experiment-name" not in stderr
+
+
 def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
     client = MlflowClient()
     experiment_id = client.create_experiment("chat", tags={experiments.EXPERIMENT_KIND_TAG: "genai_development"})
@@ -169,3 +217,18 @@ def test_search_plots_are_logged_as_png_and_interactive_html_with_short_paramete
                                                     artifact_path="search/plots/parallel_coordinate.html"))
     html = page.read_text()
     assert '"lr"' in html and '"n"' in html and "actor_rollout_ref" not in html
+
+
+def test_the_private_mlflow_rules_verlflow_leans_on_are_in_this_mlflow(tracking_uri):
+    """Alias-name rules and made-up run names are MLflow-private (no public check exists); verlflow guards
+    both, and this fails in either CI venv (lowest and newest MLflow) the day a release moves them."""
+    with pytest.raises(VerlflowError, match="alias 'latest' is rejected by MLflow"):
+        check_alias("latest")  # reserved
+    with pytest.raises(VerlflowError, match="alias 'v3' is rejected by MLflow"):
+        check_alias("v3")  # reads as a version
+    check_alias("search-best")
+    assert naming._generator_words() is not None
+    with mlflow.start_run() as run:  # no name given: MLflow makes one up
+        pass
+    assert is_generated_name(run.info.run_name)
+    assert not is_generated_name("team-baseline-2")  # user-chosen, though shaped like one

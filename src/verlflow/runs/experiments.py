@@ -5,6 +5,10 @@
 ``train``, ``main`` and ``search`` log into ``verlflow/<recipe>`` (created on first use) unless the caller
 chose an experiment: ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID``, or ``mlflow run`` (which creates
 the run first, in ``--experiment-name``/``--experiment-id`` or Default, and hands the step ``MLFLOW_RUN_ID``).
+A plain ``mlflow run . -e main`` therefore cannot land in ``verlflow/<recipe>``: MLflow's project runner
+creates the run before the entry point starts, MLproject has no experiment field, and MLflow has no public
+way to move a run to another experiment. The step stays in the run it was given (its children with it) and
+says, once, to pass ``--experiment-name verlflow/<recipe>``.
 Whatever experiment a training run lands in gets the tag ``mlflow.experimentKind`` =
 ``custom_model_development`` when it has no kind yet, so the MLflow UI opens its model-training view
 instead of guessing the GenAI one.
@@ -17,6 +21,7 @@ import os
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.tracking.default_experiment import DEFAULT_EXPERIMENT_ID
 
 from verlflow.util import first_line
 
@@ -49,6 +54,7 @@ def enter(name: str) -> str | None:
     also of callers that run steps in process.
     """
     if chosen_by_caller():
+        _hint_when_in_default(name)
         return None
     client = MlflowClient()
     if (found := client.get_experiment_by_name(name)) is not None:
@@ -59,6 +65,24 @@ def enter(name: str) -> str | None:
         if (found := client.get_experiment_by_name(name)) is not None:
             return found.experiment_id
         raise
+
+
+_HINTED: set[str] = set()
+
+
+def _hint_when_in_default(name: str) -> None:
+    """Name the flag that files a ``mlflow run`` run with its recipe's runs when MLflow put it in Default."""
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id or os.environ.get("MLFLOW_EXPERIMENT_NAME") or run_id in _HINTED:
+        return
+    _HINTED.add(run_id)  # once per run: main's train step enters the experiment again
+    try:
+        in_default = MlflowClient().get_run(run_id).info.experiment_id == DEFAULT_EXPERIMENT_ID
+    except MlflowException:  # the run's own step reports a missing run; a hint is never worth failing for
+        return
+    if in_default:
+        log.warning("run %s is in MLflow's Default experiment, where `mlflow run` puts it without "
+                    "--experiment-name; pass --experiment-name %s to keep it with the recipe's runs", run_id, name)
 
 
 def mark_training(experiment_id: str, client: MlflowClient | None = None) -> None:
