@@ -171,14 +171,21 @@ def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
     hf_dir = Path(run.data.tags["verlflow.checkpoint_dir"])
     assert (hf_dir / "config.json").is_file()
     assert run.data.tags["verlflow.checkpoint_source"].endswith("global_step_2/actor")
+    # The train step logged the merged checkpoint as the run's model, at verl's last step, with its metrics.
+    (model,) = client.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                           filter_string=f"source_run_id = '{verl_cpu.run_id}'")
+    assert [(o.model_id, o.step) for o in run.outputs.model_outputs] == [(model.model_id, 2)]
+    assert "critic/score/mean" in {m.key for m in client.get_logged_model(model.model_id).metrics if m.step == 2}
     _cli(["register", "--run_id", verl_cpu.run_id], verl_cpu.env, verl_cpu.workdir)
     name = run.data.tags["verlflow.model_name"]
     version = client.get_model_version_by_alias(name, "challenger")
     assert version.tags["source_run_id"] == verl_cpu.run_id and version.tags["device.type"] == "cpu"
+    assert version.source == model.model_uri  # registered from that model, not a second copy
     _cli(["evaluate", "--model_uri", f"models:/{name}/{version.version}", "--data_dir", str(verl_cpu.data_dir),
           "--limit", "4"], verl_cpu.env, verl_cpu.workdir)
     evaluated = client.get_model_version(name, version.version)
     assert "eval.gsm8k.accuracy" in evaluated.tags
+    assert "eval/gsm8k/accuracy" in {m.key for m in client.get_logged_model(model.model_id).metrics}
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ KNOWN: tuple[Known, ...] = (
     Known("verl.utils.tracking", "[MLflow] Metric key ",
           "verl's own names (mean@1) are sanitized to MLflow keys (mean_at_1) by design, the same in every run"),
     Known("mlflow.transformers", "The model card could not be retrieved from the hub",
-          "register logs a local checkpoint, which has no hub model card"),
+          "train (or register) logs a local checkpoint, which has no hub model card"),
     Known("mlflow.transformers", "Unable to find license information for this model",
           "a local checkpoint has no hub licence file; its base model's licence applies"),
 )

@@ -3,8 +3,9 @@
     python -c "from verlflow.models.model_uri import resolve_model; print(resolve_model('models:/my-model@champion'))"
 
 Accepted: ``models:/<name>@<alias>``, ``models:/<name>/<version>``, ``models:/m-<id>`` (an MLflow 3
-logged model), ``runs:/<run_id>/<path>``, ``runs:/<run_id>`` (the run's final checkpoint, tag
-``verlflow.checkpoint_dir``), a local Hugging Face or MLflow transformers model folder, and a Hugging Face
+logged model; a train run's intermediate checkpoint is read from its folder), ``runs:/<run_id>/<path>``,
+``runs:/<run_id>`` (the run's final checkpoint, tag ``verlflow.checkpoint_dir``; evaluations of it are
+linked to the run's final LoggedModel), a local Hugging Face or MLflow transformers model folder, and a Hugging Face
 hub id (``Qwen/Qwen3-4B``), taken from Hugging Face's cache and downloaded into it first when missing, as
 verl does (``huggingface_hub.snapshot_download``; ``HF_HOME``, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` apply).
 Anything that points at nothing is one line naming what exists instead.
@@ -69,7 +70,7 @@ def _resolve_registered(uri: str) -> ResolvedModel:
     elif "/" in ref:
         name, _, version = ref.rpartition("/")
     elif ref.startswith("m-"):  # an MLflow 3 logged model id: no registry lineage
-        resolved = _from_download(uri, source_run_id=_logged_model_run(client, ref))
+        resolved = _from_logged_model(client, uri, ref)
         resolved.model_id = ref
         return resolved
     else:
@@ -127,8 +128,17 @@ def _resolve_run(uri: str) -> ResolvedModel:
                                 f"give runs:/{run_id}/<artifact path> instead")
         resolved = _from_folder(uri, Path(checkpoint))
         resolved.source_run_id = source
+        resolved.model_id = _final_model_id(client, run_id)
         return resolved
     return _from_download(uri, source_run_id=source)
+
+
+def _final_model_id(client: MlflowClient, run_id: str) -> str | None:
+    """The LoggedModel the train step made of the run's final checkpoint (evaluations are linked to it)."""
+    from verlflow.models.logged_models import final_model_of
+
+    model = final_model_of(run_id, client)
+    return model.model_id if model is not None else None
 
 
 def _from_download(uri: str, *, source_run_id: str | None) -> ResolvedModel:
@@ -191,9 +201,22 @@ def _source_of_run(client: MlflowClient, run_id: str | None) -> str | None:
         return run_id
 
 
-def _logged_model_run(client: MlflowClient, model_id: str) -> str | None:
+def _from_logged_model(client: MlflowClient, uri: str, model_id: str) -> ResolvedModel:
+    """A LoggedModel's artifacts; an intermediate checkpoint's (which holds none) from the folder it names."""
+    from verlflow.models.logged_models import checkpoint_folder_of
+
     try:
-        return _source_of_run(client, client.get_logged_model(model_id).source_run_id)
+        model = client.get_logged_model(model_id)
     except MlflowException:
         raise VerlflowError(f"no logged model '{model_id}' in the tracking store {mlflow.get_tracking_uri()}") from None
+    source_run_id = _source_of_run(client, model.source_run_id)
+    folder = checkpoint_folder_of(model)
+    if folder is None:
+        return _from_download(uri, source_run_id=source_run_id)
+    if not (folder / "config.json").is_file():
+        raise VerlflowError(f"logged model '{model_id}' is a checkpoint kept at {folder}, which is gone (the trainer "
+                            "keeps only the newest trainer.max_actor_ckpt_to_keep): evaluate a newer one")
+    resolved = _from_folder(uri, folder)
+    resolved.source_run_id = source_run_id
+    return resolved
 

@@ -3,11 +3,11 @@
     verlflow register --run_id <train run>                  # its version (made once), alias challenger → it
     verlflow promote --model_name tiny-qwen3-gsm8k-smoke    # champion → best eval/gsm8k/accuracy
 
-``register`` makes the Hugging Face folder a train run ended with (tag ``verlflow.checkpoint_dir``, set
-by both backends) an MLflow 3 LoggedModel (transformers flavor) whose source run is *the train run*, so
-the train run's page lists it under "Logged models", and registers that LoggedModel (``models:/<model_id>``):
-the version's source run is the train run, and the checkpoint is copied once. Its lineage is on the version
-as tags: source run, recipe, profile, backend, data digest. A train run registered before keeps its version.
+``register`` registers the MLflow 3 LoggedModel the train step made of its final checkpoint
+(:mod:`verlflow.models.logged_models`, ``models:/<model_id>``): the version's source run is the train run,
+and nothing is copied again. A run trained before models were recorded gets that LoggedModel now, from the
+Hugging Face folder it ended with (tag ``verlflow.checkpoint_dir``). Its lineage is on the version as tags:
+source run, recipe, profile, backend, data digest. A train run registered before keeps its version.
 
 ``promote`` ranks versions by a metric, read from a version tag (``eval/gsm8k/accuracy`` →
 ``eval.gsm8k.accuracy``, written by evaluate) or else from the version's source run, and moves an alias
@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import mlflow
-from mlflow.entities import LoggedModel, LoggedModelStatus
+from mlflow.entities import LoggedModel
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -62,10 +60,6 @@ CHAMPION = "champion"
 SEARCH_BEST = "search-best"
 # On a register run: the train run had a version already, which was returned instead of a new one.
 REUSED_VERSION_TAG = "verlflow.reused_version"
-MODEL_ARTIFACT = "model"
-# What loading the model needs; pinned to what saved it. Listed so MLflow does not infer requirements
-# (slow, and it drags in the CUDA world from the environment).
-REQUIRED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "accelerate")
 # Run tags copied onto the version (besides source_run_id): where and how the checkpoint was made.
 LINEAGE_TAGS = ("device.type", "device.name", RECIPE_TAG, PROFILE_TAG, BACKEND_TAG)
 MAX_PROMOTION_ROUNDS = 20
@@ -73,15 +67,6 @@ _PLAIN_METRIC_KEY = re.compile(r"[\w\-./ ]+")  # what MLflow accepts as is, so v
 
 
 # --- register -----------------------------------------------------------------------------------
-
-
-def pip_requirements() -> list[str]:
-    """Pinned requirements of the logged model, from the installed versions (local tags like +cpu dropped)."""
-    reqs = []
-    for package in REQUIRED_PACKAGES:
-        with contextlib.suppress(PackageNotFoundError):
-            reqs.append(f"{package}=={version(package).split('+')[0]}")
-    return reqs
 
 
 def model_name_for(run, model_name: str) -> str:
@@ -159,31 +144,20 @@ def point_alias(client: MlflowClient, name: str, alias: str, version: str | int,
 
 
 def checkpoint_model(client: MlflowClient, train_run, checkpoint: Path) -> LoggedModel:
-    """The train run's final checkpoint as a READY LoggedModel whose source run is the train run (made once).
+    """The train run's final checkpoint as a READY LoggedModel whose source run is the train run.
 
-    Built with MLflow's public LoggedModel calls (initialize, log artifacts, finalize) rather than
-    ``log_model`` in an active run, because the train run has ended: reopening it would rewrite its status
-    and end time.
+    The one the train step logged; for a run trained before that (or whose store did not answer then), one
+    made now from ``checkpoint``, linked at the step its folder names.
     """
-    run_id, experiment_id = train_run.info.run_id, train_run.info.experiment_id
-    query = f"source_run_id = '{run_id}' AND name = '{MODEL_ARTIFACT}'"
-    for found in client.search_logged_models(experiment_ids=[experiment_id], filter_string=query):
-        if found.status == LoggedModelStatus.READY:
-            return found
-    model = mlflow.initialize_logged_model(
-        name=MODEL_ARTIFACT, source_run_id=run_id, experiment_id=experiment_id, model_type="transformers",
-        tags={CHECKPOINT_DIR_TAG: str(checkpoint)},
-    )
-    try:
-        with tempfile.TemporaryDirectory(prefix="verlflow-model-") as tmp:
-            saved = Path(tmp) / MODEL_ARTIFACT
-            mlflow.transformers.save_model(str(checkpoint), path=str(saved), task="text-generation",
-                                           pip_requirements=pip_requirements())
-            client.log_model_artifacts(model.model_id, str(saved))
-    except BaseException:
-        mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
-        raise
-    return mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    from verlflow.models import logged_models
+
+    found = logged_models.final_model_of(train_run.info.run_id, client)
+    if found is not None:
+        return found
+    step = logged_models.step_in_path(train_run.data.tags.get(CHECKPOINT_SOURCE_TAG) or checkpoint)
+    model = logged_models.log_final_model(client, train_run, checkpoint, step)
+    logged_models.link_step_metrics(client, train_run.info.run_id)
+    return model
 
 
 def existing_version(client: MlflowClient, name: str, run_id: str) -> ModelVersion | None:

@@ -50,6 +50,7 @@ from verlflow.backends.local.rollout import (
 )
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.errors import VerlflowError
+from verlflow.models import logged_models
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
@@ -258,6 +259,7 @@ class LocalTrainer:
         final = self.last_saved.resolve()
         if not metric_buffer.set_tags(self.run_id, {CHECKPOINT_DIR_TAG: str(final)}):
             retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
+        logged_models.record_final_model(self.run_id, final, self.global_step)
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 
@@ -350,6 +352,8 @@ class LocalTrainer:
                  "lr_scheduler": self.scheduler.state_dict(), "rng": ckpt.rng_state()}
         self.last_saved = ckpt.save_checkpoint(self.settings.default_local_dir, self.global_step, self.model,
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
+        if self.global_step < self.total_steps:  # the last one becomes the run's final model, in train()
+            logged_models.record_checkpoint_model(self.run_id, self.last_saved.resolve(), self.global_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         from verlflow import tracking

@@ -244,7 +244,7 @@ def train_verl(
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():
         mlflow.log_artifacts(tensorboard, "logs/tensorboard")
-    hf_dir = _merge_final_checkpoint(plan)
+    hf_dir = _merge_final_checkpoint(plan, run_id)
     return VerlTrainResult(run_id=run_id, dry_run=False, command=command, returncode=rc, run_dir=str(plan.run_dir),
                            checkpoint_dir=str(hf_dir), ray_job_id=spec["submission_id"] if spec else None)
 
@@ -311,8 +311,12 @@ def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict |
     return rc
 
 
-def _merge_final_checkpoint(plan: LaunchPlan) -> Path:
-    """verl's last actor checkpoint → the run's Hugging Face folder (tagged), with the merger's log kept."""
+def _merge_final_checkpoint(plan: LaunchPlan, run_id: str) -> Path:
+    """verl's last actor checkpoint → the run's Hugging Face folder (tagged), with the merger's log kept,
+    logged as the run's MLflow model at the checkpoint's step."""
+    from verlflow.backends.layout import step_of
+    from verlflow.models import logged_models
+
     actor = verl_merge.last_actor_checkpoint(plan.checkpoint_dir)
     merge_log = plan.run_dir / "merge.log"
     try:
@@ -322,6 +326,7 @@ def _merge_final_checkpoint(plan: LaunchPlan) -> Path:
             mlflow.log_artifact(str(merge_log), "logs")
     mlflow.set_tags({CHECKPOINT_DIR_TAG: str(hf_dir), CHECKPOINT_SOURCE_TAG: str(actor)})
     print(f"verlflow: final checkpoint {actor} merged into {hf_dir}")
+    logged_models.record_final_model(run_id, hf_dir, step_of(actor.parent))
     return hf_dir
 
 
