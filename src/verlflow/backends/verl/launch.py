@@ -10,7 +10,9 @@ is raised, so :func:`verlflow.tracking.tracked_run` ends the run KILLED.
 Ray job (``ray_address``): the same script is the entrypoint of a job submitted with Ray's
 ``JobSubmissionClient``; the attach variables and the profile's environment go through the job's
 ``runtime_env`` (so every worker on every node has them), its logs are followed, and a signal stops the
-job. :func:`ray_job_spec` is the pure part, :func:`ray_submit_command` the equivalent CLI line.
+job. Before verl, the entrypoint starts the job's node samplers (:mod:`.node_sampler`) and, for a resumed
+run, picks its checkpoint on the cluster (:mod:`.resume`). :func:`ray_job_spec` is the pure part,
+:func:`ray_submit_command` the equivalent CLI line.
 
 :func:`validate_with_verl` runs the plan's script with ``main_ppo --cfg job``: verl composes the exact
 command line (quoting included) and prints the job config, which must agree with what we composed. A dry
