@@ -293,7 +293,10 @@ def run_ray_job(
         client = JobSubmissionClient(address)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError for a bad address
         raise VerlflowError(f"cannot reach the Ray cluster at '{address}': {first_line(exc)}") from None
-    job_id = client.submit_job(**spec)
+    try:
+        job_id = client.submit_job(**spec)
+    except Exception as exc:  # Ray raises RuntimeError for an HTTP error, e.g. a head whose job agent is not up yet
+        raise VerlflowError(f"the Ray cluster at '{address}' did not take the job: {first_line(exc)}") from None
     print(f"verlflow: submitted Ray job {job_id} to {address}", flush=True)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
 
