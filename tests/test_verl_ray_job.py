@@ -259,6 +259,7 @@ def test_a_crashed_ray_job_stops_its_node_samplers(tracking_uri, tmp_path, ray_h
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two launches through Ray's job API on a busy 2-core machine
 def test_resume_of_a_ray_job_run_relaunches_it_as_a_ray_job_from_its_checkpoint(tracking_uri, tmp_path, ray_head):
     client = MlflowClient()
     first = _train_on_ray(tmp_path, ray_head, "ok")
