@@ -1,4 +1,5 @@
-"""Every node of a Ray cluster sampled: a two-node local cluster logs system metrics under two node ids.
+"""Every node of a Ray cluster sampled: a two-node local cluster logs system metrics under two node ids, from
+verlflow's own driver (a local multi-node launch) and from a Ray job's entrypoint line alike.
 
     pytest tests/test_node_sampler.py -q
 
@@ -136,19 +137,57 @@ def check_two_nodes(address: str, tracking_uri: str) -> None:
     print("TWO_NODES_OK", sorted(labels))
 
 
+def check_job_sampler(address: str, tracking_uri: str, log_path: str) -> None:
+    """A Ray job entrypoint's sampler line, run as the entrypoint runs it (backgrounded, then ``exec`` of "verl",
+    here ``sleep``), samples both nodes until "verl" is killed, then stops. Run in a fresh token-auth process."""
+    from verlflow.backends.verl.node_sampler import job_sampler_line
+
+    client = MlflowClient(tracking_uri)
+    _poll(lambda: _alive_nodes(address) >= 2, 600, "two alive Ray nodes")  # a second node joins slowly when busy
+    run_id = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
+    script = f"{job_sampler_line(sys.executable, 1)}\nexec sleep 900\n"
+    env = {**os.environ, "RAY_ADDRESS": address, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": tracking_uri}
+    with open(log_path, "w") as log:
+        verl = subprocess.Popen(["bash", "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        labels = _poll(lambda: _node_ids_with_cpu_metrics(client, run_id) if
+                       len(_node_ids_with_cpu_metrics(client, run_id)) >= 2 else None, 300,
+                       f"system/<node>/{CPU_NAME} from both nodes")
+        assert _sampler_actors_alive(address, run_id, sorted(labels)) == sorted(labels)
+    finally:
+        verl.kill()  # "verl" dies without a word; the sampler is left to notice
+        verl.wait()
+    _poll(lambda: "node samplers stopped (verl ended)" in Path(log_path).read_text(), 120, "the sampler stopping")
+    _poll(lambda: not _sampler_actors_alive(address, run_id, sorted(labels)), 120, "sampler actors gone")
+    print("JOB_SAMPLER_OK", sorted(labels))
+
+
+def _in_token_process(check: str, *args: str) -> subprocess.CompletedProcess:
+    """``test_node_sampler.<check>(*args)`` in a fresh process: Ray reads RAY_AUTH_MODE once, when first imported,
+    and earlier tests of this session have imported it (through verl) without the token mode the cluster uses."""
+    script = f"import sys; sys.path.insert(0, sys.argv[1]); import test_node_sampler as t; t.{check}(*sys.argv[2:])"
+    return subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), *args],
+                          capture_output=True, text=True, timeout=1500, env={**os.environ, "RAY_AUTH_MODE": "token"})
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a two-node cluster on a busy 2-core machine
 def test_each_node_of_a_two_node_cluster_logs_system_metrics_under_its_own_node_id(tracking_uri, two_node_cluster):
-    script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_node_sampler as t; "
-              "t.check_two_nodes(sys.argv[2], sys.argv[3])")
-    done = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), two_node_cluster, tracking_uri],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    done = _in_token_process("check_two_nodes", two_node_cluster, tracking_uri)
     assert done.returncode == 0 and "TWO_NODES_OK" in done.stdout, (done.stdout + done.stderr)[-4000:]
     labels = done.stdout.rpartition("TWO_NODES_OK ")[2].strip()
     assert labels.count("_") >= 2  # two distinct <ip>_<ray node id> labels
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_ray_jobs_sampler_covers_every_node_and_stops_when_verl_dies(tracking_uri, two_node_cluster, tmp_path):
+    done = _in_token_process("check_job_sampler", two_node_cluster, tracking_uri, str(tmp_path / "job.log"))
+    assert done.returncode == 0 and "JOB_SAMPLER_OK" in done.stdout, (done.stdout + done.stderr)[-4000:]
 
 
 def test_samplers_start_only_for_launches_that_span_a_ray_cluster():
     assert sampler_address("", 1, environ={}) is None  # one node, verl's own Ray: verlflow's monitor covers it
     assert sampler_address("", 2, environ={}) == "auto"
     assert sampler_address("", 2, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
-    assert sampler_address("http://head:8265", 2, environ={}) is None  # a Ray job: not sampled per node yet
+    assert sampler_address("http://head:8265", 2, environ={}) is None  # a Ray job samples from its entrypoint

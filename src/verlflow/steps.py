@@ -57,7 +57,7 @@ STEPS: dict[str, Step] = {
             Param("overrides", "", "verl-style overrides, space separated: key=value key2=value2"),
             Param("backend", "auto", "auto | verl | local (auto: verl on npu/gpu, local on cpu)"),
             Param("dry_run", "false", "verl backend: compose, validate, log and print the command only", "bool"),
-            Param("ray_address", "", "submit to this Ray cluster as a Ray job ('' = run locally)"),
+            Param("ray_address", "", "Ray job to http://<head>:8265, every node sampled ('' = run locally)"),
             Param("resume", "", "continue this train run from its last checkpoint ('' = a new run)"),
         )),
         Step("evaluate", "verlflow.models.evaluate:run_evaluate", "GSM8K accuracy of a model", (

@@ -177,7 +177,7 @@ def run_train(
             _resume_verl_at(run.info.run_id, point, checkpoint_dir_of(cfg, run.info.run_id))
         return verl_backend.train_verl(
             cfg, run_id=run.info.run_id, dry_run=dry_run,
-            ray_address=ray_address, started_at=since,
+            ray_address=ray_address, started_at=since, resume_in_job=bool(resume and ray_address),
         )
 
 
@@ -189,9 +189,7 @@ def _verl_resume_point(run_id: str, cfg: config.ComposedConfig, ray_address: str
     if mode != "auto":
         raise VerlflowError(f"resume: the run's config has trainer.resume_mode={mode}; verlflow resumes verl "
                             "through verl's resume_mode=auto (its checkpoint tracker file): drop that override")
-    if ray_address:
-        print("verlflow: resume: Ray job: verl loads the newest checkpoint on the cluster's storage "
-              "(resume_mode=auto); its step is not checked against the run from here")
+    if ray_address:  # the checkpoints are on the cluster: the job's entrypoint chooses there
         return None
     from verlflow.backends.verl.command import checkpoint_dir_of
 
@@ -200,20 +198,10 @@ def _verl_resume_point(run_id: str, cfg: config.ComposedConfig, ray_address: str
 
 def _resume_verl_at(run_id: str, point, checkpoint_dir: str) -> None:
     """Point verl at the chosen checkpoint and record it on the run (metric and tag), with a console line."""
-    from mlflow.tracking import MlflowClient
-
     from verlflow.backends.verl import resume as verl_resume
-    from verlflow.names import RESUMED_FROM_TAG
-    from verlflow.runs import resume as resuming
 
     verl_resume.point_verl_at(point, checkpoint_dir)
-    resuming.log_resumed_from(run_id, point.step)
-    if point.folder is not None:
-        MlflowClient().set_tag(run_id, RESUMED_FROM_TAG, str(point.folder))
-    again = f"; step(s) {', '.join(map(str, point.rerun))} checkpointed but never logged run again" \
-        if point.rerun else ""
-    start = f"after {point.folder}" if point.folder is not None else "from step 1 (no step had reached the run)"
-    print(f"verlflow: resume: run {run_id} continues {start}{again}", flush=True)
+    verl_resume.record_resume_point(run_id, point)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,8 @@ Recipe ``verlflow:`` keys read here (set on the command line as ``-P overrides="
 - ``skip_preflight``: ``true`` launches without checking for NPUs/GPUs, data files and the model folder
   (a stand-in needs no device; also the way around a detection that is wrong on some machine).
 - ``system_metrics_interval``: also the interval of the per-node samplers a multi-node launch on a Ray
-  cluster gets (:mod:`.node_sampler`: ``system/<node>/*`` from every node, stopped when verl ends).
+  cluster, or any Ray job, gets (:mod:`.node_sampler`: ``system/<node>/*`` from every node, stopped when verl
+  ends; a Ray job starts them from its own entrypoint on the head).
 - ``output_dir``: root of the per-run folders (default ``outputs/verl``; ``<root>/<run id>/``).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
 from verlflow.names import (
+    ATTEMPT_TAG,
     CHECKPOINT_DIR_TAG,
     CHECKPOINT_SOURCE_TAG,
     DEVICE_PROFILE_HOST_TAG,
@@ -219,13 +222,17 @@ def train_verl(
     dry_run: bool,
     ray_address: str,
     started_at: float,
+    resume_in_job: bool = False,
 ) -> VerlTrainResult:
     """Train ``cfg`` with verl inside the active MLflow run ``run_id`` (see the module docstring).
 
+    ``resume_in_job``: a resumed run launched as a Ray job, whose entrypoint chooses the checkpoint to continue
+    from on the cluster (a local launch is pointed at it before this is called).
     A failed launch raises :class:`VerlflowError` (run FAILED), a signal :class:`RunInterrupted` (KILLED).
     """
     client = MlflowClient()
-    plan, spec, command, resolved = _prepare_launch(client, cfg, run_id, dry_run=dry_run, ray_address=ray_address)
+    plan, spec, command, resolved = _prepare_launch(client, cfg, run_id, dry_run=dry_run, ray_address=ray_address,
+                                                    resume_in_job=resume_in_job)
     if dry_run:
         # verl's own Hydra config composed the launch's exact override words in-process (the launch's main_ppo
         # composes them again, the authority); bash must hand main_ppo those words unchanged.
@@ -250,7 +257,7 @@ def train_verl(
 
 
 def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: str, *, dry_run: bool,
-                    ray_address: str) -> tuple[LaunchPlan, dict | None, str, Any]:
+                    ray_address: str, resume_in_job: bool = False) -> tuple[LaunchPlan, dict | None, str, Any]:
     """Plan the launch, validate it with verl, log it, and refuse it when it cannot work here.
 
     Returns the plan, the Ray job spec (None for a local launch), the command text a user could rerun and
@@ -262,7 +269,11 @@ def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: st
                                    tracking_uri=mlflow.get_tracking_uri())
     # The forced keys are validated too: verl composes exactly what will be launched.
     resolved = config.validate_against_verl(plan.overrides)
-    spec = verl_launch.ray_job_spec(plan, run_id=run_id) if ray_address else None
+    spec = None
+    if ray_address:
+        # The cluster's nodes are sampled by the job itself (node_sampler.job_sampler_line), as often as this host.
+        spec = verl_launch.ray_job_spec(plan, run_id=run_id, attempt=_attempt(run), resume=resume_in_job,
+                                        sample_interval_s=system_metrics.sampling_interval(cfg.verlflow))
     ray_line = verl_launch.ray_submit_command(spec, ray_address, mask=mask_secret) if spec else None
     command = plan.command_text(ray_command=ray_line)
     record_launch(cfg, plan, resolved, dry_run=dry_run, ray_address=ray_address, command=command)
@@ -280,6 +291,14 @@ def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: st
         else:
             mlflow.set_tag(PREFLIGHT_TAG, "passed")
     return plan, spec, command, resolved
+
+
+def _attempt(run) -> int:
+    """The attempt of ``run`` now starting (tag ``verlflow.attempt``, set when the attempt began); 1 if untold."""
+    try:
+        return int(json.loads(run.data.tags.get(ATTEMPT_TAG, ""))["attempt"])
+    except (ValueError, KeyError, TypeError):
+        return 1
 
 
 def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict | None,

@@ -42,6 +42,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,12 +107,15 @@ class LaunchPlan:
         """verl's own composition of these overrides: ``main_ppo --cfg job`` prints the job config and exits."""
         return [self.python, "-m", DEFAULT_LAUNCH_MODULE, *config.hydra_overrides(self.overrides), "--cfg", "job"]
 
-    def script(self, argv: list[str] | None = None, *, stdout_marker: bool = False, chdir: bool = False) -> str:
+    def script(self, argv: list[str] | None = None, *, stdout_marker: bool = False, chdir: bool = False,
+               prelude: Sequence[str] = ()) -> str:
         """The bash script that sources, exports, preloads and then ``exec``s ``argv`` (default: the launch).
 
         ``stdout_marker`` also prints :data:`STDOUT_MARKER` on stdout before ``exec``, so what the sourced
         files print can be told apart from what verl prints. ``chdir`` first makes and enters the run folder
         (a Ray job's entrypoint starts in Ray's working directory, a local launch is started in it).
+        ``prelude``: shell lines run in the prepared environment just before verl starts (a Ray job's
+        resume point and node samplers, :func:`verlflow.backends.verl.launch.ray_job_spec`).
         """
         lines = []
         if chdir:
@@ -133,6 +137,7 @@ class LaunchPlan:
                 f"  echo {shlex.quote(off)} >&2",
                 "fi",
             ]
+        lines += list(prelude)
         lines.append(f"echo {shlex.quote(LAUNCH_MARKER)} >&2")
         if stdout_marker:
             lines.append(f"echo {shlex.quote(STDOUT_MARKER)}")

@@ -10,7 +10,9 @@ is raised, so :func:`verlflow.tracking.tracked_run` ends the run KILLED.
 Ray job (``ray_address``): the same script is the entrypoint of a job submitted with Ray's
 ``JobSubmissionClient``; the attach variables and the profile's environment go through the job's
 ``runtime_env`` (so every worker on every node has them), its logs are followed, and a signal stops the
-job. :func:`ray_job_spec` is the pure part, :func:`ray_submit_command` the equivalent CLI line.
+job. Before verl, the entrypoint starts the job's node samplers (:mod:`.node_sampler`) and, for a resumed
+run, picks its checkpoint on the cluster (:mod:`.resume`). :func:`ray_job_spec` is the pure part,
+:func:`ray_submit_command` the equivalent CLI line.
 
 :func:`validate_with_verl` runs the plan's script with ``main_ppo --cfg job``: verl composes the exact
 command line (quoting included) and prints the job config, which must agree with what we composed. A dry
@@ -35,6 +37,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+import verlflow as verlflow_package
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
 from verlflow.errors import VerlflowError
 from verlflow.tracking import RunInterrupted
@@ -225,19 +228,36 @@ def _same(got: Any, want: Any) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def ray_job_spec(plan: LaunchPlan, *, run_id: str) -> dict[str, Any]:
+def ray_job_spec(plan: LaunchPlan, *, run_id: str, attempt: int = 1, sample_interval_s: float | None = None,
+                 resume: bool = False) -> dict[str, Any]:
     """Keyword arguments of ``JobSubmissionClient.submit_job`` for this plan (nothing is submitted).
 
     The entrypoint is the launch script run by ``python3`` on the cluster; ``runtime_env.env_vars`` holds
     the attach variables and the profile's environment, which reach every worker on every node (exports
-    in the script reach only the driver). The submission id names the MLflow run.
+    in the script reach only the driver). The submission id names the MLflow run and, from the second
+    attempt of a resumed run on, the attempt (Ray keeps every submission id for good).
+
+    Before verl starts, the entrypoint runs verlflow's own parts on the head: with ``resume``, the choice of
+    the checkpoint to continue from (:func:`~verlflow.backends.verl.resume.job_resume_line`), and with
+    ``sample_interval_s``, the per-node samplers in the background
+    (:func:`~verlflow.backends.verl.node_sampler.job_sampler_line`). Their code travels with the job as
+    ``py_modules`` (this verlflow package, uploaded through the dashboard, which is all a submitter reaches).
     """
+    from verlflow.backends.verl.node_sampler import job_sampler_line
+    from verlflow.backends.verl.resume import job_resume_line
+
     ray_plan = _with_python(plan, "python3")
-    env_vars = {**ray_plan.env, **ray_plan.attach_env}
+    prelude = [job_resume_line(ray_plan.python, ray_plan.checkpoint_dir)] if resume else []
+    if sample_interval_s:
+        prelude.append(job_sampler_line(ray_plan.python, sample_interval_s))
+    runtime_env: dict[str, Any] = {"env_vars": {**ray_plan.env, **ray_plan.attach_env}}
+    if prelude:
+        runtime_env.update({"py_modules": [str(Path(verlflow_package.__file__).parent)],
+                            "excludes": ["__pycache__"]})
     return {
-        "entrypoint": f"bash -c {shlex.quote(ray_plan.script(chdir=True))}",
-        "runtime_env": {"env_vars": env_vars},
-        "submission_id": f"verlflow-{run_id}",
+        "entrypoint": f"bash -c {shlex.quote(ray_plan.script(chdir=True, prelude=prelude))}",
+        "runtime_env": runtime_env,
+        "submission_id": f"verlflow-{run_id}" if attempt <= 1 else f"verlflow-{run_id}-attempt{attempt}",
         "metadata": {"mlflow_run_id": run_id},
     }
 
@@ -250,7 +270,8 @@ def _with_python(plan: LaunchPlan, python: str) -> LaunchPlan:
 
 def ray_submit_command(spec: dict[str, Any], address: str, *, mask: Callable[[str, str], str]) -> str:
     """The ``ray job submit`` line equivalent to ``spec`` (for command.txt; env values passed through ``mask``)."""
-    runtime_env = {"env_vars": {k: mask(k, v) for k, v in spec["runtime_env"]["env_vars"].items()}}
+    runtime_env = {**spec["runtime_env"],
+                   "env_vars": {k: mask(k, v) for k, v in spec["runtime_env"]["env_vars"].items()}}
     return " ".join([
         "ray job submit", "--address", shlex.quote(address), "--submission-id", shlex.quote(spec["submission_id"]),
         "--runtime-env-json", shlex.quote(json.dumps(runtime_env, sort_keys=True)), "--", spec["entrypoint"],
@@ -272,7 +293,10 @@ def run_ray_job(
         client = JobSubmissionClient(address)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError for a bad address
         raise VerlflowError(f"cannot reach the Ray cluster at '{address}': {first_line(exc)}") from None
-    job_id = client.submit_job(**spec)
+    try:
+        job_id = client.submit_job(**spec)
+    except Exception as exc:  # Ray raises RuntimeError for an HTTP error, e.g. a head whose job agent is not up yet
+        raise VerlflowError(f"the Ray cluster at '{address}' did not take the job: {first_line(exc)}") from None
     print(f"verlflow: submitted Ray job {job_id} to {address}", flush=True)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
 

@@ -16,13 +16,25 @@ Off the critical path: the monitors run in the actors' own processes and log str
 store; verl never waits on them. They stop with the run: :meth:`NodeSamplers.stop` (called however the
 launch ends) kills the actors, and as ordinary (non-detached) actors of this driver they also die when
 verlflow's process does. A cluster that cannot be joined is a warning, never a failed training.
+
+A Ray job (``-P ray_address=http://<head>:8265``) is sampled from inside the cluster: the submitting machine
+reaches the dashboard's HTTP port, not necessarily the GCS port a Ray driver needs. The job's entrypoint
+(:func:`job_sampler_line`, composed by :func:`verlflow.backends.verl.launch.ray_job_spec`) starts
+``python3 -m verlflow.backends.verl.node_sampler`` in the background on the head, right before it ``exec``s
+verl; that process joins the job's cluster (``RAY_ADDRESS``, set by Ray for every job) and runs
+:func:`start_node_samplers` with the run and tracking URI of the job's runtime env. verlflow's code reaches
+the head as the job's ``py_modules`` (uploaded through the dashboard like any job package). The sampler
+process stops the samplers when verl's process ends (it is that process's child: its parent changes),
+crash included, and on SIGTERM, which Ray's ``stop_job`` sends to the entrypoint and all its children.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -33,6 +45,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ACTOR_NAME_PREFIX = "verlflow-node-sampler"
+# Run with ``python -m`` by a Ray job's entrypoint (``__name__`` is ``__main__`` there).
+JOB_MODULE = "verlflow.backends.verl.node_sampler"
 
 
 class NodeSampler:
@@ -167,8 +181,9 @@ def sampler_address(ray_address: str, nnodes: Any, environ: Mapping[str, str] | 
 
     A local multi-node launch (``trainer.nnodes > 1`` without ``ray_address``) joins the cluster verl's own
     ``ray.init()`` joins from here (``RAY_ADDRESS``, else a ``ray start`` on this machine: ``auto``). A Ray job
-    (``ray_address``, the dashboard's HTTP address) is not sampled per node yet: a driver would need the head's
-    GCS or Ray Client port, which the dashboard address does not give, and guessing one could join another cluster.
+    (``ray_address``, the dashboard's HTTP address) gets none from here: a driver would need the head's GCS or
+    Ray Client port, which the dashboard address does not give; its entrypoint starts them on the cluster
+    (:func:`job_sampler_line`).
     """
     environ = os.environ if environ is None else environ
     if ray_address:
@@ -180,5 +195,65 @@ def sampler_address(ray_address: str, nnodes: Any, environ: Mapping[str, str] | 
     return (environ.get("RAY_ADDRESS") or "auto") if several else None
 
 
+def job_sampler_line(python: str, interval_s: float) -> str:
+    """The Ray job entrypoint's line that samples every node of the job's cluster while verl runs.
+
+    Backgrounded (verl never waits on it) and given the script's own PID (``$$``), which ``exec`` hands to verl:
+    the sampler process is that PID's child and stops its samplers when its parent changes.
+    """
+    return f"{shlex.quote(python)} -m {JOB_MODULE} --interval {interval_s:g} --parent $$ &"
+
+
+def sample_until_parent_ends(parent: int, *, interval_s: float, environ: Mapping[str, str] | None = None,
+                             poll_s: float = 1.0) -> int:
+    """Sample every node of the cluster this process is in until ``parent`` is no longer its parent, or SIGTERM.
+
+    The run and the store come from the job's environment (``MLFLOW_RUN_ID``, ``MLFLOW_TRACKING_URI``), the
+    cluster from ``RAY_ADDRESS`` (Ray sets it for a job's entrypoint). Returns 0 in every case: a failure to
+    sample is a warning in the job's log, never a failed job.
+    """
+    environ = os.environ if environ is None else environ
+    run_id, tracking_uri = environ.get("MLFLOW_RUN_ID"), environ.get("MLFLOW_TRACKING_URI")
+    if not run_id or not tracking_uri:
+        print("verlflow: node samplers off: MLFLOW_RUN_ID / MLFLOW_TRACKING_URI not in the job's environment",
+              file=sys.stderr, flush=True)
+        return 0
+    stopping = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stopping.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        samplers = start_node_samplers(run_id, address=environ.get("RAY_ADDRESS") or "auto",
+                                       tracking_uri=tracking_uri, interval_s=interval_s)
+        if samplers is None:
+            return 0
+        # ray.init installs its own SIGTERM handler (sys.exit); ours lets the samplers flush first.
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        while os.getppid() == parent and not stopping.wait(poll_s):
+            pass
+        why = "signalled" if stopping.is_set() else "verl ended"
+        try:
+            samplers.stop()
+        except Exception as exc:  # the cluster went away with the run: its actors went with it
+            log.warning("node samplers: stopping failed: %s", exc)
+        print(f"verlflow: node samplers stopped ({why})", flush=True)
+        return 0
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m verlflow.backends.verl.node_sampler --interval S --parent PID``: a Ray job's node samplers."""
+    parser = argparse.ArgumentParser(prog=f"python -m {JOB_MODULE}", description=main.__doc__)
+    parser.add_argument("--interval", type=float, required=True, help="seconds between samples")
+    parser.add_argument("--parent", type=int, required=True, help="sample while this PID is our parent")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="verlflow: %(message)s")
+    return sample_until_parent_ends(args.parent, interval_s=args.interval)
+
+
 __all__: Sequence[str] = ["NodeSampler", "NodeSamplers", "node_label", "start_node_samplers", "sampling_nodes",
-                            "sampler_address"]
+                            "sampler_address", "job_sampler_line", "sample_until_parent_ends"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

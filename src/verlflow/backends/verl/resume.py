@@ -12,10 +12,20 @@ config as params when it attaches, and MLflow refuses a param whose value change
 another ``resume_mode`` or ``resume_from_path`` than the first attempt's would lose MLflow logging (verl 0.9
 goes on without it, verl 0.5.0 fails). verl 0.5.0 and 0.9 read the tracker file the same way
 (``verl.utils.checkpoint.checkpoint_manager.find_latest_ckpt_path``).
+
+A Ray job is pointed where its checkpoints are, on the cluster: its entrypoint runs
+``python3 -m verlflow.backends.verl.resume <checkpoint dir>`` (:func:`job_resume_line`) on the head before
+verl starts, attached to the run through the job's runtime env; a run that cannot resume fails the job
+with the same one line as a local resume.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +34,9 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.backends.layout import TRACKER_FILE, complete_steps, step_dir, write_tracker
 from verlflow.errors import VerlflowError
-from verlflow.names import TIMING_STEP, metric_names
+from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP, metric_names
+
+JOB_MODULE = "verlflow.backends.verl.resume"
 
 
 @dataclass
@@ -81,3 +93,45 @@ def point_verl_at(point: ResumePoint, checkpoint_dir: str | Path) -> None:
         write_tracker(checkpoint_dir, point.step)
     else:
         (Path(checkpoint_dir) / TRACKER_FILE).unlink(missing_ok=True)
+
+
+def record_resume_point(run_id: str, point: ResumePoint) -> None:
+    """Record on the run where this attempt continues (metric ``attempt/resumed_from_step``, tag), and say so."""
+    from verlflow.runs import resume as resuming
+
+    resuming.log_resumed_from(run_id, point.step)
+    if point.folder is not None:
+        MlflowClient().set_tag(run_id, RESUMED_FROM_TAG, str(point.folder))
+    again = f"; step(s) {', '.join(map(str, point.rerun))} checkpointed but never logged run again" \
+        if point.rerun else ""
+    start = f"after {point.folder}" if point.folder is not None else "from step 1 (no step had reached the run)"
+    print(f"verlflow: resume: run {run_id} continues {start}{again}", flush=True)
+
+
+def job_resume_line(python: str, checkpoint_dir: str) -> str:
+    """The Ray job entrypoint's line that points verl at the run's resume point, or ends the job when there is none."""
+    return f"{shlex.quote(python)} -m {JOB_MODULE} {shlex.quote(str(checkpoint_dir))} || exit $?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m verlflow.backends.verl.resume <checkpoint dir>``: resume the job's run (``MLFLOW_RUN_ID``) there."""
+    parser = argparse.ArgumentParser(prog=f"python -m {JOB_MODULE}", description=main.__doc__)
+    parser.add_argument("checkpoint_dir", help="the run's trainer.default_local_dir, as this machine sees it")
+    args = parser.parse_args(argv)
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        print("verlflow: error: resume: MLFLOW_RUN_ID is not set (the job's runtime env names the run)",
+              file=sys.stderr, flush=True)
+        return 2
+    try:
+        point = choose_resume_point(run_id, args.checkpoint_dir)
+    except VerlflowError as exc:
+        print(f"verlflow: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    point_verl_at(point, args.checkpoint_dir)
+    record_resume_point(run_id, point)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
