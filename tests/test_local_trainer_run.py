@@ -14,12 +14,13 @@ import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verlflow import config, tracking
+from verlflow import config
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
 from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
+from verlflow.runs import tracking
 
 PER_STEP = [
     "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/adv",

@@ -2,7 +2,7 @@
 
     python -c "from verlflow.compare.report import mean_relative_difference as m; print(m([1, 2], [1.01, 2]))"
 
-Everything here works on :class:`RunSnapshot` objects (what :mod:`verlflow.compare.step` read from the
+Everything here works on :class:`RunSnapshot` objects (what :mod:`verlflow.compare.comparison` read from the
 tracking store in one pass per run), so it is plain computation: no MLflow calls, no files.
 """
 

@@ -160,8 +160,8 @@ class LocalTrainer:
         self._resume()
 
     def _log_run_description(self) -> None:
-        from verlflow import tracking
         from verlflow.device import detect as device
+        from verlflow.runs import tracking
 
         for key, value in self.settings.ignored.items():
             # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
@@ -223,9 +223,8 @@ class LocalTrainer:
 
     def train(self, *, on_step_end: StepCallback | None = None, started_at: float) -> TrainResult:
         """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
-        from verlflow import tracking
         from verlflow.progress import progress_bar
-        from verlflow.runs import metric_buffer
+        from verlflow.runs import metric_buffer, tracking
 
         metrics: dict[str, float] = {}
         if self.settings.val_before_train:
@@ -352,7 +351,7 @@ class LocalTrainer:
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
-        from verlflow import tracking
+        from verlflow.runs import tracking
 
         if step <= self.logged_through:
             return  # this run already has this step from before it was interrupted
@@ -375,7 +374,7 @@ class LocalTrainer:
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
         the models (device memory on an accelerator)."""
-        from verlflow import tracking
+        from verlflow.runs import tracking
 
         tracking.flush_metrics()
         if self.progress is not None:

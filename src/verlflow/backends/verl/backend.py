@@ -37,7 +37,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from verlflow import config, input_checks, tracking
+from verlflow import config, input_checks
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
@@ -62,6 +62,7 @@ from verlflow.names import (
     VALIDATED_TAG,
     VERL_ERROR_TAG,
 )
+from verlflow.runs import tracking
 from verlflow.util import mask_secret
 
 DEVICE_WORD = {"npu": "NPU", "gpu": "CUDA GPU", "cpu": "CPU"}
