@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verlflow import config
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
+from verlflow.config.schema import Device
 from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
@@ -145,4 +146,4 @@ def test_guide_recipe_keys_the_local_trainer_cannot_honour_are_named(workdir):
     # Dynamic batching (3000 tokens per device, 1024 + 1024-token sequences) becomes fixed micro-batches.
     micro = (settings.ppo_micro_batch_size, settings.log_prob_micro_batch, settings.ref_log_prob_micro_batch)
     assert micro == (1, 2, 4)
-    assert settings.device == "cuda" and settings.n == 5
+    assert settings.device == Device.GPU and settings.n == 5

@@ -17,29 +17,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from verlflow import config
-from verlflow.device import detect as device
+from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
+from verlflow.config.schema import Device
+from verlflow.device.detect import detect_device
 from verlflow.errors import VerlflowError
 from verlflow.input_checks import check_config_counts
 
-GUIDE_RECIPE = "qwen3-4b-gsm8k-grpo"
-SMOKE_RECIPE = "smoke"
-PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
-# verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
-VERL_CPU_PROFILE = "cpu-verl"
 BACKENDS = ("auto", "verl", "local")
 
 
-def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, str, str, str]:
-    """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table)."""
+def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, Device, str, str]:
+    """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table).
+
+    The device chosen here only picks the profile; the run then drives the profile's ``device``.
+    """
     if backend not in BACKENDS:
         raise VerlflowError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
-    dev = device.detect_device(device_name)
+    dev = detect_device(device_name)
     if recipe == "auto":
-        recipe = SMOKE_RECIPE if dev == "cpu" else GUIDE_RECIPE
+        recipe = default_recipe(dev)
     if backend == "auto":
-        backend = "local" if dev == "cpu" else "verl"
+        backend = "local" if dev is Device.CPU else "verl"
     if profile == "auto":
-        profile = VERL_CPU_PROFILE if (dev, backend) == ("cpu", "verl") else PROFILE_FOR_DEVICE[dev]
+        profile = VERL_CPU_PROFILE if (dev, backend) == (Device.CPU, "verl") else PROFILE_FOR_DEVICE[dev]
     return recipe, dev, profile, backend
 
 

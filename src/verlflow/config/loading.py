@@ -222,6 +222,9 @@ def _convert(value: Any, tp: Any, key: str, ctx: _Context) -> Any:
     elif tp is str:
         if isinstance(value, (str, int, float)):  # a bool is an int: True → "True", as str() always gave
             return str(value)
+    elif isinstance(tp, type) and issubclass(tp, str):  # a StrEnum (Device): its class checks the name
+        if isinstance(value, str):
+            return value
     elif origin is dict:
         if isinstance(value, Mapping):
             _, value_type = typing.get_args(tp) or (str, Any)

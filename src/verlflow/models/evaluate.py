@@ -90,8 +90,9 @@ def default_eval_data(model: ResolvedModel, split: str) -> str:
     bare folder), the recipe's data folder is used (the train run's recipe, else the default one), made
     here when it can be (:func:`verlflow.data.recipe_data.step_data_dir`).
     """
-    from verlflow.backends.train_setup import choose_train_setup
+    from verlflow.config.device_defaults import default_recipe
     from verlflow.data import recipe_data
+    from verlflow.device.detect import detect_device
     from verlflow.names import RECIPE_TAG
 
     recipe = ""
@@ -105,7 +106,7 @@ def default_eval_data(model: ResolvedModel, split: str) -> str:
             if files and Path(files).is_file():
                 return str(Path(files).parent)
             recipe = run.data.tags.get(RECIPE_TAG, "")
-    recipe = recipe or choose_train_setup("auto", "auto", "auto", "auto")[0]
+    recipe = recipe or default_recipe(detect_device("auto"))
     return recipe_data.step_data_dir("", recipe_data.recipe_source(recipe), splits=(split,))
 
 

@@ -176,7 +176,7 @@ class LocalTrainer:
                 "resume in a new run"
             ) from None
         retry_on_lock(mlflow.log_text, _to_yaml(self.cfg.resolved), "config/resolved.yaml")
-        kind = {"cuda": "gpu"}.get(self.settings.device, self.settings.device)
+        kind = self.settings.device
         # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
         environ = {**os.environ, **self.cfg.profile.env}
         tracking.log_device_profile(device.collect_device_profile(kind, environ=environ))

@@ -65,7 +65,6 @@ from verlflow.names import (
 from verlflow.runs import tracking
 from verlflow.util import mask_secret
 
-DEVICE_WORD = {"npu": "NPU", "gpu": "CUDA GPU", "cpu": "CPU"}
 NODE_HINT = {"npu": "run on an A3 node", "gpu": "run on an H20 node", "cpu": "use backend=local"}
 
 
@@ -96,7 +95,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
     """
     probe = probe or device.Probe()
     dev = cfg.profile.device
-    word, hint = DEVICE_WORD[dev], f"{NODE_HINT[dev]} or pass -P dry_run=true"
+    word, hint = dev.word, f"{NODE_HINT[dev]} or pass -P dry_run=true"
     if dev == "cpu":
         # verl's own trainer on the CPU (cpu-verl profile): no device to look for, only verl and the plugin.
         from verlflow.backends.verl import cpu as verl_cpu
