@@ -32,7 +32,7 @@ import optuna
 from omegaconf import OmegaConf
 
 from verlflow import config
-from verlflow.config.loading import SEARCH_DIR, build, list_named, load_named_yaml, nearest
+from verlflow.config.loading import SEARCH_DIR, build, load_named_yaml, nearest
 from verlflow.errors import VerlflowError
 
 DIRECTIONS = ("maximize", "minimize")
@@ -195,11 +195,6 @@ class SearchConfig:
     stop_timeout: float
     space: list[ParamSpec]
     raw: dict[str, Any] = field(default_factory=dict)
-
-
-def list_search_configs() -> list[str]:
-    """Names of the shipped search configs (file stems under ``config/search``)."""
-    return list_named(SEARCH_DIR)
 
 
 def _fail(where: str, message: str) -> VerlflowError:

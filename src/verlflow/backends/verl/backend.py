@@ -4,10 +4,10 @@
     mlflow run . --env-manager local -e train -P device=npu                   # launch verl on this A3 node
     mlflow run . --env-manager local -e train -P device=gpu -P ray_address=http://head:8265
 
-:func:`train_verl` reads top to bottom: plan the launch (:mod:`.verl_command`), validate it against the
+:func:`train_verl` reads top to bottom: plan the launch (:mod:`.command`), validate it against the
 installed verl, log what we own (tags, ``device_profile.json``, ``config/resolved.yaml``,
-``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.verl_launch`), summarise,
-merge the last checkpoint into a Hugging Face folder (:mod:`.verl_merge`) and tag it
+``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.launch`), summarise,
+merge the last checkpoint into a Hugging Face folder (:mod:`.merge`) and tag it
 ``verlflow.checkpoint_dir`` for the registry.
 
 We log **no params**: verl's MLflow logger logs the whole resolved config itself and silently stops
@@ -131,7 +131,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
 
 def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
                  check_files: bool = True) -> None:
-    """Run :mod:`.verl_preflight` (and :func:`preflight` for the device) and report every problem at once."""
+    """Run :mod:`.preflight` (and :func:`preflight` for the device) and report every problem at once."""
     if cfg.profile.device == "cpu":
         # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
         importlib.import_module("verlflow.backends.verl.cpu_plugin")

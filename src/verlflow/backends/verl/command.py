@@ -195,11 +195,6 @@ def absolute_tracking_uri(uri: str) -> str:
     return uri
 
 
-def safe_name(text: str) -> str:
-    """A name safe as an unquoted Hydra value and a folder name (letters, digits, ``._-``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
-
-
 def transfer_queue_installed() -> bool:
     """Whether the package verl's V1 trainer needs (``import transfer_queue``) is installed."""
     return importlib.util.find_spec("transfer_queue") is not None
