@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from verlflow import config
+from verlflow.config.counts import check_config_counts
 from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
 from verlflow.config.schema import Device
 from verlflow.device.detect import detect_device
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_config_counts
 
 BACKENDS = ("auto", "verl", "local")
 
@@ -68,8 +68,9 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
     with every other launch mistake.
     """
     from verlflow.config.schema import VerlflowBlock
+    from verlflow.data.checks import check_parquet_split
     from verlflow.data.recipe_data import preprocess_command
-    from verlflow.input_checks import check_model_folder, check_parquet_split
+    from verlflow.models.checks import check_model_folder
 
     for split in ("train", "test"):
         path = Path(data_dir) / f"{split}.parquet"

@@ -62,7 +62,6 @@ from verlflow.compare.utilisation import (
     utilisation_rows,
 )
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_output_dir
 from verlflow.names import (
     PROFILE_TAG,
     STEP_TAG,
@@ -74,7 +73,7 @@ from verlflow.names import (
 )
 from verlflow.runs import naming as run_names
 from verlflow.runs import tracking
-from verlflow.util import gc_paused
+from verlflow.util import check_output_dir, gc_paused
 
 ARTIFACT_DIR = "compare"
 UTILISATION_IMAGE = "utilisation.png"

@@ -11,9 +11,9 @@ import mlflow
 
 from verlflow.data.gsm8k import check_text_source, default_output_dir, preprocess
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_output_dir
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
 from verlflow.runs import tracking
+from verlflow.util import check_output_dir
 
 
 def preprocess_in_run(source: str, output_dir: str, limit: int, *, own_run: bool = False,

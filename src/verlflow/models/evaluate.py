@@ -118,7 +118,7 @@ def load_problems(data_dir: str, split: str, limit: int) -> list[dict[str, Any]]
         raise VerlflowError(f"limit must be 0 (all problems) or a positive count, got {limit}")
     if (Path(data_dir) / f"{split}.parquet").is_file() or not Path(data_dir).is_dir():
         if (Path(data_dir) / f"{split}.parquet").is_file():
-            from verlflow.input_checks import check_parquet_split
+            from verlflow.data.checks import check_parquet_split
 
             check_parquet_split(Path(data_dir) / f"{split}.parquet", required=("prompt", "reward_model"))
         rows = gsm8k.read_split(data_dir, split).to_dict("records")

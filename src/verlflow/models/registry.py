@@ -136,7 +136,7 @@ def checkpoint_of(run) -> Path:
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
-    from verlflow.input_checks import check_trained_checkpoint
+    from verlflow.models.checks import check_trained_checkpoint
 
     check_trained_checkpoint(checkpoint, run.data.tags.get(CHECKPOINT_SOURCE_TAG, ""))
     return path

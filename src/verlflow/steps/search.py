@@ -113,8 +113,8 @@ def run_search(request: SearchRequest) -> SearchResult:
 
 def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str) -> SearchConfig:
     """The search config, after every step parameter was checked: one line for any mistake, before a trial."""
-    from verlflow.input_checks import check_storage_url
     from verlflow.search.space import PRUNERS, check_space_keys, load_search_config
+    from verlflow.search.storage_url import check_storage_url
 
     if n_trials < 1:
         raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")

@@ -37,7 +37,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from verlflow import config, input_checks
+from verlflow import config
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
@@ -45,6 +45,7 @@ from verlflow.backends.verl import node_sampler as verl_node_sampler
 from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
+from verlflow.config.counts import config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
@@ -139,7 +140,7 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
     device_name = cfg.profile.device if cfg.verlflow.launch_module == verl_command.DEFAULT_LAUNCH_MODULE else None
     problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files, device=device_name)
     named = {problem.key for problem in problems}
-    problems += [p for p in input_checks.config_count_problems(resolved) if p.key not in named]
+    problems += [p for p in config_count_problems(resolved) if p.key not in named]
     if check_device:
         try:
             preflight(cfg, plan)
