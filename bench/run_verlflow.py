@@ -72,9 +72,8 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
     import mlflow
 
     from verlflow import config
-    from verlflow.runs import tracking
     from verlflow.backends.local.trainer import train_local
-    from verlflow.runs import metric_buffer
+    from verlflow.runs import metric_buffer, tracking
 
     log_seconds: list[float] = []
     logged: list[bool] = []
