@@ -30,7 +30,7 @@ def verl_words(device: str, data_dir: Path, out: Path) -> list[str]:
     from verlflow import config
     from verlflow.backends.train_setup import compose_train_config
     from verlflow.backends.verl import command
-    from verlflow.config.device_defaults import PROFILE_FOR_DEVICE
+    from verlflow.config import PROFILE_FOR_DEVICE
 
     cfg = compose_train_config("qwen3-4b-gsm8k-grpo", PROFILE_FOR_DEVICE[device], str(data_dir), "",
                                f"verlflow.output_dir={out}", check_counts=False)

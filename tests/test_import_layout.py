@@ -130,3 +130,16 @@ def test_the_package_loop_finder_sees_a_loop_the_module_graph_does_not():
                "verlflow.a.w": set()}
     assert find_cycle(modules) is None
     assert find_cycle(package_graph(modules)) == ["verlflow.a", "verlflow.b", "verlflow.a"]
+
+
+def test_outside_config_every_import_goes_through_its_facade():
+    # verlflow.config's __init__ names what the rest of the package may use; its modules are its own business.
+    reached_past = []
+    for name, path in module_names().items():
+        if package_of(name) == "verlflow.config":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            reached_past += [f"{name} imports {m}" for m in imported if m.startswith("verlflow.config.")]
+    assert not reached_past, reached_past

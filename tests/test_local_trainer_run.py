@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verlflow import config
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
-from verlflow.config.schema import Device
+from verlflow.config import Device
 from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG

@@ -17,9 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verlflow import config
-from verlflow.config.counts import check_config_counts
-from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
-from verlflow.config.schema import Device
+from verlflow.config import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, Device, check_config_counts, default_recipe
 from verlflow.device.detect import detect_device
 from verlflow.errors import VerlflowError
 
@@ -67,7 +65,7 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
     ``require_splits=False`` (verl launches) leaves a missing split to the verl preflight, which lists it
     with every other launch mistake.
     """
-    from verlflow.config.schema import VerlflowBlock
+    from verlflow.config import VerlflowBlock
     from verlflow.data.checks import check_parquet_split
     from verlflow.data.recipe_data import preprocess_command
     from verlflow.models.checks import check_model_folder

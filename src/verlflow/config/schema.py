@@ -4,7 +4,7 @@
 
 Each field is declared once here, with its type, its default and a one-line comment: the place to look up
 what a key of a profile file or of a recipe's ``verlflow:`` block means. Reading YAML or overrides into these
-classes (unknown keys, type conversion) is :func:`verlflow.config.loading.build`.
+classes (unknown keys, type conversion) is :func:`verlflow.config.typed_build.build`.
 """
 
 from __future__ import annotations

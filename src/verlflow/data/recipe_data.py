@@ -32,10 +32,7 @@ def default_data_dir(source: str) -> Path:
 
 def recipe_source(recipe: str, overrides: str = "") -> str:
     """The recipe's ``verlflow.data_source`` after ``verlflow.*`` overrides, without composing verl's config."""
-    from verlflow.config.compose import OWN_PREFIX
-    from verlflow.config.loading import load_recipe, with_overrides
-    from verlflow.config.overrides import parse_overrides
-    from verlflow.config.schema import VerlflowBlock
+    from verlflow.config import OWN_PREFIX, VerlflowBlock, load_recipe, parse_overrides, with_overrides
 
     _, block, _ = load_recipe(recipe)
     own = {k.removeprefix(OWN_PREFIX): v for k, v in parse_overrides(overrides).items() if k.startswith(OWN_PREFIX)}

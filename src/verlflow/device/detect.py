@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verlflow.config.schema import Device
+from verlflow.config import Device
 from verlflow.device.parsers import (
     GpuInfo,
     NpuChip,

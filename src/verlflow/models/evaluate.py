@@ -90,7 +90,7 @@ def default_eval_data(model: ResolvedModel, split: str) -> str:
     bare folder), the recipe's data folder is used (the train run's recipe, else the default one), made
     here when it can be (:func:`verlflow.data.recipe_data.step_data_dir`).
     """
-    from verlflow.config.device_defaults import default_recipe
+    from verlflow.config import default_recipe
     from verlflow.data import recipe_data
     from verlflow.device.detect import detect_device
     from verlflow.names import RECIPE_TAG

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from verlflow.backends.local.settings import LocalSettings
-from verlflow.config.schema import Device
+from verlflow.config import Device
 from verlflow.errors import VerlflowError
 from verlflow.util import first_line, hub_unreachable
 

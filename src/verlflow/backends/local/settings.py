@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.config.schema import Device
+from verlflow.config import Device
 from verlflow.errors import VerlflowError
 from verlflow.util import first_line
 

@@ -45,7 +45,7 @@ from verlflow.backends.verl import node_sampler as verl_node_sampler
 from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
-from verlflow.config.counts import config_count_problems
+from verlflow.config import config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems

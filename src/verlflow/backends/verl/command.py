@@ -48,8 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from verlflow import config
-from verlflow.config.overrides import LiteralText
-from verlflow.config.schema import VerlflowBlock
+from verlflow.config import LiteralText, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.util import mask_secret
 

@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verlflow.backends.verl.startup_checks import ACTOR, FSDP, GRPO_LR_RANGE, ROLLOUT, STRATEGY_PACKAGES
-from verlflow.config.schema import Device
+from verlflow.config import Device
 from verlflow.errors import Problem
 from verlflow.util import first_line
 
