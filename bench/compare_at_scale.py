@@ -31,7 +31,8 @@ def make_runs(uri: str, steps: int, metrics: int) -> tuple[str, str]:
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
-    from verlflow import config, tracking
+    from verlflow import config
+    from verlflow.runs import tracking
 
     mlflow.set_tracking_uri(uri)
     client = MlflowClient()

@@ -28,8 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 def verl_words(device: str, data_dir: Path, out: Path) -> list[str]:
     """The Hydra override words the dry run would hand verl (its launch plan's, built without launching)."""
     from verlflow import config
+    from verlflow.backends.train_setup import compose_train_config
     from verlflow.backends.verl import command
-    from verlflow.train import PROFILE_FOR_DEVICE, compose_train_config
+    from verlflow.config import PROFILE_FOR_DEVICE
 
     cfg = compose_train_config("qwen3-4b-gsm8k-grpo", PROFILE_FOR_DEVICE[device], str(data_dir), "",
                                f"verlflow.output_dir={out}", check_counts=False)

@@ -71,9 +71,9 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
     """Train ``steps`` GRPO steps with the local trainer; per-step seconds, tokens, phases, logging time."""
     import mlflow
 
-    from verlflow import config, tracking
+    from verlflow import config
     from verlflow.backends.local.trainer import train_local
-    from verlflow.runs import metric_buffer
+    from verlflow.runs import metric_buffer, tracking
 
     log_seconds: list[float] = []
     logged: list[bool] = []

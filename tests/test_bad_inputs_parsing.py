@@ -174,7 +174,8 @@ def test_live_server_under_a_wrong_path_is_one_line_exit_2(tmp_path, capsys, mon
 
 def test_what_only_names_a_secret_is_not_refused():
     """No false alarm on the values verl and libpq use: key files by path, column names under *_key keys."""
-    from verlflow.input_checks import check_storage_url, credential_problems
+    from verlflow.config import credential_problems
+    from verlflow.search.storage_url import check_storage_url
 
     check_storage_url("postgresql://bob@db.example/optuna?sslmode=verify-full&sslkey=/etc/pg/bob.key"
                       "&sslcert=/etc/pg/bob.crt")

@@ -7,9 +7,10 @@ import pytest
 from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
-from verlflow import cli, tracking
-from verlflow.compare.step import run_compare
+from verlflow import cli
+from verlflow.compare.comparison import compare_runs
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
+from verlflow.runs import tracking
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def _compare_runs() -> list:
 )
 def test_bad_reference_is_one_clear_line(two_runs, baseline, candidate, expected):
     with pytest.raises(VerlflowError) as info:
-        run_compare(baseline, candidate, "")
+        compare_runs(baseline, candidate, "")
     message = str(info.value)
     assert expected in message
     assert "\n" not in message
@@ -62,7 +63,7 @@ def test_bad_reference_is_one_clear_line(two_runs, baseline, candidate, expected
 
 def test_run_without_timing_metrics_names_what_is_missing(two_runs):
     with pytest.raises(VerlflowError, match=r"has no timing metrics \(timing_s/e2e, timing_s_mean/\*\)"):
-        run_compare("train-a", two_runs["prep"])
+        compare_runs("train-a", two_runs["prep"])
 
 
 def test_cli_prints_one_line_and_exits_2(two_runs, capsys):

@@ -1,7 +1,7 @@
 """`compare` on real train-shaped runs in a real SQLite store: ratios, versions, config diff, parity, files.
 
 The runs are logged the way a train run logs (verl-flattened params of a really composed config,
-verl metric names per step, the end-of-run summaries of verlflow.tracking, device tags), with
+verl metric names per step, the end-of-run summaries of verlflow.runs.tracking, device tags), with
 timings chosen so that the candidate/baseline ratios are the guide's §6.3 figures.
 """
 
@@ -16,8 +16,9 @@ from conftest import fresh_store
 from matplotlib.image import imread
 from mlflow.tracking import MlflowClient
 
-from verlflow import config, tracking
-from verlflow.compare.step import run_compare
+from verlflow import config
+from verlflow.compare.comparison import compare_runs
+from verlflow.runs import tracking
 
 H20_TAGS = {
     "device.type": "gpu", "device.name": "NVIDIA H20", "device.count": "8", "device.memory_gb": "95.6",
@@ -118,7 +119,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def result(store):
     """One comparison H20 (baseline) → A3 (candidate), by run id, with the files kept in a folder."""
-    return run_compare(store["h20"], store["a3"], str(store["root"] / "out"))
+    return compare_runs(store["h20"], store["a3"], str(store["root"] / "out"))
 
 
 def test_time_ratios_are_the_runs_own_metrics_divided(store, result):
@@ -203,16 +204,16 @@ def test_report_files_are_written_and_logged_on_a_finished_comparison_run(store,
 
 
 def test_runs_are_found_by_name_and_by_tag_filter(store, capsys):
-    by_filter = run_compare("tags.device.type = 'gpu'", "tags.`device.type` = 'npu'")
+    by_filter = compare_runs("tags.device.type = 'gpu'", "tags.`device.type` = 'npu'")
     assert (by_filter.baseline.run_id, by_filter.candidate.run_id) == (store["h20"], store["a3"])
-    by_name = run_compare("grpo-h20", "grpo-a3")
+    by_name = compare_runs("grpo-h20", "grpo-a3")
     assert (by_name.baseline.run_id, by_name.candidate.run_id) == (store["h20"], store["a3"])
     assert by_name.output_dir == ""  # no folder asked for: artifacts only
     assert "## 6.3 Performance" in capsys.readouterr().out
 
 
 def test_different_recipes_are_flagged_first_and_the_report_goes_on(store, capsys):
-    result = run_compare(store["smoke"], store["a3"])
+    result = compare_runs(store["smoke"], store["a3"])
     printed = capsys.readouterr().out
     assert printed.startswith("⚠ RECIPES DIFFER")
     assert result.recipes_differ
@@ -237,7 +238,7 @@ def test_two_seeds_of_one_recipe_get_a_plain_comparison_without_a_parity_verdict
     recipe = "qwen3-4b-gsm8k-grpo"
     seed2 = log_train_run("grpo-a3 · seed=2", recipe=recipe, profile="a3", device_tags=A3_TAGS,
                           timings=A3_TIMINGS, curves=h20_curves(), e2e=150.0, overrides="data.seed=2")
-    result = run_compare(store["a3"], seed2)
+    result = compare_runs(store["a3"], seed2)
 
     assert [(r.key, r.baseline, r.candidate) for r in result.diff.recipe] == [("data/seed", "None", "2")]
     first_paragraph = result.report.split("\n\n")[1]

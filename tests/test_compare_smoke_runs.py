@@ -10,7 +10,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow.compare.step import run_compare
+from verlflow.compare.comparison import compare_runs
 
 GUIDE_KEYS = ["timing_s/e2e", "timing_s_mean/gen", "timing_s_mean/update_actor", "timing_s_mean/step"]
 
@@ -22,7 +22,7 @@ def compared(smoke_store, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     mlflow.set_tracking_uri(smoke_store.tracking_uri)
     baseline, candidate = smoke_store.run_ids
-    result = run_compare(baseline, candidate, str(tmp_path / "out"))
+    result = compare_runs(baseline, candidate, str(tmp_path / "out"))
     yield result, capsys.readouterr().out, tmp_path / "out"
     MlflowClient().delete_run(result.run_id)
 

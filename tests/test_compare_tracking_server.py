@@ -8,8 +8,8 @@ import pytest
 from conftest import serving
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
-from verlflow.compare.step import run_compare
+from verlflow.compare.comparison import compare_runs
+from verlflow.runs import tracking
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_compare_reads_a_tracking_server_through_public_history_calls_only(serve
     cand = _train_run("a3", "npu", gen=8.0, score=0.1, e2e=158.0)
     already = len(log.read_text(errors="replace"))
 
-    result = run_compare(base, cand, str(tmp_path / "out"))
+    result = compare_runs(base, cand, str(tmp_path / "out"))
 
     rows = {r.key: r.ratio for r in result.timings}
     assert rows["timing_s_mean/gen"] == pytest.approx(0.8)

@@ -16,10 +16,10 @@ import pytest
 from conftest import isolated_store, wait_until
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
-from verlflow.compare.step import run_compare
+from verlflow.compare.comparison import compare_runs
 from verlflow.device import system_metrics
 from verlflow.device.parsers import parse_npu_smi_info
+from verlflow.runs import tracking
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "device"
 A2_WIDE = FIXTURES / "npu-smi-info-910b3-8npu-v26.1.0-wide.txt"
@@ -75,7 +75,7 @@ def row(report: str, label: str, stat: str) -> list[str]:
 
 def test_utilisation_table_from_both_runs_system_metrics(store, capsys):
     root, runs = store
-    result = run_compare(runs["h"], runs["a"], str(root / "out"))
+    result = compare_runs(runs["h"], runs["a"], str(root / "out"))
     report = result.report
     assert "## 6.4 Utilisation" in report
     a2, a3 = expected(A2_WIDE), expected(A3_16)
@@ -98,7 +98,7 @@ def test_utilisation_table_from_both_runs_system_metrics(store, capsys):
 
 def test_compare_links_mlflows_compare_runs_page_for_the_two_runs(store, capsys):
     _, runs = store
-    result = run_compare(runs["h"], runs["a"])
+    result = compare_runs(runs["h"], runs["a"])
     printed = capsys.readouterr().out
     link = MlflowClient().get_run(result.run_id).data.tags["compare.mlflow_compare_runs"]
     assert runs["h"] in link and runs["a"] in link and "#/compare-runs?runs=" in link
@@ -108,7 +108,7 @@ def test_compare_links_mlflows_compare_runs_page_for_the_two_runs(store, capsys)
 
 def test_a_run_without_system_metrics_gets_a_note_instead_of_the_table(store):
     _, runs = store
-    report = run_compare(runs["h"], runs["none"]).report
+    report = compare_runs(runs["h"], runs["none"]).report
     assert "## 6.4 Utilisation" in report
     assert "Not shown: the candidate run logged no system metrics" in report
     assert "device utilisation (%)" not in report
@@ -146,7 +146,7 @@ def test_a_multi_node_run_is_aggregated_across_its_nodes_with_a_row_per_node(tra
         "system/gpu_0_power_usage_watts": [200.0, 200.0],
         "system/cpu_utilization_percentage": [30.0, 30.0],
     })
-    report = run_compare(two_nodes, one_node).report
+    report = compare_runs(two_nodes, one_node).report
     assert "baseline (gpu × 2 on 2 nodes)" in report and "candidate (gpu × 1)" in report
     assert row(report, "device utilisation (%)", "mean")[2:4] == ["60.0", "60.0"]  # mean of 90 and 30 across nodes
     assert row(report, "device utilisation (%)", "peak")[2] == "100.0"

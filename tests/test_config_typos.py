@@ -1,7 +1,7 @@
 """A typo in verlflow's own keys fails at once, in one line naming the key and the nearest valid key.
 
 Recipe ``verlflow:`` blocks (file or ``verlflow.<key>=…`` override), profiles and search configs at any
-depth all go through one typed reader (:func:`verlflow.config.loading.build`), so a misspelt key is never
+depth all go through one typed reader (:func:`verlflow.config.typed_build.build`), so a misspelt key is never
 silently ignored and a value gets its declared type or one clear line.
 """
 
@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from verlflow.config import VerlflowBlock, compose, list_recipes, load_recipe
-from verlflow.config.loading import SEARCH_DIR
+from verlflow.config import SEARCH_DIR, VerlflowBlock, compose, list_recipes, load_recipe
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.search.space import load_search_config
 

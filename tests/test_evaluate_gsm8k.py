@@ -43,7 +43,7 @@ def store(tmp_path_factory):
     with isolated_store(root) as uri:
         checkpoint = resolve_model_path("tiny-qwen3")
         train_run = _train_like_run(checkpoint)
-        version = registry.run_register(train_run, MODEL_NAME)
+        version = registry.register_checkpoint(train_run, MODEL_NAME)
         yield {"uri": uri, "root": root, "checkpoint": checkpoint, "train_run": train_run,
                "version": str(version.version)}
 
@@ -61,7 +61,7 @@ def synthetic_data(store):
 @pytest.mark.slow
 def test_registered_version_on_real_gsm8k_is_scored_logged_and_tagged(store, fixtures_dir):
     gsm8k = fixtures_dir / "gsm8k"  # the first rows of the real splits (tests/fixtures/gsm8k/README.md)
-    result = evaluate.run_evaluate(f"models:/{MODEL_NAME}@challenger", str(gsm8k), "test", 32, "auto")
+    result = evaluate.evaluate_model(f"models:/{MODEL_NAME}@challenger", str(gsm8k), "test", 32, "auto")
 
     client = MlflowClient()
     run = client.get_run(result.run_id)
@@ -92,9 +92,9 @@ def test_score_uses_verl_strict_and_flexible_extraction():
 
 
 def test_train_run_checkpoint_and_folder_can_be_evaluated(store, synthetic_data):
-    by_run = evaluate.run_evaluate(f"runs:/{store['train_run']}", str(synthetic_data), "test", 4, "hf",
+    by_run = evaluate.evaluate_model(f"runs:/{store['train_run']}", str(synthetic_data), "test", 4, "hf",
                                    max_new_tokens=4)
-    by_folder = evaluate.run_evaluate(store["checkpoint"], str(synthetic_data), "test", 4, "hf", max_new_tokens=4)
+    by_folder = evaluate.evaluate_model(store["checkpoint"], str(synthetic_data), "test", 4, "hf", max_new_tokens=4)
     assert by_run.source_run_id == store["train_run"]
     assert by_folder.source_run_id is None
     # Same weights, same prompts, greedy: the same answers.
@@ -113,7 +113,7 @@ def test_train_run_checkpoint_and_folder_can_be_evaluated(store, synthetic_data)
 def test_bad_model_uri_is_one_line_and_opens_no_run(store, synthetic_data, uri, message):
     before = len(mlflow.search_runs(search_all_experiments=True))
     with pytest.raises(VerlflowError, match=message) as info:
-        evaluate.run_evaluate(uri, str(synthetic_data), "test", 2, "auto")
+        evaluate.evaluate_model(uri, str(synthetic_data), "test", 2, "auto")
     assert "\n" not in str(info.value)
     assert len(mlflow.search_runs(search_all_experiments=True)) == before
 

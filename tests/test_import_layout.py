@@ -1,7 +1,8 @@
-"""The package's import graph has no loops and nothing below the command line imports it.
+"""The package's import graph has no loops, between modules or between packages, and nothing imports upward.
 
 Reads every module's source (imports inside functions included, since a lazy import still ties two modules
-together) and walks the graph; a newcomer changing one subpackage should never be pulled round a loop.
+together) and walks the graph; a newcomer changing one subpackage should never be pulled round a loop. The
+steps (``verlflow.steps``) sit above the domain packages: only the command line imports them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import verlflow
 PACKAGE_DIR = Path(verlflow.__file__).parent
 # The modules that sit on top: only entry points and the console script import them.
 TOP = {"verlflow.cli"}
+STEPS_PACKAGE = "verlflow.steps"
+# The packages that hold what the steps call; none of them may import a step.
+DOMAIN = ("config", "data", "device", "backends", "models", "runs", "search", "compare")
 
 
 def module_names() -> dict[str, Path]:
@@ -82,3 +86,60 @@ def test_nothing_below_the_command_line_imports_it():
 def test_the_loop_finder_finds_a_loop():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def package_of(module: str) -> str:
+    """``verlflow.config.schema`` → ``verlflow.config``; a top-level module (``verlflow.names``) is its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package → the other packages its modules import (``verlflow`` itself, the package root, left out)."""
+    packages: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        if name == "verlflow":
+            continue
+        here = package_of(name)
+        packages.setdefault(here, set()).update(package_of(d) for d in deps if d != "verlflow")
+        packages[here].discard(here)
+    return packages
+
+
+def test_the_packages_have_no_import_loop():
+    loop = find_cycle(package_graph(import_graph()))
+    assert loop is None, "package import loop: " + " → ".join(loop)
+
+
+def test_no_domain_package_imports_a_step():
+    graph = import_graph()
+    upward = sorted(f"{name} imports {dep}" for name, deps in graph.items() for dep in deps
+                    if package_of(name) in {f"verlflow.{d}" for d in DOMAIN} and package_of(dep) == STEPS_PACKAGE)
+    assert not upward, upward
+
+
+def test_every_entry_point_runs_a_function_of_the_steps_package():
+    from verlflow.steps import STEPS
+
+    for name, step in STEPS.items():
+        assert step.run.__module__ == f"{STEPS_PACKAGE}.{name}", f"{name}: {step.run.__module__}"
+
+
+def test_the_package_loop_finder_sees_a_loop_the_module_graph_does_not():
+    modules = {"verlflow.a.x": {"verlflow.b.y"}, "verlflow.b.y": set(), "verlflow.b.z": {"verlflow.a.w"},
+               "verlflow.a.w": set()}
+    assert find_cycle(modules) is None
+    assert find_cycle(package_graph(modules)) == ["verlflow.a", "verlflow.b", "verlflow.a"]
+
+
+def test_outside_config_every_import_goes_through_its_facade():
+    # verlflow.config's __init__ names what the rest of the package may use; its modules are its own business.
+    reached_past = []
+    for name, path in module_names().items():
+        if package_of(name) == "verlflow.config":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            reached_past += [f"{name} imports {m}" for m in imported if m.startswith("verlflow.config.")]
+    assert not reached_past, reached_past

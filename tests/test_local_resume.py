@@ -16,9 +16,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from verlflow import config, tracking
+from verlflow import config
 from verlflow.backends.local.trainer import train_local
 from verlflow.data import gsm8k
+from verlflow.runs import tracking
 
 STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=3"]
 

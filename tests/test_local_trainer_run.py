@@ -14,11 +14,13 @@ import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verlflow import config, tracking
+from verlflow import config
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
+from verlflow.config import Device
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
+from verlflow.runs import tracking
 
 PER_STEP = [
     "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/adv",
@@ -141,4 +143,4 @@ def test_guide_recipe_keys_the_local_trainer_cannot_honour_are_named(workdir):
     # Dynamic batching (3000 tokens per device, 1024 + 1024-token sequences) becomes fixed micro-batches.
     micro = (settings.ppo_micro_batch_size, settings.log_prob_micro_batch, settings.ref_log_prob_micro_batch)
     assert micro == (1, 2, 4)
-    assert settings.device == "cuda" and settings.n == 5
+    assert settings.device == Device.GPU and settings.n == 5

@@ -16,9 +16,9 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
-from verlflow.compare.step import run_compare
+from verlflow.compare.comparison import compare_runs
 from verlflow.names import VAL_ACCURACY, VAL_ACCURACY_VERL09, canonical_metric, find_metric
+from verlflow.runs import tracking
 from verlflow.search.trial import TrialRunner
 
 VERL09_TRIAL = textwrap.dedent("""
@@ -75,7 +75,7 @@ def test_compare_draws_the_validation_curve_of_a_050_run_and_a_09_run(tracking_u
     new = _train_run("verl-0.9", "val-core/openai/gsm8k/acc/mean@1", [0.2, 0.5])
     assert VAL_ACCURACY not in MlflowClient().get_run(new).data.metrics  # only 0.9's name is in the run
 
-    result = run_compare(old, new, str(tmp_path / "out"))
+    result = compare_runs(old, new, str(tmp_path / "out"))
 
     assert result.baseline.histories[VAL_ACCURACY] == [(1, 0.2), (2, 0.4)]
     assert result.candidate.histories[VAL_ACCURACY] == [(1, 0.2), (2, 0.5)]

@@ -16,11 +16,12 @@ import yaml
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
-from verlflow import pipeline
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import check_alias
 from verlflow.runs import experiments, naming
 from verlflow.runs.naming import is_generated_name, short_overrides, train_run_description, train_run_name
+from verlflow.step_requests import MainRequest
+from verlflow.steps import main as pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
@@ -54,13 +55,14 @@ def _search_config(tmp_path: Path) -> Path:
 @pytest.mark.timeout(2400)
 def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tracking_uri, tmp_path, monkeypatch,
                                                                                tiny_workdir):
-    from verlflow.search.step import run_search
+    from verlflow.step_requests import SearchRequest
+    from verlflow.steps.search import run_search
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
     client = MlflowClient()
-    first = pipeline.run_main("tiny", "cpu", "", "", "data.seed=2")
-    second = pipeline.run_main("tiny", "cpu", "", "", "data.seed=2")
+    first = pipeline.run_main(MainRequest("tiny", "cpu", "", "", "data.seed=2"))
+    second = pipeline.run_main(MainRequest("tiny", "cpu", "", "", "data.seed=2"))
 
     # One experiment, the recipe's, opened by the UI in its model-training view.
     experiment = client.get_experiment_by_name("verlflow/tiny")
@@ -98,8 +100,9 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tr
 
     # A search evaluates its best trial, registers it under its own alias and leaves main's aliases alone.
     aliases_before = dict(client.get_registered_model(MODEL_NAME).aliases)
-    result = run_search("tiny", "cpu", 2, "conv", str(tmp_path / "study.journal"), "none",
-                        str(_search_config(tmp_path)), data_dir=str(preprocess.data.tags["verlflow.data_dir"]))
+    result = run_search(SearchRequest("tiny", "cpu", 2, study_name="conv", storage=str(tmp_path / "study.journal"),
+                                      pruner="none", search_config=str(_search_config(tmp_path)),
+                                      data_dir=str(preprocess.data.tags["verlflow.data_dir"])))
     model = client.get_registered_model(MODEL_NAME)
     assert {a: v for a, v in model.aliases.items() if a != "search-best"} == aliases_before
     best = client.get_model_version_by_alias(MODEL_NAME, "search-best")
@@ -202,7 +205,7 @@ def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_ful
 def test_search_plots_are_logged_as_png_and_interactive_html_with_short_parameter_labels(tracking_uri):
     import optuna
 
-    from verlflow.search.step import log_plots
+    from verlflow.search.results import log_plots
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")

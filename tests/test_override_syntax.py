@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from verlflow import config
 from verlflow.backends.verl.command import STDOUT_MARKER, build_plan
-from verlflow.config.verl_schema import verl_config_dir
+from verlflow.config import verl_config_dir
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 
 NAME_KEYS = ("trainer.project_name", "trainer.experiment_name")

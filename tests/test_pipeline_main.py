@@ -19,8 +19,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow import names as metrics
-from verlflow import pipeline
 from verlflow.errors import VerlflowError
+from verlflow.step_requests import MainRequest
+from verlflow.steps import main as pipeline
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-qwen3-gsm8k-smoke"  # the smoke recipe's verlflow.model_name
@@ -71,7 +72,7 @@ def test_main_on_the_embedded_default_learns_promotes_and_reuses(tmp_path, monke
     (parent,) = client.search_runs(["0"], "tags.`verlflow.step` = 'main'")
     assert parent.info.status == "FINISHED"
     children = _children(client, parent.info.run_id)
-    assert sorted(children) == sorted([*pipeline.STEPS, pipeline.BASE_EVAL])
+    assert sorted(children) == sorted([*pipeline.CHAIN, pipeline.BASE_EVAL])
     assert {r.info.status for r in children.values()} == {"FINISHED"}
     assert parent.data.params["recipe"] == "smoke"  # logged by `mlflow run` itself
 
@@ -132,14 +133,14 @@ def test_main_on_the_embedded_default_learns_promotes_and_reuses(tmp_path, monke
 ])
 def test_bad_input_fails_before_any_run(tracking_uri, recipe, overrides, message):
     with pytest.raises(VerlflowError, match=message):
-        pipeline.run_main(recipe, "cpu", "", "", overrides)
+        pipeline.run_main(MainRequest(recipe, "cpu", "", "", overrides))
     assert mlflow.search_runs(search_all_experiments=True).empty
 
 
 def test_a_step_that_fails_leaves_its_child_and_the_parent_failed(tracking_uri, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(VerlflowError, match="source folder 'missing/folder' does not exist"):
-        pipeline.run_main("smoke", "cpu", "missing/folder", "", "")
+        pipeline.run_main(MainRequest("smoke", "cpu", "missing/folder", "", ""))
     client = MlflowClient()
     runs = client.search_runs([client.get_experiment_by_name("verlflow/smoke").experiment_id])
     assert {r.data.tags["verlflow.step"]: r.info.status for r in runs} == {"main": "FAILED", "preprocess": "FAILED"}

@@ -54,16 +54,16 @@ def _holder(client: MlflowClient, alias: str = "champion") -> str:
 
 def test_champion_moves_only_to_a_strictly_better_version(client, capsys):
     v1 = _version(client, 0.25)
-    first = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    first = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (first.moved, first.version, _holder(client)) == (True, v1, v1)
 
     _version(client, 0.25)  # equal: stays
-    same = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    same = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (same.moved, _holder(client)) == (False, v1)
     assert "not strictly better" in capsys.readouterr().out
 
     v3 = _version(client, 0.5)
-    better = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+    better = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (better.moved, better.previous_version, _holder(client)) == (True, v1, v3)
     out = capsys.readouterr().out
     assert f"version {v1} → version {v3}" in out and "0.5 is better than 0.25" in out
@@ -76,8 +76,8 @@ def test_force_moves_to_the_best_even_when_only_equal(client):
     v1 = _version(client, 0.25)
     client.set_registered_model_alias(NAME, "champion", v1)
     v2 = _version(client, 0.25)
-    assert not registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False).moved
-    forced = registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", True)
+    assert not registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False).moved
+    forced = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", True)
     assert (forced.moved, _holder(client)) == (True, v2)
 
 
@@ -85,7 +85,7 @@ def test_other_metrics_come_from_the_source_run(client):
     _version(client, score_mean=0.1)
     v2 = _version(client, score_mean=0.3)
     _version(client)  # no value: not a candidate
-    decision = registry.run_promote(NAME, "critic/score/mean", "best-train-score", False)
+    decision = registry.promote_best(NAME, "critic/score/mean", "best-train-score", False)
     assert (decision.version, decision.value) == (v2, 0.3)
     assert _holder(client, "best-train-score") == v2
 
@@ -120,15 +120,15 @@ def test_an_alias_mlflow_rejects_is_one_line_and_opens_no_run(client, alias):
     _version(client, 0.5)
     before = len(mlflow.search_runs(search_all_experiments=True))
     with pytest.raises(VerlflowError, match=f"alias '{alias}' is rejected by MLflow") as info:
-        registry.run_promote(NAME, "eval/gsm8k/accuracy", alias, False)
+        registry.promote_best(NAME, "eval/gsm8k/accuracy", alias, False)
     assert "\n" not in str(info.value)
     assert len(mlflow.search_runs(search_all_experiments=True)) == before
 
 
 def test_unknown_model_and_unscored_versions_are_refused(client):
     with pytest.raises(VerlflowError, match="no registered model 'nope'"):
-        registry.run_promote("nope", "eval/gsm8k/accuracy", "champion", False)
+        registry.promote_best("nope", "eval/gsm8k/accuracy", "champion", False)
     _version(client)
     with pytest.raises(VerlflowError, match="no version of 'promo' has a value for 'eval/gsm8k/accuracy'"):
-        registry.run_promote(NAME, "eval/gsm8k/accuracy", "champion", False)
+        registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'RUNNING'").empty

@@ -51,7 +51,7 @@ def checkpoint() -> str:
 @pytest.mark.slow
 def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipeline(store, checkpoint):
     run_id = _train_like_run(checkpoint)
-    mv = registry.run_register(run_id, "")  # '' → the recipe's model name
+    mv = registry.register_checkpoint(run_id, "")  # '' → the recipe's model name
 
     client = MlflowClient()
     name = "tiny-qwen3-gsm8k-smoke"
@@ -72,14 +72,14 @@ def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipel
     assert register_run.info.status == "FINISHED"
     assert register_run.data.tags["verlflow.source_run_id"] == run_id
     # Registering the same train run again returns its version: no copy, no new version.
-    assert registry.run_register(run_id, "").version == mv.version
+    assert registry.register_checkpoint(run_id, "").version == mv.version
     assert len(client.search_model_versions(f"name='{name}'")) == 1
     requirements = mlflow.pyfunc.get_model_dependencies(f"models:/{name}/{mv.version}")
     pinned = open(requirements).read()
     assert "transformers==" in pinned and "torch==" in pinned
 
     client.set_model_version_tag(name, mv.version, "eval.gsm8k.accuracy", "0.5")
-    registry.run_promote(name, "eval/gsm8k/accuracy", "champion", False)
+    registry.promote_best(name, "eval/gsm8k/accuracy", "champion", False)
     pipe = mlflow.transformers.load_model(f"models:/{name}@champion")
     out = pipe("Ava has 3 apples.", max_new_tokens=4, do_sample=False)
     assert out[0]["generated_text"].startswith("Ava has 3 apples.")
@@ -90,7 +90,7 @@ def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipel
 def test_a_train_run_that_did_not_finish_is_refused(store, checkpoint, status):
     run_id = _train_like_run(checkpoint, status=status)
     with pytest.raises(VerlflowError, match=f"run {run_id} is {status}, not FINISHED") as info:
-        registry.run_register(run_id, "m")
+        registry.register_checkpoint(run_id, "m")
     assert "\n" not in str(info.value)
     assert not MlflowClient().search_registered_models(filter_string="name = 'm'")
     assert _running_runs() == 0
@@ -99,14 +99,14 @@ def test_a_train_run_that_did_not_finish_is_refused(store, checkpoint, status):
 def test_a_run_without_checkpoint_is_refused(store):
     run_id = _train_like_run(None)
     with pytest.raises(VerlflowError, match="has no final checkpoint"):
-        registry.run_register(run_id, "m")
+        registry.register_checkpoint(run_id, "m")
     assert _running_runs() == 0
 
 
 def test_a_checkpoint_folder_that_is_gone_is_refused(store, tmp_path):
     run_id = _train_like_run(str(tmp_path / "deleted"))
     with pytest.raises(VerlflowError, match="checkpoint of run .* is missing"):
-        registry.run_register(run_id, "m")
+        registry.register_checkpoint(run_id, "m")
 
 
 def test_cli_refuses_a_run_id_that_does_not_exist(store, tmp_path):

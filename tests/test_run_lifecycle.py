@@ -13,12 +13,12 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import cli, names
 from verlflow.runs import lifecycle
-from verlflow.tracking import tracked_run
+from verlflow.runs.tracking import tracked_run
 
 SLEEPER = textwrap.dedent(
     """
     import time, mlflow
-    from verlflow.tracking import tracked_run
+    from verlflow.runs.tracking import tracked_run
     with tracked_run(run_name="doomed") as run:
         mlflow.log_metric("timing_s/step", 2.0, step=1)
         print(run.info.run_id, flush=True)

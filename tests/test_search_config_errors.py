@@ -37,11 +37,13 @@ def _refused(tmp_path, monkeypatch, config_path: Path, data_dir: Path) -> str:
     from mlflow.tracking import MlflowClient
 
     from verlflow.errors import VerlflowError
-    from verlflow.search.step import run_search
+    from verlflow.step_requests import SearchRequest
+    from verlflow.steps.search import run_search
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(VerlflowError) as exc_info:
-        run_search("tiny", "cpu", 1, "", "", "median", str(config_path), data_dir=str(data_dir))
+        run_search(SearchRequest("tiny", "cpu", 1, pruner="median", search_config=str(config_path),
+                                 data_dir=str(data_dir)))
     assert not (tmp_path / "optuna").exists(), "no study may be created for a refused search config"
     client = MlflowClient()
     assert not client.search_runs([e.experiment_id for e in client.search_experiments()])

@@ -14,7 +14,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
-from verlflow.search.step import run_search
+from verlflow.step_requests import SearchRequest
+from verlflow.steps.search import run_search
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
@@ -32,8 +33,8 @@ def test_four_smoke_trials_give_distinct_objectives_and_the_best_is_registered(t
     config_path = tmp_path / "short.yaml"
     config_path.write_text(yaml.safe_dump(search))
 
-    result = run_search("smoke", "cpu", 4, "learns", str(tmp_path / "study.journal"), "none", str(config_path),
-                        data_dir=str(tmp_path / "data"))
+    result = run_search(SearchRequest("smoke", "cpu", 4, study_name="learns", storage=str(tmp_path / "study.journal"),
+                                      pruner="none", search_config=str(config_path), data_dir=str(tmp_path / "data")))
 
     client = MlflowClient()
     experiment_ids = [e.experiment_id for e in client.search_experiments()]

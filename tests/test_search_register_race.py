@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 WORKER = """
 import sys
-from verlflow.search.step import register_best
+from verlflow.search.results import register_best
 print(register_best(sys.argv[1], sys.argv[2]).version)
 """
 

@@ -184,7 +184,8 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
 
 
 def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, tracking_uri, smoke_store):
-    from verlflow.search.step import run_search
+    from verlflow.step_requests import SearchRequest
+    from verlflow.steps.search import run_search
 
     # 200 steps, validated after each: a trial that is not stopped runs for minutes.
     search_config = _short_search_config(tmp_path, steps=200, n_startup_trials=2, n_warmup_steps=0)
@@ -202,8 +203,8 @@ def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, trac
                                        intermediate_values={1: 1.0, 2: 1.0}))
 
     monkeypatch.chdir(tmp_path)
-    result = run_search("tiny", "cpu", 1, "p", str(journal), "median", str(search_config),
-                        data_dir=str(smoke_store.data_dir))
+    result = run_search(SearchRequest("tiny", "cpu", 1, study_name="p", storage=str(journal), pruner="median",
+                                      search_config=str(search_config), data_dir=str(smoke_store.data_dir)))
     assert result.trial_counts == {"COMPLETE": 2, "PRUNED": 1}
     client = MlflowClient()
     (child,) = _runs(client, f"tags.`mlflow.parentRunId` = '{result.parent_run_id}' and "

@@ -17,8 +17,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
-from verlflow.runs import metric_buffer
+from verlflow.runs import metric_buffer, tracking
 
 STEPS, KEYS = 50, 20
 

@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
 from verlflow.runs import naming as run_names
-from verlflow.train import run_train
+from verlflow.step_requests import TrainRequest
+from verlflow.steps.train import run_train
 
 TESTS = Path(__file__).resolve().parent
 A3_16 = TESTS / "fixtures" / "device" / "npu-smi-info-a3-16chip.txt"
@@ -46,7 +47,7 @@ def fake_npu_smi(monkeypatch, data_dir, tmp_path, tracking_uri, tiny_workdir):
 
 def train(data_dir: Path, overrides: str = FAST_SAMPLING):
     """The train step as `verlflow train --device cpu --backend local --overrides ...` runs it."""
-    return run_train("tiny", "cpu", "cpu", str(data_dir / "data"), "", overrides, "local", False, "")
+    return run_train(TrainRequest("tiny", "cpu", "cpu", str(data_dir / "data"), "", overrides, "local", False, ""))
 
 
 def warnings_about_system_metrics(caplog) -> list[str]:

@@ -24,7 +24,7 @@ from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
-from verlflow.compare.step import run_compare
+from verlflow.compare.comparison import compare_runs
 
 REPO = Path(__file__).resolve().parents[1]
 # Two steps, validating on the last: every per-step curve has two points; same values for both backends.
@@ -194,7 +194,7 @@ def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_key
           "--overrides", RECIPE_OVERRIDES],
          verl_cpu.env, verl_cpu.workdir)
     local = next(r for r in _train_runs(verl_cpu.uri) if r.data.tags["verlflow.backend"] == "local")
-    result = run_compare(local.info.run_id, verl_cpu.run_id, str(verl_cpu.workdir / "compare"))
+    result = compare_runs(local.info.run_id, verl_cpu.run_id, str(verl_cpu.workdir / "compare"))
     printed = capsys.readouterr().out
     assert not result.recipes_differ and "RECIPES DIFFER" not in printed, [r.key for r in result.diff.recipe]
     assert {r.key: (r.baseline, r.candidate) for r in result.diff.launch}["tag verlflow.backend"] == ("local", "verl")

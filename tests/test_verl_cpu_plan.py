@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from verlflow import config
+from verlflow.backends.train_setup import choose_train_setup
 from verlflow.backends.verl.backend import preflight
 from verlflow.backends.verl.command import build_plan
 from verlflow.data import gsm8k
 from verlflow.errors import VerlflowError
-from verlflow.train import choose_train_setup
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
+from verlflow.runs import tracking
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE_VERL = "0.5.0"

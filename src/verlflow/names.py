@@ -22,7 +22,6 @@ TIMING_GEN = "timing_s/gen"
 TIMING_UPDATE_ACTOR = "timing_s/update_actor"
 SCORE_MEAN = "critic/score/mean"
 VAL_ACCURACY = "val-core/openai/gsm8k/reward/mean_at_1"
-VAL_ACCURACY_RAW = "val-core/openai/gsm8k/reward/mean@1"
 # verl 0.9.x's reward loop adds an ``acc`` entry to each response's extra info, and verl's validation then
 # names its core metric after ``acc`` instead of ``reward`` (ray_trainer's ``core_var``).
 VAL_ACCURACY_VERL09 = "val-core/openai/gsm8k/acc/mean_at_1"

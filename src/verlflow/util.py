@@ -1,5 +1,5 @@
-"""Small helpers several subpackages need, each written once: error lines, secrets, filters, the hub probe, GC,
-numeric settings from the environment.
+"""Small helpers several subpackages need, each written once: error lines, secrets (in names and URLs), filters,
+output folders, the hub probe, GC, numeric settings from the environment.
 
 Nothing here knows about recipes, runs or devices; a helper moves here when a second module needs it.
 """
@@ -13,12 +13,16 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 # A name containing one of these words holds a secret: never logged, shown masked.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PWD", "CREDENTIAL", "AUTH",
                 "COOKIE", "HEADER", "PRIVATE", "CERT")
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 HUB_PROBE_TIMEOUT_S = 3.0
+# A URL query parameter or an override key whose name says it holds a secret.
+_SECRET_QUERY_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|api_?key|access_?key|credential", re.IGNORECASE)
 # Numeric environment settings read by env_number() whose value could not be used: name -> the error line.
 _BAD_ENV_NUMBERS: dict[str, str] = {}
 
@@ -123,3 +127,46 @@ def check_env_numbers() -> None:
     for name, line in _BAD_ENV_NUMBERS.items():
         if os.environ.get(name, "").strip():  # still set as it was read
             raise VerlflowError(line)
+
+
+def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:
+    """A folder we may create and write in: no existing file on its path, and writable where it exists."""
+    from verlflow.errors import VerlflowError
+
+    folder = Path(path).expanduser()
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "is" if part == folder else f"lies under {part}, which is"
+                raise VerlflowError(f"{what} '{path}' {where} a file, not a folder: give a folder path")
+            if not os.access(part, os.W_OK | os.X_OK):
+                raise VerlflowError(f"{what} '{path}': no permission to write in {part}")
+            break
+    return folder
+
+
+def url_secret(url: str) -> str | None:
+    """Where a URL carries a secret, in words (``its user part``, ``query parameter 'sslpassword'``), or None.
+
+    Secrets ride in the user part (``user:password@``) or in query parameters whose name looks secret
+    (``password=``, ``sslpassword=``, ``token=``, ``api_key=``); a parameter whose value is a file path
+    (libpq's ``sslkey=/path``) names where a secret is kept, not the secret, and is allowed.
+    """
+    if "://" not in url:
+        return None
+    parts = urlsplit(url)
+    try:
+        password = parts.password
+    except ValueError:  # an unparsable port: no user part worth reading
+        password = None
+    if password:  # an empty one (a local socket's trust login) holds nothing secret
+        return "a password in its user part (user:password@)"
+    for key, value in parse_qsl(parts.query, keep_blank_values=False):
+        if _SECRET_QUERY_KEY.search(key) and value and not is_path(value):
+            return f"query parameter '{key}'"
+    return None
+
+
+def is_path(value: str) -> bool:
+    """Whether ``value`` reads as a file path (a leading ``/ ~ ./ ../`` or an existing file)."""
+    return value.startswith(("/", "~", "./", "../")) or Path(value).is_file()

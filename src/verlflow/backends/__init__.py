@@ -1,5 +1,5 @@
 """Where training happens: :mod:`.verl` (verl itself, on NPU/GPU nodes) or :mod:`.local` (the embedded trainer).
 
-:mod:`verlflow.train` chooses one from the device and the ``backend`` parameter; both take the same composed
+:mod:`.train_setup` chooses one from the device and the ``backend`` parameter; both take the same composed
 config and log the same metric names.
 """

@@ -22,7 +22,7 @@ from verlflow import config
 from verlflow.compare.snapshot import MISSING
 from verlflow.errors import VerlflowError
 from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG
-from verlflow.steps import STEPS
+from verlflow.step_requests import REQUEST_TYPES, params_of
 
 if TYPE_CHECKING:
     from verlflow.compare.snapshot import RunSnapshot
@@ -216,4 +216,4 @@ def _interpolating_keys(keys: set[str]) -> set[str]:
 
 def launch_param_names() -> set[str]:
     """Names of the step parameters ``mlflow run`` logs as params (``device``, ``overrides`` …)."""
-    return {p.name for step in STEPS.values() for p in step.params}
+    return {p.name for request_type in REQUEST_TYPES for p in params_of(request_type)}

@@ -2,7 +2,7 @@
 
     python -c "from verlflow.compare.report import mean_relative_difference as m; print(m([1, 2], [1.01, 2]))"
 
-Everything here works on :class:`RunSnapshot` objects (what :mod:`verlflow.compare.step` read from the
+Everything here works on :class:`RunSnapshot` objects (what :mod:`verlflow.compare.comparison` read from the
 tracking store in one pass per run), so it is plain computation: no MLflow calls, no files.
 """
 
@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from verlflow import names as metrics
+from verlflow import names
 from verlflow.compare.diff import ConfigDiff
 from verlflow.compare.snapshot import MISSING, RunSnapshot
 from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG, VERSION_TAG
@@ -50,10 +50,10 @@ VERSION_ROWS: list[tuple[str, str]] = [
 
 # §6.3 of the guide: the four figures it reports, in its words, then every other timing_s_mean/*.
 GUIDE_TIMINGS: list[tuple[str, str]] = [
-    (metrics.TIMING_E2E, "end-to-end time (端到端时间)"),
-    (f"{metrics.TIMING_MEAN_PREFIX}gen", "mean generation time (平均生成时间)"),
-    (f"{metrics.TIMING_MEAN_PREFIX}update_actor", "mean actor update time (平均演员更新时间)"),
-    (f"{metrics.TIMING_MEAN_PREFIX}step", "mean step time (平均步骤时间)"),
+    (names.TIMING_E2E, "end-to-end time (端到端时间)"),
+    (f"{names.TIMING_MEAN_PREFIX}gen", "mean generation time (平均生成时间)"),
+    (f"{names.TIMING_MEAN_PREFIX}update_actor", "mean actor update time (平均演员更新时间)"),
+    (f"{names.TIMING_MEAN_PREFIX}step", "mean step time (平均步骤时间)"),
 ]
 
 # Where the report's curve images sit, relative to the report: the grid and one file per curve.
@@ -68,8 +68,8 @@ def curve_filename(key: str) -> str:
 
 # §6.2 of the guide: the curves, with a title a reader knows them by.
 CURVES: list[tuple[str, str]] = [
-    (metrics.SCORE_MEAN, "reward (mean score)"),
-    (metrics.VAL_ACCURACY, "validation accuracy"),
+    (names.SCORE_MEAN, "reward (mean score)"),
+    (names.VAL_ACCURACY, "validation accuracy"),
     ("response_length/mean", "response length (tokens)"),
     ("actor/entropy", "entropy"),
     ("actor/kl_loss", "KL loss"),
@@ -150,7 +150,7 @@ def timing_label(key: str) -> str:
     for guide_key, label in GUIDE_TIMINGS:
         if key == guide_key:
             return label
-    return f"mean {key.removeprefix(metrics.TIMING_MEAN_PREFIX).replace('_', ' ')} time"
+    return f"mean {key.removeprefix(names.TIMING_MEAN_PREFIX).replace('_', ' ')} time"
 
 
 def timing_keys(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
@@ -161,7 +161,7 @@ def timing_keys(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
             k
             for r in (baseline, candidate)
             for k in r.metrics
-            if k.startswith(metrics.TIMING_MEAN_PREFIX) and k not in guide
+            if k.startswith(names.TIMING_MEAN_PREFIX) and k not in guide
         }
     )
     return guide + others

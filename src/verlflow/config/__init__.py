@@ -13,44 +13,84 @@ Overrides use verl's dotted form (``actor_rollout_ref.rollout.n=8``) with Hydra'
 ``++key``, ``~key``). Two prefixes reach our own blocks: ``verlflow.<key>=…`` edits the recipe's
 ``verlflow:`` block and ``profile.<field>=…`` edits the profile (``profile.env.OMP_NUM_THREADS=1``).
 
-This package, one job per module (each imports its siblings, never this facade):
+This package, one job per module (each imports its siblings, never this facade; every module outside the
+package imports from this facade only, tests/test_import_layout.py):
 
-- :mod:`~verlflow.config.schema` — the typed schemas: :class:`~verlflow.config.schema.Profile` and the
+- :mod:`~verlflow.config.schema` — the typed schemas: :class:`Device` (npu/gpu/cpu), :class:`Profile` and the
   recipe's ``verlflow:`` block, :class:`VerlflowBlock` (every key, its type, its default, one comment each).
 - :mod:`~verlflow.config.loading` — find a recipe, profile or search config by name or ``.yaml`` path, read it
-  into its schema (:func:`~verlflow.config.loading.build`); the one "unknown key, did you mean …" message.
+  into its schema.
+- :mod:`~verlflow.config.typed_build` — a mapping → a schema dataclass (:func:`build`), overrides applied to one;
+  the one "unknown key, did you mean …" message.
+- :mod:`~verlflow.config.device_defaults` — what ``auto`` means on each device (recipe, profile).
+- :mod:`~verlflow.config.counts`, :mod:`~verlflow.config.credentials` — counts of a composed config; overrides
+  that look like credentials.
 - :mod:`~verlflow.config.overrides` — ``key=value`` syntax: parsing, dotted keys, Hydra quoting.
 - :mod:`~verlflow.config.verl_schema` — the installed verl's defaults; overrides checked against them.
 - :mod:`~verlflow.config.compose` — :func:`compose` and its result, :class:`ComposedConfig`.
 
 Data next to the code: ``recipes/``, ``profiles/``, ``search/`` (search configs) and ``stacks/`` (the guide's
 cluster images) under :data:`CONFIG_ROOT`. The names below are the ones the rest of verlflow imports from
-here, plus :class:`VerlflowBlock`, the type of ``ComposedConfig.verlflow``.
+here.
 """
 
 from __future__ import annotations
 
-from verlflow.config.compose import ComposedConfig, compose
-from verlflow.config.loading import CONFIG_ROOT, list_profiles, list_recipes, load_profile, load_recipe
-from verlflow.config.overrides import DELETE, flatten_tree, parse_overrides, split_prefix
-from verlflow.config.schema import VerlflowBlock
-from verlflow.config.verl_schema import hydra_overrides, validate_against_verl, verl_default_keys, verl_defaults
+from verlflow.config.compose import OWN_PREFIX, ComposedConfig, compose
+from verlflow.config.counts import check_config_counts, config_count_problems
+from verlflow.config.credentials import credential_problems
+from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
+from verlflow.config.loading import (
+    CONFIG_ROOT,
+    SEARCH_DIR,
+    list_profiles,
+    list_recipes,
+    load_named_yaml,
+    load_profile,
+    load_recipe,
+)
+from verlflow.config.overrides import DELETE, LiteralText, flatten_tree, parse_overrides, split_prefix
+from verlflow.config.schema import Device, Profile, VerlflowBlock
+from verlflow.config.typed_build import build, nearest, with_overrides
+from verlflow.config.verl_schema import (
+    hydra_overrides,
+    validate_against_verl,
+    verl_config_dir,
+    verl_default_keys,
+    verl_defaults,
+)
 
 __all__ = [
     "CONFIG_ROOT",
     "DELETE",
+    "OWN_PREFIX",
+    "PROFILE_FOR_DEVICE",
+    "SEARCH_DIR",
+    "VERL_CPU_PROFILE",
     "ComposedConfig",
+    "Device",
+    "LiteralText",
+    "Profile",
     "VerlflowBlock",
+    "build",
+    "check_config_counts",
     "compose",
+    "config_count_problems",
+    "credential_problems",
+    "default_recipe",
     "flatten_tree",
     "hydra_overrides",
     "list_profiles",
     "list_recipes",
+    "load_named_yaml",
     "load_profile",
     "load_recipe",
+    "nearest",
     "parse_overrides",
     "split_prefix",
     "validate_against_verl",
+    "verl_config_dir",
     "verl_default_keys",
     "verl_defaults",
+    "with_overrides",
 ]

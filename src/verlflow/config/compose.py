@@ -5,7 +5,7 @@
 Order: recipe < profile < the caller's ``extra`` keys < the user's overrides. The verl part is checked
 against the installed verl (:mod:`verlflow.config.verl_schema`); ``verlflow.<key>=…`` overrides edit the
 recipe's ``verlflow:`` block and ``profile.<field>=…`` the profile, both checked and typed like their files
-(:func:`verlflow.config.loading.with_overrides`).
+(:func:`verlflow.config.typed_build.with_overrides`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.config.loading import OWN_BLOCK, load_profile, load_recipe, with_overrides
+from verlflow.config.credentials import credential_problems
+from verlflow.config.loading import OWN_BLOCK, load_profile, load_recipe
 from verlflow.config.overrides import ADD, DELETE_PREFIX, FORCE_ADD, flatten_tree, parse_overrides, split_prefix
 from verlflow.config.schema import PROFILE_OVERRIDE_FIXED, Profile, VerlflowBlock
+from verlflow.config.typed_build import with_overrides
 from verlflow.config.verl_schema import in_verl_schema, validate_against_verl
 from verlflow.errors import raise_problems
-from verlflow.input_checks import credential_problems
 
 # Override prefixes of our own blocks: the recipe's ``verlflow:`` block and the profile.
 OWN_PREFIX, PROFILE_PREFIX = f"{OWN_BLOCK}.", "profile."

@@ -4,17 +4,47 @@
 
 Each field is declared once here, with its type, its default and a one-line comment: the place to look up
 what a key of a profile file or of a recipe's ``verlflow:`` block means. Reading YAML or overrides into these
-classes (unknown keys, type conversion) is :func:`verlflow.config.loading.build`.
+classes (unknown keys, type conversion) is :func:`verlflow.config.typed_build.build`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
-from verlflow.device.detect import DEVICE_TYPES as DEVICES
 from verlflow.errors import VerlflowError
+
+
+class Device(StrEnum):
+    """The accelerator a run drives: the one name for it in profiles, detection, backends and run tags.
+
+    A profile decides it (``device:`` of ``config/profiles/<name>.yaml``); the ``device`` step parameter
+    only chooses the profile. It is a ``str`` (``Device.GPU == "gpu"``), so tags and JSON read as before.
+    """
+
+    NPU = "npu"
+    GPU = "gpu"
+    CPU = "cpu"
+
+    @property
+    def torch_type(self) -> str:
+        """The name torch and verl's ``trainer.device`` use for it: ``cuda`` for a GPU, else the same."""
+        return "cuda" if self is Device.GPU else self.value
+
+    @property
+    def word(self) -> str:
+        """How messages name it: ``NPU``, ``CUDA GPU``, ``CPU``."""
+        return "CUDA GPU" if self is Device.GPU else self.value.upper()
+
+    @classmethod
+    def of_torch(cls, name: str) -> Device | None:
+        """The device for a torch / ``trainer.device`` name (``cuda`` → gpu; ``gpu`` too); None when unknown."""
+        return next((d for d in cls if name in (d.value, d.torch_type)), None)
+
+
+DEVICES = tuple(Device)
 
 
 @dataclass
@@ -24,7 +54,7 @@ class Profile:
     # The file's stem (a3, h20, cpu, …); set from the file name, not a key of the file.
     name: str
     # npu | gpu | cpu: which accelerator this profile drives.
-    device: str
+    device: Device
     # One line for people: what machine this is.
     description: str = ""
     # Exported before launch (A3: TASK_QUEUE_ENABLE=2 enables the two-level task pipeline).
@@ -40,6 +70,7 @@ class Profile:
         """Refuse a device verlflow cannot drive, whichever way the profile was made (file, override)."""
         if self.device not in DEVICES:
             raise VerlflowError(f"profile '{self.name}' has device '{self.device}': use one of {', '.join(DEVICES)}")
+        self.device = Device(self.device)
 
     def to_dict(self) -> dict[str, Any]:
         """The profile as plain data, for ``device_profile.json`` and run comparison."""

@@ -21,8 +21,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.config.loading import nearest
 from verlflow.config.overrides import ADD, DELETE, DELETE_PREFIX, FORCE_ADD, flatten_tree, split_prefix, to_hydra_value
+from verlflow.config.typed_build import nearest
 from verlflow.errors import NO_VALUE, Problem, VerlflowError, raise_problems
 
 

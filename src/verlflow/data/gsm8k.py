@@ -165,7 +165,7 @@ def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     path = Path(data_dir) / f"{split}.parquet"
     if not path.is_file():
         raise VerlflowError(f"no {split}.parquet in {data_dir}: run `mlflow run . -e preprocess` first")
-    from verlflow.input_checks import check_parquet_split
+    from verlflow.data.checks import check_parquet_split
 
     check_parquet_split(path)
     return pd.DataFrame(pq.read_table(path).to_pylist())

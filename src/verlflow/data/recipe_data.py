@@ -15,9 +15,7 @@ step run after ``main`` finds its data. When the folder lacks a split:
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from verlflow.data.gsm8k import default_output_dir
@@ -34,10 +32,7 @@ def default_data_dir(source: str) -> Path:
 
 def recipe_source(recipe: str, overrides: str = "") -> str:
     """The recipe's ``verlflow.data_source`` after ``verlflow.*`` overrides, without composing verl's config."""
-    from verlflow.config.compose import OWN_PREFIX
-    from verlflow.config.loading import load_recipe, with_overrides
-    from verlflow.config.overrides import parse_overrides
-    from verlflow.config.schema import VerlflowBlock
+    from verlflow.config import OWN_PREFIX, VerlflowBlock, load_recipe, parse_overrides, with_overrides
 
     _, block, _ = load_recipe(recipe)
     own = {k.removeprefix(OWN_PREFIX): v for k, v in parse_overrides(overrides).items() if k.startswith(OWN_PREFIX)}
@@ -124,19 +119,8 @@ def prepare(source: str, folder: Path) -> str:
     Under ``mlflow run -e <step>`` the step's run already exists (``MLFLOW_RUN_ID``): the preprocess run
     becomes its child instead of attaching to it.
     """
-    from verlflow.data.step import run_preprocess
+    from verlflow.data.preprocess_run import preprocess_in_run
 
-    with _detached() as parent:
-        result = run_preprocess(source=source, output_dir=str(folder), limit=0, own_run=True, parent_run_id=parent)
+    step_run = os.environ.get("MLFLOW_RUN_ID")  # the step's own run under mlflow run: the new run's parent
+    result = preprocess_in_run(source=source, output_dir=str(folder), limit=0, own_run=True, parent_run_id=step_run)
     return str(Path(result.output_dir).resolve())
-
-
-@contextlib.contextmanager
-def _detached() -> Iterator[str | None]:
-    """Hide ``MLFLOW_RUN_ID`` (the step's own run) for a moment; yields it, to link the new run as a child."""
-    step_run = os.environ.pop("MLFLOW_RUN_ID", None)
-    try:
-        yield step_run
-    finally:
-        if step_run is not None:
-            os.environ["MLFLOW_RUN_ID"] = step_run

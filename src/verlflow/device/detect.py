@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verlflow.config import Device
 from verlflow.device.parsers import (
     GpuInfo,
     NpuChip,
@@ -50,7 +51,7 @@ __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect o
     "npu_generation", "first_error_line", "command_failure",
 ]
 
-DEVICE_TYPES = ("npu", "gpu", "cpu")
+DEVICE_TYPES = tuple(Device)
 NPU_SMI_INFO = ["npu-smi", "info"]
 GPU_QUERY_FIELDS = ["index", "name", "memory.total", "driver_version"]
 NVIDIA_SMI_QUERY = ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv"]
@@ -265,16 +266,16 @@ def _check_type(device_type: str, allowed: Sequence[str]) -> str:
     return value
 
 
-def detect_device(requested: str = "auto", *, probe: Probe | None = None) -> str:
+def detect_device(requested: str = "auto", *, probe: Probe | None = None) -> Device:
     """The device to run on: ``npu``/``gpu``/``cpu`` as given, or for ``auto`` the first of npu
     (torch_npu installed and npu-smi lists chips), gpu (nvidia-smi lists GPUs), cpu."""
     value = _check_type(requested, ("auto", *DEVICE_TYPES))
     if value != "auto":
-        return value
+        return Device(value)
     probe = probe or Probe()
-    if probe.import_ok("torch_npu") and count_visible("npu", probe=probe) > 0:
-        return "npu"
-    return "gpu" if count_visible("gpu", probe=probe) > 0 else "cpu"
+    if probe.import_ok("torch_npu") and count_visible(Device.NPU, probe=probe) > 0:
+        return Device.NPU
+    return Device.GPU if count_visible(Device.GPU, probe=probe) > 0 else Device.CPU
 
 
 def _visible(total: int, device_type: str, environ: Mapping[str, str]) -> tuple[int, str | None]:

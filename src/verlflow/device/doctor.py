@@ -1,4 +1,4 @@
-"""`verlflow doctor`: can the guide's recipe launch on this machine? What it has against what the guide used.
+"""What `verlflow doctor` checks: can the guide's recipe launch here? What this machine has against the guide's.
 
     verlflow doctor --device npu          # same as: mlflow run . --env-manager local -e doctor -P device=npu
 
@@ -26,7 +26,6 @@ from pathlib import Path
 from verlflow import config
 from verlflow.device import detect as hw
 from verlflow.device import stacks
-from verlflow.errors import VerlflowError
 
 STACK_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
 PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
@@ -195,22 +194,3 @@ def render(rows: list[Row]) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def run_doctor(device: str, profile: str) -> list[Row]:
-    """Step ``doctor``: print the table; raise (exit 2) naming what blocks the launch."""
-    dev = hw.detect_device(device)
-    if dev == "cpu":
-        raise VerlflowError("no NPU or GPU found on this machine (npu-smi and nvidia-smi list none): verl needs "
-                            "one; pass --device npu or --device gpu to see what is missing, or use backend=local")
-    rows = diagnose(dev, PROFILE_FOR_DEVICE[dev] if profile == "auto" else profile)
-    print(render(rows))
-    for row in rows:
-        if row.note:
-            print(f"verlflow doctor: note: {row.note}")
-    blocking = [r for r in rows if r.ok is False]
-    if blocking:
-        raise VerlflowError("the launch cannot proceed: " + "; ".join(f"{r.item}: {r.found} ({r.fix})"
-                                                                       for r in blocking))
-    print("verlflow doctor: the launch can proceed")
-    return rows

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from verlflow.config.loading import CONFIG_ROOT
+from verlflow.config import CONFIG_ROOT
 from verlflow.errors import VerlflowError
 
 STACKS_DIR = CONFIG_ROOT / "stacks"

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from verlflow.config.schema import VerlflowBlock
+from verlflow.config import VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG

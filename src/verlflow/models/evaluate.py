@@ -28,15 +28,15 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import names as metrics
-from verlflow import tracking
+from verlflow import names
 from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
+from verlflow.runs import tracking
 from verlflow.runs.store_retry import retry_on_lock
 
-__all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "run_evaluate",
+__all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "evaluate_model",
            "score", "tag_version", "load_problems", "choose_backend", "max_new_tokens_for"]
 
 log = logging.getLogger(__name__)
@@ -90,9 +90,10 @@ def default_eval_data(model: ResolvedModel, split: str) -> str:
     bare folder), the recipe's data folder is used (the train run's recipe, else the default one), made
     here when it can be (:func:`verlflow.data.recipe_data.step_data_dir`).
     """
+    from verlflow.config import default_recipe
     from verlflow.data import recipe_data
+    from verlflow.device.detect import detect_device
     from verlflow.names import RECIPE_TAG
-    from verlflow.train import choose_train_setup
 
     recipe = ""
     if model.source_run_id:
@@ -105,7 +106,7 @@ def default_eval_data(model: ResolvedModel, split: str) -> str:
             if files and Path(files).is_file():
                 return str(Path(files).parent)
             recipe = run.data.tags.get(RECIPE_TAG, "")
-    recipe = recipe or choose_train_setup("auto", "auto", "auto", "auto")[0]
+    recipe = recipe or default_recipe(detect_device("auto"))
     return recipe_data.step_data_dir("", recipe_data.recipe_source(recipe), splits=(split,))
 
 
@@ -117,7 +118,7 @@ def load_problems(data_dir: str, split: str, limit: int) -> list[dict[str, Any]]
         raise VerlflowError(f"limit must be 0 (all problems) or a positive count, got {limit}")
     if (Path(data_dir) / f"{split}.parquet").is_file() or not Path(data_dir).is_dir():
         if (Path(data_dir) / f"{split}.parquet").is_file():
-            from verlflow.input_checks import check_parquet_split
+            from verlflow.data.checks import check_parquet_split
 
             check_parquet_split(Path(data_dir) / f"{split}.parquet", required=("prompt", "reward_model"))
         rows = gsm8k.read_split(data_dir, split).to_dict("records")
@@ -237,10 +238,7 @@ def score(responses: list[str], ground_truths: list[str]) -> list[dict[str, Any]
     return scored
 
 
-# --- the step -----------------------------------------------------------------------------------
-
-
-def run_evaluate(
+def evaluate_model(
     model_uri: str,
     data_dir: str,
     split: str,
@@ -250,13 +248,15 @@ def run_evaluate(
     max_new_tokens: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     run_name: str = "evaluate",
+    run_id: str | None = None,
 ) -> EvalResult:
-    """Measure GSM8K accuracy of a model (step ``evaluate``) and log it as an MLflow run.
+    """Measure GSM8K accuracy of a model and log it as an MLflow run (what step ``evaluate`` does).
 
     Everything the user gave is checked before a run is opened, so bad input leaves no run behind.
     ``data_dir=""``: the data the model trained on (:func:`default_eval_data`).
     ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``. The evaluated split
     is logged as the run's dataset input (context ``evaluation``), the same dataset preprocess logged.
+    ``run_id``: the run to log into, already created (by ``main``).
     """
     engine = choose_backend(backend)
     model = None if data_dir else resolve_model(model_uri)  # no data_dir: the model says which data
@@ -273,7 +273,7 @@ def run_evaluate(
     if model.registered_name:
         tags.update({MODEL_NAME_TAG: model.registered_name, MODEL_VERSION_TAG: model.version})
 
-    with tracking.tracked_run(run_name=run_name, tags=tags) as run:
+    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id) as run:
         log_split_inputs(data_dir, {split: EVAL_INPUT_CONTEXT})
         prompts = [list(p["prompt"]) for p in problems]
         log.info("evaluating %s on %d %s problems (%s, max %d new tokens)", model_uri, len(problems), split,
@@ -309,10 +309,10 @@ def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]
         model_name=model.registered_name, model_version=model.version,
     )
     retry_on_lock(mlflow.log_metrics, {  # also on the LoggedModel measured, where there is one (its page shows them)
-        metrics.EVAL_ACCURACY: result.accuracy,
-        metrics.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
-        metrics.EVAL_NUM_SAMPLES: n,
-        metrics.EVAL_RESPONSE_LENGTH: result.response_length_mean,
+        names.EVAL_ACCURACY: result.accuracy,
+        names.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
+        names.EVAL_NUM_SAMPLES: n,
+        names.EVAL_RESPONSE_LENGTH: result.response_length_mean,
     }, model_id=model.model_id)
     retry_on_lock(mlflow.log_table, {
         "question": [_question(p) for p in problems],

@@ -185,7 +185,7 @@ def _from_folder(uri: str, folder: Path) -> ResolvedModel:
         return ResolvedModel(uri, model_dir, tokenizer_dir if tokenizer_dir.is_dir() else model_dir)
     if not (folder / "config.json").is_file():
         raise VerlflowError(f"model folder '{folder}' has no config.json: give a Hugging Face model folder")
-    from verlflow.input_checks import check_model_folder
+    from verlflow.models.checks import check_model_folder
 
     check_model_folder(folder)
     return ResolvedModel(uri, folder, folder)

@@ -32,7 +32,6 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
 from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
@@ -51,6 +50,7 @@ from verlflow.names import (
     find_metric,
     metric_names,
 )
+from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote
 
@@ -121,7 +121,7 @@ def checkpoint_of(run) -> Path:
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
-    from verlflow.input_checks import check_trained_checkpoint
+    from verlflow.models.checks import check_trained_checkpoint
 
     check_trained_checkpoint(checkpoint, run.data.tags.get(CHECKPOINT_SOURCE_TAG, ""))
     return path
@@ -170,8 +170,11 @@ def existing_version(client: MlflowClient, name: str, run_id: str) -> ModelVersi
     return min(versions, key=lambda mv: int(mv.version), default=None)
 
 
-def run_register(run_id: str, model_name: str, alias: str = CHALLENGER) -> ModelVersion:
+def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *,
+                        step_run_id: str | None = None) -> ModelVersion:
     """Register a train run's final checkpoint as a model version with lineage; ``alias`` (challenger) → it.
+
+    Logged in a ``register`` run: ``step_run_id`` when one was created for it (``main``'s child), else a new one.
 
     A train run registered before is not registered again: its version is returned (and gets the alias), so
     a rerun of ``main`` that reuses the train run adds no duplicate version.
@@ -185,7 +188,7 @@ def run_register(run_id: str, model_name: str, alias: str = CHALLENGER) -> Model
     client = LockRetryingClient()
     tags = {STEP_TAG: "register", SOURCE_RUN_TAG: run_id, MODEL_NAME_TAG: name}
     if (known := existing_version(client, name, run_id)) is not None:
-        with tracking.tracked_run(run_name="register", tags=tags):
+        with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
             point_alias(client, name, alias, known.version)
             mlflow.set_tags({MODEL_VERSION_TAG: str(known.version), REUSED_VERSION_TAG: "true"})
         print(f"register: run {run_id} is already {name} version {known.version}: not registered again; "
@@ -196,7 +199,7 @@ def run_register(run_id: str, model_name: str, alias: str = CHALLENGER) -> Model
     if digest := data_digest_of(train_run):
         lineage[DATA_DIGEST_TAG] = digest
 
-    with tracking.tracked_run(run_name="register", tags=tags):
+    with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
         model = checkpoint_model(client, train_run, checkpoint)
         mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
         point_alias(client, name, alias, mv.version)
@@ -366,8 +369,12 @@ def promote_alias(
     )
 
 
-def run_promote(model_name: str, metric: str, alias: str, force: bool) -> PromotionDecision:
-    """Move ``alias`` (champion) to the best version by ``metric`` if strictly better (step ``promote``)."""
+def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
+                 run_id: str | None = None) -> PromotionDecision:
+    """Move ``alias`` (champion) to the best version by ``metric`` if strictly better, in a ``promote`` run.
+
+    ``run_id``: the run to log into, already created (``main``'s child); else a new one.
+    """
     check_alias(alias)
     client = LockRetryingClient()
     require_registered_model(client, model_name)
@@ -376,7 +383,7 @@ def run_promote(model_name: str, metric: str, alias: str, force: bool) -> Promot
         raise VerlflowError(f"no version of '{model_name}' has a value for '{metric}' (version tag "
                             f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
     tags = {STEP_TAG: "promote", MODEL_NAME_TAG: model_name}
-    with tracking.tracked_run(run_name="promote", tags=tags) as run:
+    with tracking.tracked_run(run_name="promote", tags=tags, run_id=run_id) as run:
         decision = promote_alias(client, model_name, metric, alias, force)
         decision.run_id = run.info.run_id
         retry_on_lock(mlflow.set_tags, {

@@ -1,7 +1,7 @@
 """MLflow runs as processes: who owns one, naming, resuming, reaching the server, buffering metrics.
 
 - :mod:`.lifecycle`: a run's process (host, pid, heartbeat); signals end it KILLED; dead owners are reaped.
-- :mod:`.command`: ``verlflow runs`` — list RUNNING runs, ``--reap`` the dead ones.
+- ``verlflow runs`` (:mod:`verlflow.steps.runs`) lists RUNNING runs via :mod:`.lifecycle`; ``--reap`` ends dead ones.
 - :mod:`.probe`: fail fast on an unreachable tracking server, before a step opens a run.
 - :mod:`.metric_buffer`: per-step metrics through a background writer process that survives a server outage.
 - :mod:`.metric_writer`: that writer process; :mod:`.spill`: what an outage left on disk, and its upload.
@@ -9,5 +9,5 @@
 - :mod:`.naming`: descriptive train run names and compare links.
 - :mod:`.resume`: continue a train run in place from its last checkpoint.
 
-Opening and closing a tracked run itself is :mod:`verlflow.tracking`.
+Opening and closing a tracked run itself is :mod:`verlflow.runs.tracking`.
 """

@@ -24,7 +24,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from verlflow.runs.store_retry import LockRetryingClient
 
 SEPARATOR = " · "
-# The name the main pipeline gives its train child run (verlflow.pipeline creates it with the step name).
+# The name the main pipeline gives its train child run (verlflow.steps.main creates it with the step name).
 STEP_PLACEHOLDERS = {"train"}
 
 

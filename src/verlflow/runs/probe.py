@@ -22,14 +22,27 @@ import urllib.request
 import mlflow
 
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_tracking_uri
-from verlflow.util import env_number
+from verlflow.util import env_number, url_secret
 
 PROBE_TIMEOUT_S = env_number("VERLFLOW_PROBE_TIMEOUT_S", 5.0, minimum=0)
 PROBE_ATTEMPTS = 2
 PROBE_PAUSE_S = 1.0
 # An endpoint every MLflow tracking server answers with 200 (GET allowed, cheap, no side effect).
 API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
+def check_tracking_uri(uri: str) -> None:
+    """A tracking URI verlflow can use: no secret in it (it is printed in commands and logs) and not ``file:``.
+
+    MLflow 3 keeps the ``file:`` store in maintenance mode and fails on it with a traceback; a password in
+    the URI would reach the logs of every run that prints its upload command.
+    """
+    if where := url_secret(uri):
+        raise VerlflowError(f"MLFLOW_TRACKING_URI holds a secret ({where}): drop it from the URI and set "
+                            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead")
+    if uri.startswith(("file:", "/", "./", "../", "~")):
+        raise VerlflowError(f"MLFLOW_TRACKING_URI={uri} is a file store, which MLflow no longer supports: use "
+                            "sqlite:///mlflow.db (a file here) or a tracking server http://host:5000")
 
 
 def _ssl_context() -> ssl.SSLContext | None:

@@ -3,7 +3,7 @@
     verlflow train --resume <run_id>                 # same as: mlflow run . -e train -P resume=<run_id>
 
 A train run records the arguments it was started with (tag ``verlflow.train_args``); resuming reuses
-them for every argument the user leaves at its default, attaches to that run (``MLFLOW_RUN_ID``), and
+them for every argument the user leaves at its default, attaches to that run (by its id), and
 the trainer continues from the run's newest checkpoint (its checkpoint folder is keyed by run id); a verl
 run, from its newest checkpoint whose step reached the run (:mod:`verlflow.backends.verl.resume`), logged
 as ``attempt/resumed_from_step``.
@@ -16,11 +16,12 @@ launcher's fresh run only points at the resumed one (tag ``verlflow.resumed_run`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from mlflow.entities import Metric
@@ -38,17 +39,20 @@ CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trai
 LIFE_SIGN_METRIC = "timing_s/step"  # logged at the end of every step, by both backends
 
 
-def args_tag(args: Mapping[str, Any]) -> dict[str, str]:
-    """The tag that lets ``--resume`` restart a run with the arguments it was started with."""
-    return {TRAIN_ARGS_TAG: json.dumps({k: v for k, v in args.items() if k != "resume"}, sort_keys=True)}
+def args_tag(request: Any) -> dict[str, str]:
+    """The tag that lets ``--resume`` restart a run with the arguments (a train request) it was started with."""
+    recorded = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name != "resume"}
+    return {TRAIN_ARGS_TAG: json.dumps(recorded, sort_keys=True)}
 
 
-def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Check that ``run_id`` is a resumable train run, attach to it, and return the arguments to use.
+def prepare_resume(request: Any) -> Any:
+    """Check that ``request.resume`` names a resumable train run and return the request to resume it with.
 
-    An argument the user gave (not equal to its default) wins over the recorded one; a different config
-    is then refused by the trainer, which keeps the run's params.
+    ``request`` is the step's train request (a dataclass): an argument the user gave (not equal to its
+    default) wins over the recorded one; a different config is then refused by the trainer, which keeps
+    the run's params. The caller attaches to the run by its id (``request.resume``).
     """
+    run_id = request.resume
     client = MlflowClient()
     try:
         run = client.get_run(run_id)
@@ -65,18 +69,18 @@ def prepare_resume(run_id: str, given: Mapping[str, Any], defaults: Mapping[str,
                                 f"on {tags.get(HOST_TAG, '?')}): stop it first, or reap it if it is dead")
         lifecycle.reap([run.info.experiment_id], client=client)
     recorded = json.loads(tags.get(TRAIN_ARGS_TAG, "{}"))
-    args = {k: (recorded[k] if k in recorded and given[k] == defaults[k] else v) for k, v in given.items()}
+    changes = {f.name: recorded[f.name] for f in dataclasses.fields(request)
+               if f.name in recorded and getattr(request, f.name) == f.default}
+    overrides = changes.get("overrides", request.overrides)
     folder = run.data.params.get(CHECKPOINT_PARAM)
-    if folder and "trainer.default_local_dir=" not in str(args.get("overrides", "")):
+    if folder and "trainer.default_local_dir=" not in str(overrides or ""):
         # The run's own checkpoint folder, wherever it was started from (mlflow run works in the project dir).
-        args["overrides"] = f"{args.get('overrides') or ''} trainer.default_local_dir={shlex.quote(folder)}".strip()
+        changes["overrides"] = f"{overrides or ''} trainer.default_local_dir={shlex.quote(folder)}".strip()
     launcher_run = os.environ.get("MLFLOW_RUN_ID")
     if launcher_run and launcher_run != run_id:
         with contextlib.suppress(MlflowException):
             client.set_tag(launcher_run, RESUMED_RUN_TAG, run_id)
-    os.environ["MLFLOW_RUN_ID"] = run_id
-    os.environ["MLFLOW_EXPERIMENT_ID"] = run.info.experiment_id
-    return {**args, "resume": run_id}
+    return dataclasses.replace(request, **changes)
 
 
 @contextlib.contextmanager

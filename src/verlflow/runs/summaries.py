@@ -1,9 +1,9 @@
 """A run's end-of-run timing figures, taken from its per-step history in the tracking store.
 
-    verlflow train --device cpu        # logs them at the end of training, through verlflow.tracking.log_run_summaries
+    verlflow train --device cpu        # logs them at the end of training (verlflow.runs.tracking.log_run_summaries)
 
 ``timing_s/e2e`` and ``timing_s_mean/<name>`` (the mean over steps of every per-step ``timing_s/<name>``),
-logged at step 0. :func:`verlflow.tracking.log_run_summaries` calls it at the end of training; the metric
+logged at step 0. :func:`verlflow.runs.tracking.log_run_summaries` calls it at the end of training; the metric
 writer (or the spill file's upload) calls it when the server was away then.
 """
 

@@ -4,7 +4,7 @@
 
 A search config (``config/search/<name>.yaml``, or a user's ``.yaml`` path) says what a search optimises
 and over what. Its shape is typed (:class:`SearchFile` and the dataclasses it holds, one comment per key),
-read by the same reader as recipes and profiles (:func:`verlflow.config.loading.build`): an unknown key at
+read by the same reader as recipes and profiles (:func:`verlflow.config.typed_build.build`): an unknown key at
 any level is one line naming the nearest valid key, a value of the wrong type one line naming key and value.
 Then the meaning is checked: an empty range (``low >= high``, no choices), an unknown direction or pruner,
 a parameter that is not a key of the installed verl's config — each one clear line before any trial runs.
@@ -32,7 +32,7 @@ import optuna
 from omegaconf import OmegaConf
 
 from verlflow import config
-from verlflow.config.loading import SEARCH_DIR, build, list_named, load_named_yaml, nearest
+from verlflow.config import SEARCH_DIR, build, load_named_yaml, nearest
 from verlflow.errors import VerlflowError
 
 DIRECTIONS = ("maximize", "minimize")
@@ -195,11 +195,6 @@ class SearchConfig:
     stop_timeout: float
     space: list[ParamSpec]
     raw: dict[str, Any] = field(default_factory=dict)
-
-
-def list_search_configs() -> list[str]:
-    """Names of the shipped search configs (file stems under ``config/search``)."""
-    return list_named(SEARCH_DIR)
 
 
 def _fail(where: str, message: str) -> VerlflowError:

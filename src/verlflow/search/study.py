@@ -37,9 +37,9 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import storage_url_with_password
 from verlflow.names import ERROR_TAG, SPACE_TAG
 from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.search.storage_url import storage_url_with_password
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)

@@ -13,12 +13,14 @@ from typing import Any
 import torch
 
 from verlflow.backends.local.settings import LocalSettings
+from verlflow.config import Device
 from verlflow.errors import VerlflowError
 from verlflow.util import first_line, hub_unreachable
 
 
-def torch_device(name: str) -> torch.device:
-    """The torch device for ``trainer.device``; a clear error when it is not there."""
+def torch_device(device: Device | str) -> torch.device:
+    """The torch device for the device ``trainer.device`` names; a clear error when it is not there."""
+    name = Device(device).torch_type
     if name == "cuda" and not torch.cuda.is_available():
         raise VerlflowError(f"trainer.device=cuda but this torch ({torch.__version__}) sees no CUDA GPU: "
                             "use -P device=cpu")

@@ -142,7 +142,7 @@ def generate(
     """Sample ``n`` responses per prompt (repeated interleaved, as verl repeats a batch).
 
     Each distinct prompt is prefilled once and its ``n`` samples decode from its KV cache
-    (:mod:`local_sampling`); sampling keys that loop does not know fall back to ``model.generate``.
+    (:mod:`.sampling`); sampling keys that loop does not know fall back to ``model.generate``.
     """
     from verl.utils.torch_functional import get_response_mask
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verlflow.config import Device
 from verlflow.errors import VerlflowError
 from verlflow.util import first_line
 
@@ -80,7 +81,6 @@ REASONS = (
     ("*use_torch_compile*", "the local trainer runs eagerly"),
 )
 
-DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda", "npu": "npu"}
 
 
 
@@ -158,7 +158,8 @@ class LocalSettings:
     val_before_train: bool
     default_local_dir: str
     max_ckpt_to_keep: int | None
-    device: str
+    # The accelerator trainer.device names (cuda and gpu both mean Device.GPU).
+    device: Device
     # Keys set to a non-default value that the local trainer does not use: dotted key → value.
     ignored: dict[str, Any] = field(default_factory=dict)
 
@@ -242,9 +243,9 @@ def _log_prob_micro(role: Any, seq_len: int, micro: int) -> int:
     return micro
 
 
-def _device_and_resume(trainer: Any) -> tuple[str, str]:
-    """The torch device type for ``trainer.device`` and a checked ``trainer.resume_mode``."""
-    device = DEVICES.get(str(trainer.device))
+def _device_and_resume(trainer: Any) -> tuple[Device, str]:
+    """The device ``trainer.device`` names and a checked ``trainer.resume_mode``."""
+    device = Device.of_torch(str(trainer.device))
     if device is None:
         raise VerlflowError(f"trainer.device={trainer.device} is unknown: use cpu, cuda or npu")
     resume_mode = str(trainer.resume_mode)

@@ -161,8 +161,8 @@ class LocalTrainer:
         self._resume()
 
     def _log_run_description(self) -> None:
-        from verlflow import tracking
         from verlflow.device import detect as device
+        from verlflow.runs import tracking
 
         for key, value in self.settings.ignored.items():
             # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
@@ -177,7 +177,7 @@ class LocalTrainer:
                 "resume in a new run"
             ) from None
         retry_on_lock(mlflow.log_text, _to_yaml(self.cfg.resolved), "config/resolved.yaml")
-        kind = {"cuda": "gpu"}.get(self.settings.device, self.settings.device)
+        kind = self.settings.device
         # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
         environ = {**os.environ, **self.cfg.profile.env}
         tracking.log_device_profile(device.collect_device_profile(kind, environ=environ))
@@ -224,9 +224,8 @@ class LocalTrainer:
 
     def train(self, *, on_step_end: StepCallback | None = None, started_at: float) -> TrainResult:
         """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
-        from verlflow import tracking
         from verlflow.progress import progress_bar
-        from verlflow.runs import metric_buffer
+        from verlflow.runs import metric_buffer, tracking
 
         metrics: dict[str, float] = {}
         if self.settings.val_before_train:
@@ -356,7 +355,7 @@ class LocalTrainer:
             logged_models.record_checkpoint_model(self.run_id, self.last_saved.resolve(), self.global_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
-        from verlflow import tracking
+        from verlflow.runs import tracking
 
         if step <= self.logged_through:
             return  # this run already has this step from before it was interrupted
@@ -379,7 +378,7 @@ class LocalTrainer:
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
         the models (device memory on an accelerator)."""
-        from verlflow import tracking
+        from verlflow.runs import tracking
 
         tracking.flush_metrics()
         if self.progress is not None:

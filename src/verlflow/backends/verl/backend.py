@@ -4,10 +4,10 @@
     mlflow run . --env-manager local -e train -P device=npu                   # launch verl on this A3 node
     mlflow run . --env-manager local -e train -P device=gpu -P ray_address=http://head:8265
 
-:func:`train_verl` reads top to bottom: plan the launch (:mod:`.verl_command`), validate it against the
+:func:`train_verl` reads top to bottom: plan the launch (:mod:`.command`), validate it against the
 installed verl, log what we own (tags, ``device_profile.json``, ``config/resolved.yaml``,
-``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.verl_launch`), summarise,
-merge the last checkpoint into a Hugging Face folder (:mod:`.verl_merge`) and tag it
+``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.launch`), summarise,
+merge the last checkpoint into a Hugging Face folder (:mod:`.merge`) and tag it
 ``verlflow.checkpoint_dir`` for the registry.
 
 We log **no params**: verl's MLflow logger logs the whole resolved config itself and silently stops
@@ -39,7 +39,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from verlflow import config, input_checks, tracking
+from verlflow import config
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
@@ -47,6 +47,7 @@ from verlflow.backends.verl import node_sampler as verl_node_sampler
 from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
+from verlflow.config import config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
@@ -65,9 +66,9 @@ from verlflow.names import (
     VALIDATED_TAG,
     VERL_ERROR_TAG,
 )
+from verlflow.runs import tracking
 from verlflow.util import mask_secret
 
-DEVICE_WORD = {"npu": "NPU", "gpu": "CUDA GPU", "cpu": "CPU"}
 NODE_HINT = {"npu": "run on an A3 node", "gpu": "run on an H20 node", "cpu": "use backend=local"}
 
 
@@ -98,7 +99,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
     """
     probe = probe or device.Probe()
     dev = cfg.profile.device
-    word, hint = DEVICE_WORD[dev], f"{NODE_HINT[dev]} or pass -P dry_run=true"
+    word, hint = dev.word, f"{NODE_HINT[dev]} or pass -P dry_run=true"
     if dev == "cpu":
         # verl's own trainer on the CPU (cpu-verl profile): no device to look for, only verl and the plugin.
         from verlflow.backends.verl import cpu as verl_cpu
@@ -134,7 +135,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
 
 def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
                  check_files: bool = True) -> None:
-    """Run :mod:`.verl_preflight` (and :func:`preflight` for the device) and report every problem at once."""
+    """Run :mod:`.preflight` (and :func:`preflight` for the device) and report every problem at once."""
     if cfg.profile.device == "cpu":
         # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
         importlib.import_module("verlflow.backends.verl.cpu_plugin")
@@ -142,7 +143,7 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
     device_name = cfg.profile.device if cfg.verlflow.launch_module == verl_command.DEFAULT_LAUNCH_MODULE else None
     problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files, device=device_name)
     named = {problem.key for problem in problems}
-    problems += [p for p in input_checks.config_count_problems(resolved) if p.key not in named]
+    problems += [p for p in config_count_problems(resolved) if p.key not in named]
     if check_device:
         try:
             preflight(cfg, plan)

@@ -49,8 +49,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from verlflow import config
-from verlflow.config.overrides import LiteralText
-from verlflow.config.schema import VerlflowBlock
+from verlflow.config import LiteralText, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.util import mask_secret
 
@@ -198,11 +197,6 @@ def absolute_tracking_uri(uri: str) -> str:
     if parts.scheme == "" or (len(parts.scheme) == 1 and uri[1:3] in (":\\", ":/")):
         return Path(uri).resolve().as_uri()
     return uri
-
-
-def safe_name(text: str) -> str:
-    """A name safe as an unquoted Hydra value and a folder name (letters, digits, ``._-``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
 
 
 def transfer_queue_installed() -> bool:

@@ -2,7 +2,7 @@
 
     mlflow run . --env-manager local -e train -P device=cpu -P backend=verl
 
-The ``cpu-verl`` profile does the work: its environment loads :mod:`.verl_cpu_plugin` into every verl
+The ``cpu-verl`` profile does the work: its environment loads :mod:`.cpu_plugin` into every verl
 process (``VERL_USE_EXTERNAL_MODULES``), selects the ``cpu`` platform and gives Ray one fake GPU; its
 overrides turn off what needs an accelerator. This module holds the checks made before such a launch, and
 :func:`incompatible_trl`, which the NPU/GPU preflight calls

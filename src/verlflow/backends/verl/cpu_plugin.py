@@ -12,7 +12,7 @@ What it does, registries first:
    resource is ``GPU`` because verl's resource checks count only GPU/NPU (Ray is given a fake one through
    ``RAY_OVERRIDE_RESOURCES``);
 2. registers verl's FSDP engines for device ``cpu`` in ``EngineRegistry``;
-3. registers an ``hf`` rollout (:mod:`.verl_cpu_rollout`) in ``_ROLLOUT_REGISTRY`` and
+3. registers an ``hf`` rollout (:mod:`.cpu_rollout`) in ``_ROLLOUT_REGISTRY`` and
    ``RolloutReplicaRegistry``;
 4. patch: ``verl.utils.distributed.initialize_global_process_group_ray`` — verl builds the process-group
    backend as ``cpu:gloo,{device}:{backend}``, on the CPU ``cpu:gloo,cpu:gloo``, which torch rejects, and

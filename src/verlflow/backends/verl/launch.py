@@ -5,7 +5,7 @@
 Local: ``bash -c <script>`` in its own process group, output streamed to the console and appended to
 ``logs/verl.log`` line by line. SIGTERM/SIGINT are forwarded to the whole group (verl, its Ray workers);
 a second signal, or :data:`KILL_GRACE_S` without an exit, sends SIGKILL. Then :class:`RunInterrupted`
-is raised, so :func:`verlflow.tracking.tracked_run` ends the run KILLED.
+is raised, so :func:`verlflow.runs.tracking.tracked_run` ends the run KILLED.
 
 Ray job (``ray_address``): the same script is the entrypoint of a job submitted with Ray's
 ``JobSubmissionClient``; the attach variables and the profile's environment go through the job's
@@ -40,7 +40,7 @@ import yaml
 import verlflow as verlflow_package
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
 from verlflow.errors import VerlflowError
-from verlflow.tracking import RunInterrupted
+from verlflow.runs.tracking import RunInterrupted
 from verlflow.util import first_line
 
 # Seconds a signalled launch gets to exit (verl flushes its loggers) before SIGKILL.
@@ -112,7 +112,7 @@ def run_streaming(
     """Run ``argv`` in its own process group, streaming its output to the console and ``log_path``.
 
     Returns the exit status. A SIGTERM/SIGINT received meanwhile is forwarded to the group and, once the
-    child is gone, raised as :class:`~verlflow.tracking.RunInterrupted` (the run ends KILLED).
+    child is gone, raised as :class:`~verlflow.runs.tracking.RunInterrupted` (the run ends KILLED).
     """
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:

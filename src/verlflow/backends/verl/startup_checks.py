@@ -30,8 +30,6 @@ from verlflow.errors import Problem
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 REF = "actor_rollout_ref.ref"
-# The profile's device → the trainer.device verl needs (Ray resources and torch device names).
-TRAINER_DEVICE = {"npu": "npu", "gpu": "cuda"}
 # Learning rates GRPO fine-tuning of a pretrained LLM uses in practice (verl examples: 1e-7 … 1e-5).
 GRPO_LR_RANGE = (1e-8, 1e-4)
 # The strategies verl's main_ppo knows, and the package each needs beyond verl's own dependencies.

@@ -25,7 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verlflow.backends.verl.startup_checks import ACTOR, FSDP, GRPO_LR_RANGE, ROLLOUT, STRATEGY_PACKAGES, TRAINER_DEVICE
+from verlflow.backends.verl.startup_checks import ACTOR, FSDP, GRPO_LR_RANGE, ROLLOUT, STRATEGY_PACKAGES
+from verlflow.config import Device
 from verlflow.errors import Problem
 from verlflow.util import first_line
 
@@ -77,7 +78,8 @@ def _has_fsdp_workers() -> bool:
 
 def device_problems(cfg: DictConfig, device: str | None) -> list[Problem]:
     """``trainer.device`` that is not the profile's device (Ray would wait for devices the node lacks)."""
-    want = TRAINER_DEVICE.get(device or "")
+    # verl's Ray resources and torch need the accelerator's torch name (cuda, npu); a CPU launch is not checked.
+    want = Device(device).torch_type if device in (Device.NPU, Device.GPU) else None
     got = _get(cfg, "trainer.device")
     if want and got != want:
         return [Problem("trainer.device", got, f"the profile runs on {device.upper()} devices: use "

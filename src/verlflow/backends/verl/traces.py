@@ -3,7 +3,7 @@
 verl's tracer (``verl.utils.rollout_trace``, ``backend=mlflow``) writes from its agent-loop workers, where no
 MLflow run is active, so MLflow records no source run. Each trace does carry verl's tags ``step``,
 ``sample_index``, ``rollout_n``, ``validate`` and ``experiment_name`` (``trainer.experiment_name``: the
-run's name, which :mod:`.verl_command` forces). After the launch, :func:`link_rollout_traces` finds the
+run's name, which :mod:`.command` forces). After the launch, :func:`link_rollout_traces` finds the
 traces of this launch (that tag, created since it started) and links them to the run — they then show in
 the run's *Traces* tab — and tags each with ``verlflow.run_id``, so a step's prompts and responses are one
 filter away: ``tags.step = '3'``.

@@ -1,4 +1,4 @@
-"""Step ``compare``: the guide's §6 (versions, curves, time ratios) and a precision-parity verdict.
+"""Comparing two runs: the guide's §6 (versions, curves, time ratios) and a precision-parity verdict.
 
     mlflow run . --env-manager local -e compare -P baseline=<h20 run> -P candidate=<a3 run>
     verlflow compare --baseline "tags.device.type = 'gpu'" --candidate "tags.device.type = 'npu'"
@@ -28,7 +28,6 @@ from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import tracking
 from verlflow.compare.diff import (
     ConfigDiff,
     config_diff,
@@ -63,7 +62,6 @@ from verlflow.compare.utilisation import (
     utilisation_rows,
 )
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_output_dir
 from verlflow.names import (
     PROFILE_TAG,
     STEP_TAG,
@@ -74,7 +72,8 @@ from verlflow.names import (
     metric_names,
 )
 from verlflow.runs import naming as run_names
-from verlflow.util import gc_paused
+from verlflow.runs import tracking
+from verlflow.util import check_output_dir, gc_paused
 
 ARTIFACT_DIR = "compare"
 UTILISATION_IMAGE = "utilisation.png"
@@ -401,14 +400,14 @@ def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingR
     mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
 
 
-def run_compare(
+def compare_runs(
     baseline: str,
     candidate: str,
     output_dir: str = "",
     *,
     threshold: float = DEFAULT_PARITY_THRESHOLD,
 ) -> ComparisonResult:
-    """Compare two runs (step ``compare``): print the §6 report and log it under ``compare/`` of a new run.
+    """Compare two runs (what step ``compare`` does): print the §6 report, log it under ``compare/`` of a new run.
 
     ``baseline`` / ``candidate``: run id, run name or a filter string selecting one run. ``output_dir``
     also keeps the files locally ('' = only as artifacts). A recipe difference outside the device

@@ -1,4 +1,4 @@
-"""The ``main`` entry point: preprocess → evaluate the starting model → train → register → evaluate → promote.
+"""Step ``main``: preprocess → evaluate the starting model → train → register → evaluate → promote.
 
     mlflow run . --env-manager local --experiment-name verlflow/smoke   # embedded default: smoke recipe, CPU
     mlflow run . --env-manager local -P device=npu      # the same chain with the guide's recipe on A3
@@ -22,7 +22,8 @@ registered as, no duplicate; promote moves ``champion`` only to a strictly bette
 
 Steps run **in this process**, not as ``mlflow run -e <step>`` subprocesses. Each child run is created
 the way ``mlflow run`` creates one (parent link, step parameters logged as params, tags), then the
-step attaches to it through ``MLFLOW_RUN_ID`` exactly as it does under ``mlflow run -e <step>``. So a
+step is called with its request and that run's id, and attaches to it as it does to the run ``mlflow run
+-e <step>`` creates. So a
 child looks the same as a standalone step run and either can be reused, while the chain saves the
 ~10 s of interpreter, torch and verl start-up per step and passes results (data folder, run ids, the
 registered version) as Python values read back from the runs' tags. The training itself still runs
@@ -35,7 +36,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,9 +47,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from verlflow import __version__, config, tracking
-from verlflow import names as metrics
-from verlflow.config.schema import VerlflowBlock
+from verlflow import __version__, config, names
+from verlflow.config import VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision
 from verlflow.names import (
@@ -68,15 +67,26 @@ from verlflow.names import (
     STEP_RUN_TAG_PREFIX,
     STEP_TAG,
 )
+from verlflow.runs import tracking
 from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.step_requests import (
+    EvaluateRequest,
+    MainRequest,
+    PreprocessRequest,
+    PromoteRequest,
+    RegisterRequest,
+    TrainRequest,
+    as_params,
+    as_text,
+)
 from verlflow.util import filter_quote
 
 log = logging.getLogger(__name__)
 
-STEPS = ("preprocess", "train", "register", "evaluate", "promote")
-REUSABLE = ("preprocess", "train")
-PROMOTE_METRIC = metrics.EVAL_ACCURACY
+# The steps the chain runs, in order (the starting model's evaluation, BASE_EVAL, comes before train).
+CHAIN = ("preprocess", "train", "register", "evaluate", "promote")
+PROMOTE_METRIC = names.EVAL_ACCURACY
 # The starting model's evaluation: an ``evaluate`` run with this role tag, named by BASE_EVAL in the parent.
 BASE_EVAL = "evaluate_base"
 # What each link of the chain does, printed as it starts (the long ones would otherwise be silent for minutes).
@@ -142,11 +152,12 @@ class Plan:
     max_response_length: int = 0
 
 
-def make_plan(recipe: str, device: str, source: str, model_name: str, overrides: str) -> Plan:
+def make_plan(request: MainRequest) -> Plan:
     """Resolve defaults (the recipe's data source and model name, the device) and fail fast on bad input."""
-    from verlflow import train as train_step
+    from verlflow.backends.train_setup import choose_train_setup
 
-    _, dev, profile, _ = train_step.choose_train_setup(recipe, device, "auto", "auto")
+    recipe, source, model_name, overrides = request.recipe, request.source, request.model_name, request.overrides
+    _, dev, profile, _ = choose_train_setup(recipe, request.device, "auto", "auto")
     composed = config.compose(recipe, profile, overrides)  # an unknown override key fails here, not later
     # An empty data_source in a recipe means the default, as an absent one does.
     source = source or composed.verlflow.data_source or VerlflowBlock.data_source
@@ -191,15 +202,17 @@ class StepRunner:
                 return run
         return None
 
-    def run(self, step: str, params: dict[str, Any], call: Callable[[], Any], *, reusable: bool = False,
+    def run(self, step: str, request: Any, call: Callable[..., Any], *, reusable: bool = False,
             match_tags: dict[str, str] | None = None, still_valid: Callable[[Run], bool] = lambda run: True,
-            tags: dict[str, str] | None = None, name: str = "", run_name: str = "") -> tuple[Run, Any]:
+            tags: dict[str, str] | None = None, name: str = "", run_name: str = "",
+            extra_params: dict[str, Any] | None = None) -> tuple[Run, Any]:
         """Reuse or run one step; returns its (ended) run and, when it ran, what the step returned.
 
-        ``name`` tells apart two runs of one step in the chain (parent tags, log; default ``step``);
-        ``run_name`` is what the MLflow UI shows (default ``name``).
+        The child run logs the request's parameters (plus ``extra_params``) as ``mlflow run`` would, and
+        ``call(request, run_id=<child>)`` runs the step in it. ``name`` tells apart two runs of one step in
+        the chain (parent tags, log; default ``step``); ``run_name`` is what the MLflow UI shows (default ``name``).
         """
-        params = {k: _as_param(v) for k, v in params.items()}
+        params = {**as_params(request), **{k: as_text(v) for k, v in (extra_params or {}).items()}}
         match_tags = match_tags or {}
         name = name or step
         if reusable and (found := self.find_reusable(step, params, match_tags, still_valid)):
@@ -218,23 +231,14 @@ class StepRunner:
         self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
         self.runs[name] = run_id
         print(f"main: {name}: run {run_id}: {PHASES.get(name, step)} …", flush=True)
-        with _attached(self.client, run_id):
-            value = call()
+        with _ended(self.client, run_id):
+            value = call(request, run_id=run_id)
         return self.client.get_run(run_id), value
 
 
-def _as_param(value: Any) -> str:
-    """A step parameter as ``mlflow run`` logs it (``false``, not ``False``)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
 @contextlib.contextmanager
-def _attached(client: MlflowClient, run_id: str) -> Iterator[None]:
-    """Let the step's own ``tracked_run`` attach to ``run_id`` (as under ``mlflow run``); never leave it RUNNING."""
-    previous = os.environ.get("MLFLOW_RUN_ID")
-    os.environ["MLFLOW_RUN_ID"] = run_id
+def _ended(client: MlflowClient, run_id: str) -> Iterator[None]:
+    """Never leave the step's run RUNNING: a step that failed before it opened the run did not end it."""
     error: BaseException | None = None
     try:
         yield
@@ -242,11 +246,6 @@ def _attached(client: MlflowClient, run_id: str) -> Iterator[None]:
         error = exc
         raise
     finally:
-        # MLflow consumes MLFLOW_RUN_ID when it attaches; a step that failed before attaching did not.
-        if previous is None:
-            os.environ.pop("MLFLOW_RUN_ID", None)
-        else:
-            os.environ["MLFLOW_RUN_ID"] = previous
         with contextlib.suppress(MlflowException):
             if client.get_run(run_id).info.status == "RUNNING":
                 client.set_terminated(run_id, tracking.end_status(error))
@@ -274,13 +273,16 @@ def _checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[R
     return check
 
 
-def run_main(recipe: str, device: str, source: str, model_name: str, overrides: str) -> PipelineResult:
-    """Chain preprocess → train → register → evaluate → promote under one parent run (step ``main``)."""
-    from verlflow import train as train_step
-    from verlflow.data import step as preprocess_step
-    from verlflow.models import evaluate, registry
+def run_main(request: MainRequest) -> PipelineResult:
+    """Chain preprocess → evaluate the starting model → train → register → evaluate → promote under one parent
+    run (step ``main``)."""
+    from verlflow.models.evaluate import evaluate_model
+    from verlflow.steps.preprocess import run_preprocess
+    from verlflow.steps.promote import run_promote
+    from verlflow.steps.register import run_register
+    from verlflow.steps.train import run_train
 
-    plan = make_plan(recipe, device, source, model_name, overrides)
+    plan = make_plan(request)
     client = LockRetryingClient()
     parent_tags = {STEP_TAG: "main", RECIPE_TAG: plan.recipe, MODEL_NAME_TAG: plan.model_name,
                    CODE_VERSION_TAG: code_version()}
@@ -288,48 +290,41 @@ def run_main(recipe: str, device: str, source: str, model_name: str, overrides: 
         runner = StepRunner(client, client.get_run(active.info.run_id))
 
         pre, _ = runner.run(
-            "preprocess", {"source": plan.source, "output_dir": plan.data_dir, "limit": 0},
-            lambda: preprocess_step.run_preprocess(source=plan.source, output_dir=str(plan.data_dir), limit=0),
-            reusable=True, still_valid=_data_present,
+            "preprocess", PreprocessRequest(source=plan.source, output_dir=str(plan.data_dir), limit=0),
+            run_preprocess, reusable=True, still_valid=_data_present,
         )
         data_dir = pre.data.tags[DATA_DIR_TAG]
         base_accuracy = _evaluate_start_model(runner, plan, data_dir, pre.data.tags.get(DATA_DIGEST_TAG, ""))
 
-        train_params = {"recipe": plan.recipe, "device": plan.device, "profile": "auto", "data_dir": data_dir,
-                        "model": "", "overrides": plan.overrides, "backend": "auto", "dry_run": False,
-                        "ray_address": ""}
         train, _ = runner.run(
-            "train", train_params, lambda: train_step.run_train(**{**train_params, "dry_run": False}),
-            reusable=True, match_tags={DATA_DIGEST_TAG: pre.data.tags.get(DATA_DIGEST_TAG, "")},
+            "train", TrainRequest(recipe=plan.recipe, device=plan.device, data_dir=data_dir, overrides=plan.overrides),
+            run_train, reusable=True, match_tags={DATA_DIGEST_TAG: pre.data.tags.get(DATA_DIGEST_TAG, "")},
             still_valid=_checkpoint_current(client, runner.experiment_id),
             tags={DATA_RUN_ID_TAG: pre.info.run_id},
         )
 
-        reg, _ = runner.run(
-            "register", {"run_id": train.info.run_id, "model_name": plan.model_name},
-            lambda: registry.run_register(run_id=train.info.run_id, model_name=plan.model_name),
-        )
+        reg, _ = runner.run("register", RegisterRequest(run_id=train.info.run_id, model_name=plan.model_name),
+                            run_register)
         version = reg.data.tags[MODEL_VERSION_TAG]
 
         model_uri = f"models:/{plan.model_name}/{version}"
         _, result = runner.run(
-            "evaluate", {"model_uri": model_uri, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto"},
-            lambda: evaluate.run_evaluate(model_uri=model_uri, data_dir=data_dir, split="test", limit=0,
-                                          backend="auto", run_name=TRAINED_EVAL_RUN_NAME),
+            "evaluate", EvaluateRequest(model_uri=model_uri, data_dir=data_dir),
+            lambda req, run_id: evaluate_model(req.model_uri, req.data_dir, req.split, req.limit, req.backend,
+                                               run_name=TRAINED_EVAL_RUN_NAME, run_id=run_id),
             tags={EVAL_ROLE_TAG: "trained"}, run_name=TRAINED_EVAL_RUN_NAME,
         )
 
         _, decision = runner.run(
-            "promote", {"model_name": plan.model_name, "metric": PROMOTE_METRIC, "alias": CHAMPION, "force": False},
-            lambda: registry.run_promote(model_name=plan.model_name, metric=PROMOTE_METRIC, alias=CHAMPION,
-                                         force=False),
+            "promote", PromoteRequest(model_name=plan.model_name, metric=PROMOTE_METRIC, alias=CHAMPION),
+            run_promote,
         )
         client.set_tag(active.info.run_id, MODEL_VERSION_TAG, version)
         client.set_tag(active.info.run_id, CHAMPION_VERSION_TAG, decision.version or "")
-        outcome = {metrics.EVAL_ACCURACY: result.accuracy}
+        outcome = {names.EVAL_ACCURACY: result.accuracy}
         if base_accuracy is not None:
-            outcome |= {metrics.EVAL_ACCURACY_BASE: base_accuracy,
-                        metrics.EVAL_ACCURACY_GAIN: result.accuracy - base_accuracy}
+            outcome |= {names.EVAL_ACCURACY_BASE: base_accuracy,
+                        names.EVAL_ACCURACY_GAIN: result.accuracy - base_accuracy}
         for key, value in outcome.items():
             client.log_metric(active.info.run_id, key, value)
 
@@ -353,16 +348,15 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
 
     print(f"main: starting model: {plan.start_model}", flush=True)
     folder = model_path.resolve_model_path(plan.start_model)
-    params = {"model_uri": folder, "data_dir": data_dir, "split": "test", "limit": 0, "backend": "auto",
-              "max_new_tokens": plan.max_response_length}
     run, result = runner.run(
-        "evaluate", params,
-        lambda: evaluate.run_evaluate(model_uri=folder, data_dir=data_dir, split="test", limit=0, backend="auto",
-                                      max_new_tokens=plan.max_response_length, run_name=BASE_EVAL_RUN_NAME),
+        "evaluate", EvaluateRequest(model_uri=folder, data_dir=data_dir),
+        lambda req, run_id: evaluate.evaluate_model(req.model_uri, req.data_dir, req.split, req.limit, req.backend,
+                                                    max_new_tokens=plan.max_response_length,
+                                                    run_name=BASE_EVAL_RUN_NAME, run_id=run_id),
         reusable=True, match_tags={EVAL_ROLE_TAG: "base", DATA_DIGEST_TAG: data_digest}, name=BASE_EVAL,
-        run_name=BASE_EVAL_RUN_NAME,
+        run_name=BASE_EVAL_RUN_NAME, extra_params={"max_new_tokens": plan.max_response_length},
     )
-    return result.accuracy if result is not None else run.data.metrics.get(metrics.EVAL_ACCURACY)
+    return result.accuracy if result is not None else run.data.metrics.get(names.EVAL_ACCURACY)
 
 
 def _accuracy_line(base: float | None, trained: float, problems: int) -> str:

@@ -1,15 +1,8 @@
-"""The train step: resolve what the user asked for, open the run, hand over to a backend.
+"""Step ``train``: resolve what the user asked for, open the run, hand over to a backend.
 
     mlflow run . --env-manager local -e train -P device=cpu
 
-``train`` chooses recipe, profile and backend from the device when they are ``auto``:
-
-| device | recipe                | profile | backend |
-| ------ | --------------------- | ------- | ------- |
-| npu    | qwen3-4b-gsm8k-grpo   | a3      | verl    |
-| gpu    | qwen3-4b-gsm8k-grpo   | h20     | verl    |
-| cpu    | smoke                 | cpu     | local   |
-| cpu    | smoke (backend=verl)  | cpu-verl| verl    |
+``auto`` recipe, profile and backend are chosen from the device (:mod:`verlflow.backends.train_setup`).
 """
 
 from __future__ import annotations
@@ -20,77 +13,20 @@ import os
 import time
 from pathlib import Path
 
-from verlflow import config, tracking
+from verlflow import config
+from verlflow.backends.train_setup import check_train_inputs, choose_train_setup, compose_train_config
 from verlflow.backends.verl import ray_cluster
-from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_config_counts
 from verlflow.names import DATA_DIGEST_TAG, MODEL_NAME_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
+from verlflow.runs import tracking
+from verlflow.step_requests import TrainRequest
 
 log = logging.getLogger(__name__)
 
-GUIDE_RECIPE = "qwen3-4b-gsm8k-grpo"
-SMOKE_RECIPE = "smoke"
-PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20", "cpu": "cpu"}
-# verl's own trainer on the CPU (backend=verl, device=cpu): loads verlflow's CPU plugin into verl.
-VERL_CPU_PROFILE = "cpu-verl"
-BACKENDS = ("auto", "verl", "local")
 # How a train run uses each split (MLflow dataset input contexts): it trains on one and validates on the other.
 TRAIN_INPUT_CONTEXTS = {"train": "training", "test": "validation"}
-
-
-def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, str, str, str]:
-    """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table)."""
-    if backend not in BACKENDS:
-        raise VerlflowError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
-    dev = device.detect_device(device_name)
-    if recipe == "auto":
-        recipe = SMOKE_RECIPE if dev == "cpu" else GUIDE_RECIPE
-    if backend == "auto":
-        backend = "local" if dev == "cpu" else "verl"
-    if profile == "auto":
-        profile = VERL_CPU_PROFILE if (dev, backend) == ("cpu", "verl") else PROFILE_FOR_DEVICE[dev]
-    return recipe, dev, profile, backend
-
-
-def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,
-                         check_counts: bool = True):
-    """Compose the training config with the data files and model the step parameters point at.
-
-    ``check_counts=False`` leaves the count checks to the verl preflight, which lists them with the rest.
-    """
-    extra = {
-        "data.train_files": str(Path(data_dir) / "train.parquet"),
-        "data.val_files": str(Path(data_dir) / "test.parquet"),
-    }
-    if model:
-        extra["actor_rollout_ref.model.path"] = model
-    cfg = config.compose(recipe, profile, overrides, extra=extra)
-    if check_counts:
-        check_config_counts(cfg.resolved)
-    return cfg
-
-
-def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_splits: bool = True) -> None:
-    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes).
-
-    ``require_splits=False`` (verl launches) leaves a missing split to the verl preflight, which lists it
-    with every other launch mistake.
-    """
-    from verlflow.config.schema import VerlflowBlock
-    from verlflow.data.recipe_data import preprocess_command
-    from verlflow.input_checks import check_model_folder, check_parquet_split
-
-    for split in ("train", "test"):
-        path = Path(data_dir) / f"{split}.parquet"
-        if path.exists():
-            check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
-        elif require_splits:
-            command = preprocess_command(cfg.verlflow.data_source or VerlflowBlock.data_source, data_dir)
-            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `{command}` first")
-    check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))
 
 
 def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
@@ -106,33 +42,22 @@ def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
     return tags
 
 
-def run_train(
-    recipe: str,
-    device: str,
-    profile: str,
-    data_dir: str,
-    model: str,
-    overrides: str,
-    backend: str,
-    dry_run: bool,
-    ray_address: str,
-    resume: str = "",
-):
+def run_train(request: TrainRequest, *, run_id: str | None = None):
     """Train with GRPO (step ``train``): verl on npu/gpu, the local trainer on cpu or when asked.
 
-    ``resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
+    ``request.resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
+    ``run_id``: the train run, already created for it (``main``'s child); else a new run (or ``mlflow run``'s).
     """
     from verlflow.runs import resume as resuming
 
     started_at = time.time()
-    args = {"recipe": recipe, "device": device, "profile": profile, "data_dir": data_dir, "model": model,
-            "overrides": overrides, "backend": backend, "dry_run": dry_run, "ray_address": ray_address}
+    resume = request.resume
     if resume:
-        defaults = {p.name: p.default for p in _train_params()}
-        defaults["dry_run"] = False
-        args = resuming.prepare_resume(resume, args, defaults)
-        args.pop("resume")
-        recipe, device, profile, data_dir, model, overrides, backend, dry_run, ray_address = args.values()
+        request = resuming.prepare_resume(request)
+        run_id = resume
+    recipe, device, profile, data_dir, model, overrides, backend, dry_run, ray_address = (
+        request.recipe, request.device, request.profile, request.data_dir, request.model, request.overrides,
+        request.backend, request.dry_run, request.ray_address)
     recipe, dev, profile, backend = choose_train_setup(recipe, device, profile, backend)
     # An address nobody answers at is refused before anything is composed (seconds, not a minute).
     ray_nodes = ray_cluster.cluster_nodes(ray_address) if ray_address and backend == "verl" else None
@@ -145,7 +70,7 @@ def run_train(
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
     interval = system_metrics.sampling_interval(cfg.verlflow)
     check_train_inputs(cfg, data_dir, require_splits=backend == "local")
-    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(args)}
+    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request)}
     if backend == "local":
         if dry_run or ray_address:
             raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
@@ -154,7 +79,7 @@ def run_train(
         tags = tracking.standard_tags(backend="local", recipe=recipe, profile=profile)
         spill_root = Path(str(cfg.verlflow.output_dir or local.DEFAULT_OUTPUT_ROOT))
         with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
-                        spill_root=spill_root, overrides=overrides, data_dir=data_dir) as (run, since):
+                        spill_root=spill_root, overrides=overrides, data_dir=data_dir, run_id=run_id) as (run, since):
             return local.train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, started_at=since)
     import mlflow
 
@@ -170,7 +95,7 @@ def run_train(
     interval = None if dry_run else interval
     point = _verl_resume_point(resume, cfg, ray_address) if resume and not dry_run else None
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at, interval,
-                    overrides=overrides, data_dir=data_dir) as (run, since):
+                    overrides=overrides, data_dir=data_dir, run_id=run_id) as (run, since):
         if point is not None:
             from verlflow.backends.verl.command import checkpoint_dir_of
 
@@ -206,7 +131,7 @@ def _resume_verl_at(run_id: str, point, checkpoint_dir: str) -> None:
 
 @contextlib.contextmanager
 def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: Path | None = None,
-               overrides="", data_dir=""):
+               overrides="", data_dir="", run_id: str | None = None):
     """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
     timed across resumed attempts, with system metrics sampled while it trains.
 
@@ -219,7 +144,8 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
     from verlflow.runs import resume as resuming
     from verlflow.runs.experiments import recipe_experiment
 
-    with tracking.tracked_run(tags=tags, log_system_metrics=False, experiment=recipe_experiment(recipe)) as run, \
+    with tracking.tracked_run(tags=tags, log_system_metrics=False, experiment=recipe_experiment(recipe),
+                              run_id=run_id) as run, \
             (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
              else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
@@ -231,8 +157,3 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
                                       environ=environ):
             yield run, since
 
-
-def _train_params():
-    from verlflow.steps import STEPS
-
-    return STEPS["train"].params

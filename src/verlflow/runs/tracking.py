@@ -1,6 +1,6 @@
 """Run lifecycle and naming conventions shared by every step and both backends.
 
-    python -c "from verlflow.tracking import sanitize_metric_key; print(sanitize_metric_key('mean@1'))"
+    python -c "from verlflow.runs.tracking import sanitize_metric_key; print(sanitize_metric_key('mean@1'))"
 
 - :func:`tracked_run` opens (or, under ``mlflow run``, attaches to) a run and guarantees its end state:
   FINISHED on success, FAILED on an error, KILLED on SIGTERM/SIGINT. Nothing it opened is left RUNNING.
@@ -83,28 +83,34 @@ def tracked_run(
     tags: Mapping[str, str] | None = None,
     parent_run_id: str | None = None,
     log_system_metrics: bool | None = None,
+    run_id: str | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     """Start or attach to an MLflow run and always end it truthfully (FINISHED / FAILED / KILLED).
 
-    Under ``mlflow run`` the run already exists (``MLFLOW_RUN_ID``) and we attach to it. With
-    ``parent_run_id`` a new child run is created under that parent (explicit link, as nested runs
-    from several processes need). The run's status is set through the client, so it is right even
+    ``run_id``: a run that already exists (``main``'s child run, a resumed run), attached to; else, under
+    ``mlflow run``, the run ``mlflow run`` created (``MLFLOW_RUN_ID``). With ``parent_run_id`` a new child
+    run is created under that parent (explicit link, as nested runs from several processes need), never
+    the one ``MLFLOW_RUN_ID`` names. The run's status is set through the client, so it is right even
     when another process (verl's logger) ended the run in between. ``log_system_metrics`` is passed to
     ``mlflow.start_run`` (False where the caller samples system metrics itself: train, see system_metrics).
     ``experiment``: a training step's experiment (:mod:`verlflow.runs.experiments`), used unless the caller
     chose one; the experiment the run lands in is marked as model training.
     """
-    chosen = experiments.enter(experiment) if experiment else None
+    chosen = experiments.enter(experiment) if experiment and not run_id else None
     all_tags = {VERSION_TAG: __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if mlflow.active_run() is None:
         # the step's inputs are checked by now; dead RUNNING runs of its experiment end
-        lifecycle.reap_at_start([chosen] if chosen else None)
+        given = run_id and LockRetryingClient().get_run(run_id).info.experiment_id
+        lifecycle.reap_at_start([chosen or given] if chosen or given else None)
+    if parent_run_id and not run_id:  # created here: mlflow.start_run would attach to MLFLOW_RUN_ID instead
+        where = chosen or LockRetryingClient().get_run(parent_run_id).info.experiment_id
+        run_id = LockRetryingClient().create_run(where, tags=all_tags, run_name=run_name).info.run_id
     parent = mlflow.active_run()
-    if parent is not None and chosen is None and not os.environ.get("MLFLOW_RUN_ID"):
+    if parent is not None and chosen is None and not run_id and not os.environ.get("MLFLOW_RUN_ID"):
         chosen = parent.info.experiment_id  # a nested step (search's evaluate, register) stays with its parent
-    run = retry_on_lock(mlflow.start_run, run_name=run_name, tags=all_tags, nested=parent is not None,
+    run = retry_on_lock(mlflow.start_run, run_id=run_id, run_name=run_name, tags=all_tags, nested=parent is not None,
                         log_system_metrics=log_system_metrics, experiment_id=chosen)
     run_id = run.info.run_id
     if experiment:

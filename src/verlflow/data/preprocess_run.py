@@ -1,4 +1,4 @@
-"""The preprocess step: GSM8K (hub, local files or synthetic) → verl's parquet, inside a tracked run.
+"""Preprocessing inside a tracked run: GSM8K (hub, local files or synthetic) → verl's parquet, its folder tagged.
 
     mlflow run . --env-manager local -e preprocess -P source=synthetic     # → data/synthetic
 """
@@ -9,21 +9,21 @@ from pathlib import Path
 
 import mlflow
 
-from verlflow import tracking
 from verlflow.data.gsm8k import check_text_source, default_output_dir, preprocess
 from verlflow.errors import VerlflowError
-from verlflow.input_checks import check_output_dir
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
+from verlflow.runs import tracking
+from verlflow.util import check_output_dir
 
 
-def run_preprocess(source: str, output_dir: str, limit: int, *, own_run: bool = False,
-                   parent_run_id: str | None = None):
-    """Preprocess GSM8K into verl's parquet format inside a tracked run (step ``preprocess``).
+def preprocess_in_run(source: str, output_dir: str, limit: int, *, own_run: bool = False,
+                      parent_run_id: str | None = None, run_id: str | None = None):
+    """Preprocess GSM8K into verl's parquet format inside a tracked run (what step ``preprocess`` does).
 
     ``output_dir=""`` is the source's default folder, ``data/<source>``, where ``main`` puts it and the
     other steps look for it (``verlflow.data.recipe_data``). ``own_run``: a step preparing its own
     data opens a new run (a child of ``parent_run_id`` when given) and logs these parameters itself, as
-    ``mlflow run`` would have.
+    ``mlflow run`` would have. ``run_id``: the run to log into, already created (by ``main``).
     """
     if limit < 0:
         raise VerlflowError(f"limit must be 0 (all rows) or a positive row count, got {limit}")
@@ -31,7 +31,7 @@ def run_preprocess(source: str, output_dir: str, limit: int, *, own_run: bool = 
     check_output_dir(output_dir, "output_dir")
     check_text_source(source)
     with tracking.tracked_run(run_name="preprocess" if own_run else None, parent_run_id=parent_run_id,
-                              tags={STEP_TAG: "preprocess"}):
+                              run_id=run_id, tags={STEP_TAG: "preprocess"}):
         if own_run:
             mlflow.log_params({"source": source, "output_dir": output_dir, "limit": limit})
         result = preprocess(source, output_dir, limit)

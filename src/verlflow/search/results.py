@@ -1,29 +1,17 @@
-"""The search step: an Optuna study over lr, KL coefficient and group size, one nested MLflow run per trial.
+"""What a search leaves on its run: the best trial, trial counts and table, Optuna's plots, the best model registered.
 
-    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke   # data: data/synthetic-easy
-    # a second worker on the same study, from another shell or machine (same storage):
-    mlflow run . --env-manager local -e search -P n_trials=4 -P recipe=smoke \
-        -P storage=optuna/smoke-default.journal
+    python -c "from verlflow.search.results import PLOTS; print(PLOTS)"
 
-Setup → trials → summary:
-1. Load and check the search config (:mod:`verlflow.search.space`), compose the recipe, check every
-   choice against verl's batch rules: any problem is one line before a trial runs.
-2. Open (or resume: same ``study_name``) the study in its storage (:mod:`verlflow.search.study`), then
-   run ``n_trials`` trials in this worker (:mod:`verlflow.search.trial`), each a child of this run.
-3. Log on this run: ``best/<objective metric>``, tags ``best_run_id``, ``best_trial_number``,
-   ``best.param.<key>``, trial counts ``search/trials_<state>``, Optuna's plots under
-   ``search/plots/`` (``*.png`` and interactive ``*.html``, short parameter labels), the trials table
-   ``search/trials.csv``; evaluate the best trial's checkpoint
-   with the evaluate step (a child run ``evaluate · search-best``), then register it through
-   :func:`verlflow.models.registry.run_register` with the score on the version and the search's own alias
-   ``search-best``. ``challenger`` and ``champion`` stay where ``main`` / ``register`` / ``promote`` put them.
+The search step (:mod:`verlflow.steps.search`) calls :func:`summarize` once its trials are done. The best
+trial's checkpoint is evaluated (a child run ``evaluate · search-best``) and registered through
+:func:`verlflow.models.registry.register_checkpoint` with the score on the version and the search's own
+alias ``search-best``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -34,32 +22,11 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
 
-from verlflow import config, tracking, train
-from verlflow.errors import VerlflowError
-from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
-from verlflow.runs.experiments import recipe_experiment
+from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
-from verlflow.search.space import (
-    PRUNERS,
-    SearchConfig,
-    check_space_keys,
-    check_trial_configs,
-    distributions,
-    load_search_config,
-    space_fingerprint,
-    suggest,
-)
-from verlflow.search.study import (
-    RUN_ID_ATTR,
-    TrialSeededSampler,
-    describe_storage,
-    make_pruner,
-    open_storage,
-    open_study,
-)
-from verlflow.search.trial import TrialFailed, TrialRunner
+from verlflow.search.space import SearchConfig
+from verlflow.search.study import RUN_ID_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -81,102 +48,6 @@ class SearchResult:
     best_trial_number: int | None = None
     plots: list[str] = field(default_factory=list)
     registered: Any = None
-
-
-def run_search(
-    recipe: str,
-    device: str,
-    n_trials: int,
-    study_name: str,
-    storage: str,
-    pruner: str,
-    search_config: str,
-    data_dir: str = "",
-) -> SearchResult:
-    """Run ``n_trials`` trials of the study in this worker, then record the study's best (step ``search``).
-
-    ``data_dir=""``: the recipe's data, where ``main`` puts it (prepared first when it can be made here).
-    """
-    from verlflow.data import recipe_data
-
-    search = _checked_search(n_trials, pruner, storage, search_config)
-    recipe, dev, profile, backend = train.choose_train_setup(recipe, device, "auto", "auto")
-    data_dir = recipe_data.step_data_dir(data_dir, recipe_data.recipe_source(recipe))
-
-    def compose_trial(values: dict[str, Any]) -> config.ComposedConfig:
-        merged = {**search.trial_overrides, **values}
-        overrides = shlex.join(config.hydra_overrides(merged))
-        return train.compose_train_config(recipe, profile, data_dir, "", overrides)
-
-    base = compose_trial({})
-    dists = distributions(search, base)
-    check_trial_configs(search, dists, compose_trial, local_backend=backend == "local")
-    study_name = study_name or f"{base.recipe_name}-{search.name}"
-    pruner_name = pruner or search.pruner_default
-    study = open_study(
-        study_name=study_name,
-        storage=open_storage(storage, study_name, search.heartbeat_interval, search.grace_period,
-                             search.max_retry),
-        direction=search.direction,
-        sampler=TrialSeededSampler(search.seed, search.n_startup_trials),
-        pruner=make_pruner(pruner_name, search.pruner_settings),
-        identity={RECIPE_TAG: base.recipe_name, OBJECTIVE_TAG: search.metric,
-                  SPACE_TAG: space_fingerprint(dists)},
-    )
-    shown_storage = describe_storage(storage, study_name)
-    tags = {
-        **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
-        **_search_tags(search, study, shown_storage, pruner_name),
-    }
-    with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags,
-                              experiment=recipe_experiment(base.recipe_name)) as run:
-        parent_id = run.info.run_id
-        retry_on_lock(mlflow.log_text, search.path.read_text(), "search/config.yaml")
-        retry_on_lock(mlflow.log_dict, {k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
-                        "search/space.json")
-        runner = TrialRunner(
-            recipe=recipe, device=dev, data_dir=data_dir, parent_run_id=parent_id,
-            experiment_id=run.info.experiment_id, study_name=study_name, metric=search.metric,
-            tracking_uri=mlflow.get_tracking_uri(), fixed_overrides=search.trial_overrides,
-            checkpoint_root=str(OmegaConf.select(base.resolved, "trainer.default_local_dir")
-                                or "checkpoints"),
-            poll_interval=search.poll_interval, stop_timeout=search.stop_timeout,
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.optimize(lambda trial: runner(trial, suggest(trial, dists)), n_trials=n_trials,
-                           catch=(TrialFailed,), gc_after_trial=False)
-        result = summarize(study, parent_id, search, shown_storage, data_dir=data_dir)
-    _print_result(result, search)
-    return result
-
-
-def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str) -> SearchConfig:
-    """The search config, after every step parameter was checked: one line for any mistake, before a trial."""
-    from verlflow.input_checks import check_storage_url
-
-    if n_trials < 1:
-        raise VerlflowError(f"n_trials must be at least 1, got {n_trials}")
-    if pruner and pruner not in PRUNERS:
-        raise VerlflowError(f"unknown pruner '{pruner}': use one of {', '.join(PRUNERS)} ('' = the search config's)")
-    check_storage_url(storage)
-    search = load_search_config(search_config)
-    check_space_keys(search)
-    return search
-
-
-def _search_tags(search: SearchConfig, study: optuna.Study, storage: str, pruner_name: str) -> dict[str, str]:
-    """Tags of the search's parent run: the study, where it is stored, and what it optimises."""
-    return {
-        STEP_TAG: "search",
-        "optuna.study_name": study.study_name,
-        "optuna.storage": storage,
-        "search.config": search.name,
-        "search.objective": search.metric,
-        "search.direction": search.direction,
-        "search.pruner": pruner_name,
-        "optuna.trials_at_start": str(len(study.trials)),
-    }
 
 
 def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: str, *,
@@ -273,8 +144,8 @@ def log_plots(study: optuna.Study, run_id: str) -> list[str]:
 def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
     """Evaluate the best trial's checkpoint (on ``data_dir``'s test split, when given), register it with
     alias ``search-best`` and its score on the version; tag the outcome on the search run ``run_id``."""
-    from verlflow.models.evaluate import run_evaluate, tag_version
-    from verlflow.models.registry import SEARCH_BEST, run_register
+    from verlflow.models.evaluate import evaluate_model, tag_version
+    from verlflow.models.registry import SEARCH_BEST, register_checkpoint
 
     client = LockRetryingClient()
     # Workers of one study each summarise at their end: register the best run once, not once per worker.
@@ -288,9 +159,9 @@ def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
         return version
     evaluation = None
     if data_dir:  # a trial's short training is measured like main's model before it enters the registry
-        evaluation = run_evaluate(model_uri=f"runs:/{best_run_id}", data_dir=data_dir, split="test", limit=0,
-                                  backend="auto", run_name=f"evaluate · {SEARCH_BEST}")
-    registered = run_register(best_run_id, "", alias=SEARCH_BEST)
+        evaluation = evaluate_model(model_uri=f"runs:/{best_run_id}", data_dir=data_dir, split="test", limit=0,
+                                    backend="auto", run_name=f"evaluate · {SEARCH_BEST}")
+    registered = register_checkpoint(best_run_id, "", alias=SEARCH_BEST)
     version = getattr(registered, "version", None)
     if evaluation is not None and version is not None:
         tag_version(registered.name, str(version), evaluation)
@@ -322,13 +193,3 @@ def keep_first_registration(client: MlflowClient, mine: Any, best_run_id: str) -
         if SEARCH_BEST not in aliases:
             point_alias(client, mine.name, SEARCH_BEST, first.version)
     return first
-
-
-def _print_result(result: SearchResult, search: SearchConfig) -> None:
-    counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(result.trial_counts.items()))
-    print(f"search {result.study_name}: {counts} (storage {result.storage})")
-    if result.best_value is not None:
-        params = " ".join(f"{k}={v}" for k, v in result.best_params.items())
-        print(f"best {search.metric}={result.best_value:g}: trial {result.best_trial_number}, "
-              f"run {result.best_run_id}, {params}")
-    print(f"search run: {result.parent_run_id}")

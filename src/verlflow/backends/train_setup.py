@@ -1,0 +1,80 @@
+"""What a training runs on: recipe, profile and backend chosen from the device, and the composed, checked config.
+
+    python -c "import verlflow.backends.train_setup as t; print(t.choose_train_setup('auto', 'cpu', 'auto', 'auto'))"
+
+``train``, ``search`` and ``main`` resolve ``auto`` the same way:
+
+| device | recipe                | profile | backend |
+| ------ | --------------------- | ------- | ------- |
+| npu    | qwen3-4b-gsm8k-grpo   | a3      | verl    |
+| gpu    | qwen3-4b-gsm8k-grpo   | h20     | verl    |
+| cpu    | smoke                 | cpu     | local   |
+| cpu    | smoke (backend=verl)  | cpu-verl| verl    |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verlflow import config
+from verlflow.config import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, Device, check_config_counts, default_recipe
+from verlflow.device.detect import detect_device
+from verlflow.errors import VerlflowError
+
+BACKENDS = ("auto", "verl", "local")
+
+
+def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, Device, str, str]:
+    """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table).
+
+    The device chosen here only picks the profile; the run then drives the profile's ``device``.
+    """
+    if backend not in BACKENDS:
+        raise VerlflowError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
+    dev = detect_device(device_name)
+    if recipe == "auto":
+        recipe = default_recipe(dev)
+    if backend == "auto":
+        backend = "local" if dev is Device.CPU else "verl"
+    if profile == "auto":
+        profile = VERL_CPU_PROFILE if (dev, backend) == (Device.CPU, "verl") else PROFILE_FOR_DEVICE[dev]
+    return recipe, dev, profile, backend
+
+
+def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,
+                         check_counts: bool = True):
+    """Compose the training config with the data files and model the step parameters point at.
+
+    ``check_counts=False`` leaves the count checks to the verl preflight, which lists them with the rest.
+    """
+    extra = {
+        "data.train_files": str(Path(data_dir) / "train.parquet"),
+        "data.val_files": str(Path(data_dir) / "test.parquet"),
+    }
+    if model:
+        extra["actor_rollout_ref.model.path"] = model
+    cfg = config.compose(recipe, profile, overrides, extra=extra)
+    if check_counts:
+        check_config_counts(cfg.resolved)
+    return cfg
+
+
+def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_splits: bool = True) -> None:
+    """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes).
+
+    ``require_splits=False`` (verl launches) leaves a missing split to the verl preflight, which lists it
+    with every other launch mistake.
+    """
+    from verlflow.config import VerlflowBlock
+    from verlflow.data.checks import check_parquet_split
+    from verlflow.data.recipe_data import preprocess_command
+    from verlflow.models.checks import check_model_folder
+
+    for split in ("train", "test"):
+        path = Path(data_dir) / f"{split}.parquet"
+        if path.exists():
+            check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
+        elif require_splits:
+            command = preprocess_command(cfg.verlflow.data_source or VerlflowBlock.data_source, data_dir)
+            raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `{command}` first")
+    check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))

@@ -1,0 +1,74 @@
+"""Counts and sizes of a composed config checked before anything starts: integers of the right sign.
+
+    python -c "from verlflow.config import compose; from verlflow.config.counts import config_count_problems as c; \
+print(c(compose('smoke', 'cpu', 'trainer.total_epochs=0').resolved))"
+
+Each problem is one line naming the key, the bad value and what would be valid (``total_training_steps=-1``
+would train nothing and still end FINISHED; ``=abc`` would fail minutes later inside verl).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verlflow.errors import Problem, raise_problems
+
+# verl keys that count something: an integer >= the minimum (None allowed where verl derives the value).
+COUNT_KEYS: dict[str, int] = {
+    "data.train_batch_size": 1,
+    "data.max_prompt_length": 1,
+    "data.max_response_length": 1,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 1,
+    "actor_rollout_ref.actor.ppo_epochs": 1,
+    "actor_rollout_ref.rollout.n": 1,
+    "actor_rollout_ref.rollout.val_kwargs.n": 1,
+    "trainer.total_epochs": 1,
+    "trainer.nnodes": 1,
+    "trainer.n_gpus_per_node": 1,
+}
+OPTIONAL_COUNT_KEYS: dict[str, int] = {
+    "trainer.total_training_steps": 1,
+    "data.val_batch_size": 1,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
+}
+# Integers where -1 means "off" (verl's convention): any integer >= -1.
+SWITCH_KEYS = ("trainer.save_freq", "trainer.test_freq")
+NON_NEGATIVE_NUMBERS = ("actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.kl_loss_coef",
+                        "actor_rollout_ref.actor.entropy_coeff")
+
+
+def _select(resolved: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(resolved, key, default=None)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def config_count_problems(resolved: Any) -> list[Problem]:
+    """Counts and sizes of a composed config that are not integers of the right sign (``total_training_steps=-1``
+    would train nothing and still end FINISHED; ``=abc`` would fail minutes later inside verl)."""
+    problems = []
+    for key, minimum in {**COUNT_KEYS, **OPTIONAL_COUNT_KEYS}.items():
+        value = _select(resolved, key)
+        if value is None and key in OPTIONAL_COUNT_KEYS:
+            continue
+        if not _is_int(value) or value < minimum:
+            unset = " (or leave it unset)" if key in OPTIONAL_COUNT_KEYS else ""
+            problems.append(Problem(key, repr(value), f"must be an integer >= {minimum}{unset}"))
+    for key in SWITCH_KEYS:
+        value = _select(resolved, key)
+        if value is not None and (not _is_int(value) or value < -1):
+            problems.append(Problem(key, repr(value), "must be an integer: a step interval >= 1, or -1 for off"))
+    for key in NON_NEGATIVE_NUMBERS:
+        value = _select(resolved, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            problems.append(Problem(key, repr(value), "must be a number >= 0"))
+    return problems
+
+
+def check_config_counts(resolved: Any) -> None:
+    """Raise every :func:`config_count_problems` at once (one line each)."""
+    raise_problems(config_count_problems(resolved), "the config")

@@ -1,0 +1,35 @@
+"""Checks of a data split a step is given: a readable parquet file with rows and verl's columns.
+
+    python -c "from verlflow.data.checks import check_parquet_split; check_parquet_split('data/synthetic/test.parquet')"
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from verlflow.errors import VerlflowError
+from verlflow.util import first_line
+
+
+def check_parquet_split(path: str | os.PathLike[str], required: tuple[str, ...] = ()) -> int:
+    """A parquet file with rows and the ``required`` columns; returns its row count (metadata only)."""
+    import pyarrow.parquet as pq
+
+    file = Path(path)
+    if file.is_file() and file.stat().st_size == 0:
+        raise VerlflowError(f"{file} is empty (0 bytes): preprocess again (mlflow run . -e preprocess)")
+    try:
+        meta = pq.ParquetFile(file)
+    except Exception as exc:  # pyarrow's ArrowInvalid / OSError for a file that is not parquet
+        raise VerlflowError(f"{file} is not a readable parquet file ({first_line(exc, 120)}): "
+                            "preprocess again") from None
+    columns = set(meta.schema_arrow.names)
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise VerlflowError(f"{file} lacks column(s) {', '.join(missing)} (it has {', '.join(sorted(columns))}): "
+                            "give a split written by `verlflow preprocess` (verl's GSM8K schema)")
+    rows = meta.metadata.num_rows
+    if rows == 0:
+        raise VerlflowError(f"{file} has 0 rows: preprocess with a source that has data (limit >= 0)")
+    return rows

@@ -1,0 +1,51 @@
+"""Checks of the model inputs a step is given: a readable model folder, a checkpoint that trained.
+
+    python -c "from verlflow.models.checks import check_model_folder; check_model_folder('/tmp')"
+
+Each raises :class:`~verlflow.errors.VerlflowError` with one line, before a run is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from verlflow.errors import VerlflowError
+from verlflow.util import first_line
+
+_STEP = re.compile(r"global_step_(\d+)")
+
+
+def check_model_folder(path: str | os.PathLike[str]) -> None:
+    """A local Hugging Face folder whose config and weight files can be opened (headers only: cheap)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return  # a hub id or the tiny model: resolved elsewhere
+    config = folder / "config.json"
+    try:
+        json.loads(config.read_text())
+    except (OSError, ValueError) as exc:
+        raise VerlflowError(f"model folder '{path}': {config.name} is missing or not JSON ({exc.__class__.__name__})"
+                            ": give a Hugging Face model folder") from None
+    from safetensors import safe_open
+
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt") as handle:
+                handle.keys()
+        except Exception as exc:  # safetensors raises its own error types and OSError for short files
+            first = first_line(exc, 120)
+            raise VerlflowError(f"model weights '{weights}' are unreadable ({first}): the file is corrupt or "
+                                "truncated; copy the model folder again") from None
+
+
+def check_trained_checkpoint(*paths: str) -> None:
+    """Refuse a checkpoint written at global step 0: a run that trained nothing has nothing to register."""
+    for path in paths:
+        for part in Path(path).parts:
+            match = _STEP.fullmatch(part)
+            if match and int(match.group(1)) == 0:
+                raise VerlflowError(f"checkpoint {path} is from step 0: the run trained nothing; register a run "
+                                    "with trainer.total_training_steps >= 1")
