@@ -293,8 +293,9 @@ def _hub_attempt(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     environ.update(HF_HOME=str(tmp_path / "hf"), **env)  # an empty cache: nothing to fall back on
-    # Without the fail-fast probe, datasets retries an unreachable hub for ~25 s: the timeout catches that.
-    return subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=20)
+    # The timeout only guards against a hang: a loaded 2-core host needs ~30 s for this import alone, so how fast the
+    # probe fails is not asserted here (timings belong in benchmarks); that it fails with the one line is.
+    return subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("env", [{"HF_ENDPOINT": "http://127.0.0.1:9"}, {"HF_HUB_OFFLINE": "1"}])
