@@ -161,14 +161,14 @@ def _alive(pid: str) -> bool:
         return False
 
 
-def _wait_ended(buffer: metric_buffer.MetricBuffer, timeout_s: float = 30) -> None:
+def _wait_ended(buffer: metric_buffer.MetricBuffer, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while buffer.writing and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not buffer.writing
 
 
-def _wait_written(buffer: metric_buffer.MetricBuffer, points: int, timeout_s: float = 60) -> bool:
+def _wait_written(buffer: metric_buffer.MetricBuffer, points: int, timeout_s: float = 300) -> bool:
     deadline = time.monotonic() + timeout_s
     while buffer.written < points and time.monotonic() < deadline:
         time.sleep(0.05)
