@@ -15,7 +15,6 @@ step run after ``main`` finds its data. When the folder lacks a split:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from verlflow.data.gsm8k import default_output_dir
@@ -119,8 +118,14 @@ def prepare(source: str, folder: Path) -> str:
     Under ``mlflow run -e <step>`` the step's run already exists (``MLFLOW_RUN_ID``): the preprocess run
     becomes its child instead of attaching to it.
     """
+    from mlflow.environment_variables import MLFLOW_RUN_ID
+
     from verlflow.data.preprocess_run import preprocess_in_run
 
-    step_run = os.environ.get("MLFLOW_RUN_ID")  # the step's own run under mlflow run: the new run's parent
+    step_run = MLFLOW_RUN_ID.get()  # the step's own run under mlflow run: the new run's parent
     result = preprocess_in_run(source=source, output_dir=str(folder), limit=0, own_run=True, parent_run_id=step_run)
+    if step_run:
+        # MLflow's end_run (of the preprocess run) unsets MLFLOW_RUN_ID; without it the step itself would open a
+        # new run instead of attaching to the one `mlflow run` made for it.
+        MLFLOW_RUN_ID.set(step_run)
     return str(Path(result.output_dir).resolve())
