@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import free_port, local_ray
+from conftest import free_port, local_ray, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.backends.verl.node_sampler import ACTOR_NAME_PREFIX
@@ -59,14 +59,7 @@ def _sampler_actor_states(address: str, run_id: str) -> dict[str, str]:
 
 
 def _poll(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = condition()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s:.0f} s (last: {got!r})")
-        time.sleep(2)
+    return wait_until(condition, timeout_s, what, poll_s=2)  # each check asks Ray or the store: not too often
 
 
 def _node_scoped(client: MlflowClient, run_id: str, name: str = "cpu_utilization_percentage") -> set[str]:
@@ -108,24 +101,25 @@ def _only_run(client: MlflowClient):
     return runs[0]
 
 
-def _job_logs(address: str, job_id: str) -> str:
-    """The job's whole log as Ray keeps it, asked by a fresh token-auth process."""
+def _ask_job(address: str, job_id: str, method: str) -> str:
+    """``JobSubmissionClient(address).<method>(job_id)`` printed by a fresh process: Ray reads RAY_AUTH_MODE
+    once, at import, and this one may have imported it without the token mode the head uses."""
     ask = ("import sys; from ray.job_submission import JobSubmissionClient; "
-           "print(JobSubmissionClient(sys.argv[1]).get_job_logs(sys.argv[2]))")
+           f"print(JobSubmissionClient(sys.argv[1]).{method}(sys.argv[2]))")
     done = subprocess.run([sys.executable, "-c", ask, address, job_id], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "RAY_AUTH_MODE": "token"})
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
 
+def _job_logs(address: str, job_id: str) -> str:
+    """The job's whole log as Ray keeps it."""
+    return _ask_job(address, job_id, "get_job_logs")
+
+
 def _job_status(address: str, job_id: str) -> str:
-    """The job's status, asked by a fresh client process: Ray reads RAY_AUTH_MODE once, at import."""
-    ask = ("import sys; from ray.job_submission import JobSubmissionClient; "
-           "print(JobSubmissionClient(sys.argv[1]).get_job_status(sys.argv[2]))")
-    done = subprocess.run([sys.executable, "-c", ask, address, job_id], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RAY_AUTH_MODE": "token"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1]
+    """The job's status (PENDING, RUNNING, STOPPED, ...)."""
+    return _ask_job(address, job_id, "get_job_status").strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
