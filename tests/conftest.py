@@ -125,6 +125,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05):
     """Poll ``condition`` until it returns something truthy, and return that; fail naming ``what`` after ``timeout_s``.
 
@@ -310,8 +316,9 @@ class MlflowServer:
             pytest.fail(f"mlflow server did not start: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        """Stop the server's whole process group."""
+        """Stop the server's whole process group, and return once its port refuses connections."""
         stop_process_group(self.proc)
+        wait_until(lambda: not _listening(self.port), 60, f"port {self.port} closed after the server stopped")
 
 
 def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]):

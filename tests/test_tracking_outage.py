@@ -133,6 +133,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # above the sum of its three waits, so that a wait's own message is what fails
 def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server, tmp_path, monkeypatch, tiny_workdir):
     monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
     # Each step written as it ends (not gathered for 2 s), so the outage starts while steps remain.
@@ -144,11 +145,15 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     steps = 16
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'}")
-    proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
-                             "--data_dir", str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Output to a file, never an unread pipe: a trainer that fills a full pipe with outage warnings would block on it.
+    log_path = tmp_path / "train.log"
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
+                                 "--data_dir", str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path,
+                                stdout=log_file, stderr=subprocess.STDOUT, text=True)
+    output = lambda: log_path.read_text()[-3000:]  # noqa: E731
     client = MlflowClient()
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 300
     run_id, written = None, []
     while time.monotonic() < deadline:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
@@ -156,19 +161,34 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
         if runs and len(written := _steps(client, runs[0].info.run_id, "timing_s/step")) >= 2:
             run_id = runs[0].info.run_id
             break
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert proc.poll() is None, output()
         time.sleep(1)
     assert run_id, "training did not reach step 2"
-    server.stop()
+    # The trainer is paused while the server stops, so that the outage begins with steps still to make on any host.
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        server.stop()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
     # The rest of training with no server: the writer mirrors each step it cannot write to the spill file, and
-    # the trainer, done, waits for the server instead of ending without it.
-    rest = set(range(max(written) + 1, steps + 1))
-    wait_until(lambda: proc.poll() is not None or _spilled_steps(tmp_path / "outputs") >= rest, 600,
-               f"steps {min(rest, default=steps)}..{steps} made during the outage")
-    assert proc.poll() is None, "training stopped during the outage:\n" + proc.stdout.read()[-3000:]
+    # the trainer, done, waits for the server instead of ending without it. Steps made before the pause may still
+    # have reached the server: the outage's steps are those from the first spilled one on.
+    def last_step_spilled_or_trainer_gone():
+        if proc.poll() is not None:
+            return True
+        spilled = _spilled_steps(tmp_path / "outputs")
+        return spilled if steps in spilled else None
+
+    try:
+        spilled = wait_until(last_step_spilled_or_trainer_gone, 300, f"step {steps} made during the outage")
+    except BaseException:  # pytest.fail's exception: the trainer's own account, shown with the failure
+        print(log_path.read_text()[-6000:])
+        raise
+    assert proc.poll() is None, "training stopped during the outage:\n" + output()
+    assert spilled == set(range(min(spilled), steps + 1)) and min(spilled) > max(written), sorted(spilled)
     server.start()
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-3000:]
+    proc.wait(timeout=300)
+    assert proc.returncode == 0, output()
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     for key in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
