@@ -125,6 +125,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def paused(pid: int):
+    """Hold process ``pid`` still (SIGSTOP) for the block, and let it go on after (SIGCONT).
+
+    For a fault injected mid-run (a server stopped, a writer killed): the run cannot finish its remaining steps
+    while the fault is being set up, however fast the host, so the fault always lands while steps remain.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _listening(port: int) -> bool:
     """Whether something accepts TCP connections on 127.0.0.1:``port``."""
     with socket.socket() as sock:

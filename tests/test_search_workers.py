@@ -22,6 +22,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from conftest import process_running
 from mlflow.tracking import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -86,13 +87,6 @@ def _child_pids(pid: int) -> list[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie waiting to be reaped does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
 
 def _wait_for(predicate, timeout: float, what: str, poll: float = 1.0):
     deadline = time.time() + timeout
@@ -130,7 +124,7 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
     worker_a.send_signal(signal.SIGKILL)
     worker_a.wait(timeout=30)
     # Its training dies with it (the kernel sends it SIGTERM): no orphan keeps training.
-    _wait_for(lambda: not any(_alive(pid) for pid in training), 60, "A's training to stop")
+    _wait_for(lambda: not any(process_running(pid) for pid in training), 60, "A's training to stop")
 
     assert worker_b.wait(timeout=500) == 0
     worker_c = _mlflow_worker(project, env, **params)  # grace period (3 s) long over: retries A's trial

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from conftest import process_running, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.runs import metric_buffer, tracking
@@ -138,10 +139,7 @@ def test_a_killed_trainer_leaves_no_writer_behind_and_its_queued_steps_written(t
     result, _ = _run_script(tmp_path, "die")
     assert result.returncode == -signal.SIGKILL
     run_id, writer_pid = result.stdout.split()[:2]
-    deadline = time.monotonic() + 60  # it exits within seconds; the deadline is for a loaded machine
-    while _alive(writer_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(writer_pid)
+    wait_until(lambda: not process_running(writer_pid), 60, "the writer's exit")  # within seconds, loaded or not
     assert sorted(m.step for m in MlflowClient().get_metric_history(run_id, "loss")) == [1, 2]
 
 
@@ -152,13 +150,6 @@ def _write_step_one_then_signal_the_writer(buffer: metric_buffer.MetricBuffer, s
     os.kill(pid := buffer.writer_pid, signum)
     return pid
 
-
-def _alive(pid: str) -> bool:
-    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _wait_ended(buffer: metric_buffer.MetricBuffer, timeout_s: float = 300) -> None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import every_experiment, serving
+from conftest import every_experiment, paused, process_running, serving, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
@@ -74,7 +74,9 @@ def test_a_killed_metric_writer_costs_the_run_nothing(tracking_uri, tmp_path, ti
     proc = _start_training(tmp_path, tiny_workdir / "cache", "trainer.test_freq=-1")
     run_id = _wait_for_steps(client, proc, 2)
     trainer_pid = int(client.get_run(run_id).data.tags[names.PID_TAG])
-    os.kill(_writer_pid(trainer_pid), signal.SIGKILL)  # what the OOM killer does
+    with paused(trainer_pid):  # so that steps remain to be made after the writer is gone, on any host
+        os.kill(writer := _writer_pid(trainer_pid), signal.SIGKILL)  # what the OOM killer does
+        wait_until(lambda: not process_running(writer), 60, "the killed writer gone")
     out, _ = proc.communicate(timeout=900)  # before: the trainer hung forever in flush()
     assert proc.returncode == 0, out[-3000:]
     assert "metric writer process ended (exit code -9)" in out
@@ -100,7 +102,8 @@ def test_a_server_that_never_returns_ends_training_on_time_and_the_printed_comma
     proc = _start_training(tmp_path, tiny_workdir / "cache", "trainer.test_freq=2",
                            VERLFLOW_METRICS_FLUSH_S=str(FLUSH_S), VERLFLOW_METRICS_RETRY_S="1")
     run_id = _wait_for_steps(client, proc, 2)
-    server.stop()
+    with paused(proc.pid):  # so that the outage begins with steps (and validation tables) still to make
+        server.stop()
     stopped = time.monotonic()
     # Before: every validation step's table went through ~4 min of retries, the end 10+ min more.
     out, _ = proc.communicate(timeout=900)

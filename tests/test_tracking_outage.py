@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import serving, wait_until
+from conftest import paused, process_running, serving, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -115,21 +115,11 @@ def test_an_orphaned_writer_spills_what_it_holds_and_exits_while_the_server_is_a
     server.stop()
     (tmp_path / "server-stopped").touch()
     assert trainer.wait(timeout=120) == -signal.SIGKILL
-    deadline = time.monotonic() + 60  # it exits within seconds; the deadline is for a loaded machine
-    while _alive(writer_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(writer_pid)  # before: it lived on for minutes, writing into the run being resumed
+    # Before: it lived on for minutes, writing into the run being resumed. Now it exits within seconds.
+    wait_until(lambda: not process_running(writer_pid), 60, "the orphaned writer's exit")
     server.start()
     assert metric_buffer.upload_spill(tmp_path / "metrics.spill.jsonl") == 1
     assert _steps(client, run_id, "loss") == [1, 2]
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.slow
@@ -164,12 +154,8 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
         assert proc.poll() is None, output()
         time.sleep(1)
     assert run_id, "training did not reach step 2"
-    # The trainer is paused while the server stops, so that the outage begins with steps still to make on any host.
-    os.kill(proc.pid, signal.SIGSTOP)
-    try:
+    with paused(proc.pid):  # so that the outage begins with steps still to make, on any host
         server.stop()
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
     # The rest of training with no server: the writer mirrors each step it cannot write to the spill file, and
     # the trainer, done, waits for the server instead of ending without it. Steps made before the pause may still
     # have reached the server: the outage's steps are those from the first spilled one on.
