@@ -114,7 +114,7 @@ _SCRIPT = textwrap.dedent("""
             while buffer.written < 1:  # the first write goes at once, the next steps are gathered
                 time.sleep(0.05)
             buffer.log({"loss": 0.5}, 2)
-            time.sleep(1)  # the step is in the queue's pipe, not yet written
+            assert buffer.wait_in_pipe(60)  # the step is in the writer's pipe, not yet written
             os.kill(os.getpid(), signal.SIGKILL)
 """)
 

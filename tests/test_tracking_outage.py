@@ -101,7 +101,7 @@ _ORPHANING_TRAINER = textwrap.dedent("""
         while not (folder / "server-stopped").exists():
             time.sleep(0.05)
         buffer.log({"loss": 0.5}, 2)
-        time.sleep(1)  # the step is in the writer's hands, not written (it gathers for 600 s)
+        assert buffer.wait_in_pipe(60)  # the step is in the writer's hands, not written (it gathers for 600 s)
         os.kill(os.getpid(), signal.SIGKILL)
 """)
 

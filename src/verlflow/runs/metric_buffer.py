@@ -114,14 +114,12 @@ class MetricBuffer:
         acks_out.close()
         self.writers_started += 1
         self._acks, self._written_now, self._cpu_now, self.outage = acks_in, 0, 0.0, False
-        self._outbox: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
-        threading.Thread(target=_feed, args=(self._outbox, steps_out), name="verlflow-metrics-feed",
-                         daemon=True).start()
+        self._feed = _Feed(steps_out)
         for index, item in enumerate(self._unwritten):
             kind, body = item
             if index == 0 and kind == "step" and self._head_written:
                 item = (kind, (body[0], body[1], body[2][self._head_written:]))
-            self._outbox.put(item)
+            self._feed.put(item)
 
     @property
     def written(self) -> int:
@@ -158,14 +156,27 @@ class MetricBuffer:
         self.enqueued += units
         self._unwritten.append(item)
         if self._process is not None:
-            self._outbox.put(item)
+            self._feed.put(item)
         self._read_acks()
         self._replace_if_dead()
+
+    def wait_in_pipe(self, wait_s: float = 10.0) -> bool:
+        """Wait up to ``wait_s`` until all logged so far has left this process for the writer's pipe; True if so.
+
+        What is in the pipe outlives this process: the writer reads the pipe to its end and writes it all, even
+        after the trainer is killed outright. A full pipe (a writer held up by the server) can hold it back.
+        """
+        deadline = time.monotonic() + wait_s
+        while self._process is not None and not self._feed.in_pipe():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return self._process is not None
 
     def write_soon(self) -> None:
         """Write what is queued now instead of gathering more steps first (before metrics are read back)."""
         if self._process is not None:
-            self._outbox.put(("write_now",))
+            self._feed.put(("write_now",))
 
     def flush(self, wait_s: float = FLUSH_WAIT_S) -> bool:
         """Wait up to ``wait_s`` until everything is written; False at once while the server is away."""
@@ -182,12 +193,12 @@ class MetricBuffer:
         """Wait up to ``wait_s`` for everything to be written; returns how much is left in the spill file."""
         deadline = time.monotonic() + wait_s
         if self._process is not None:
-            self._outbox.put(("close",))
+            self._feed.put(("close",))
         while self._process is not None and self.written < self.enqueued and time.monotonic() < deadline:
             if not self._process.is_alive():
                 self._replace_if_dead()
                 if self._process is not None:
-                    self._outbox.put(("close",))
+                    self._feed.put(("close",))
                 continue
             self._read_acks(wait_s=0.2)
         self._end_writer()
@@ -273,7 +284,7 @@ class MetricBuffer:
         self._written_before += self._written_now
         self._cpu_before += self._cpu_now
         self._written_now, self._cpu_now = 0, 0.0
-        self._outbox.put(None)
+        self._feed.close()
         self._acks.close()
         self._process = None
 
@@ -282,7 +293,7 @@ class MetricBuffer:
         if self._process is None:
             return
         if self._process.is_alive():
-            self._outbox.put(("abandon",))
+            self._feed.put(("abandon",))
             self._process.join(WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"] + 5)
         if self._process.is_alive():
             self._process.kill()
@@ -292,12 +303,35 @@ class MetricBuffer:
         self._retire_writer()
 
 
-def _feed(outbox: queue.SimpleQueue, connection) -> None:
-    """Send the trainer's items to the writer (a thread: a full pipe holds this thread, never training)."""
-    with contextlib.suppress(OSError, ValueError):  # the writer is gone: the trainer still holds every item
-        while (item := outbox.get()) is not None:
-            connection.send(item)
-    connection.close()
+class _Feed:
+    """The trainer's items on their way into the writer's pipe, sent by a thread of their own: a full pipe
+    holds that thread, never training."""
+
+    def __init__(self, connection):
+        self._queue: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self.put_count = self.sent_count = 0
+        threading.Thread(target=self._send_until_closed, args=(connection,), name="verlflow-metrics-feed",
+                         daemon=True).start()
+
+    def put(self, item: tuple) -> None:
+        """Queue ``item`` for the pipe."""
+        self.put_count += 1
+        self._queue.put(item)
+
+    def close(self) -> None:
+        """End the thread after what is queued, and close the pipe."""
+        self._queue.put(None)
+
+    def in_pipe(self) -> bool:
+        """Whether every item put so far has been sent into the pipe."""
+        return self.sent_count >= self.put_count
+
+    def _send_until_closed(self, connection) -> None:
+        with contextlib.suppress(OSError, ValueError):  # the writer is gone: the trainer still holds every item
+            while (item := self._queue.get()) is not None:
+                connection.send(item)
+                self.sent_count += 1
+        connection.close()
 
 
 @contextlib.contextmanager
