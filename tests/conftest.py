@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,8 +154,9 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05):
-    """Poll ``condition`` until it returns something truthy, and return that; fail naming ``what`` after ``timeout_s``.
+def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05, watch: Iterable[subprocess.Popen] = ()):
+    """Poll ``condition`` until it returns something truthy, and return that; fail naming ``what`` after ``timeout_s``,
+    or at once when a process in ``watch`` (one the condition depends on) has exited.
 
     For waits on something another thread or process does: the deadline is generous (for a loaded machine),
     the poll short, so the test goes on as soon as the condition holds instead of after a fixed sleep.
@@ -164,6 +166,9 @@ def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05):
         got = condition()
         if got:
             return got
+        dead = [proc.args for proc in watch if proc.poll() is not None]
+        if dead:
+            pytest.fail(f"{what}: not before {dead} exited")
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout_s:.0f} s")
         time.sleep(poll_s)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
@@ -25,15 +26,6 @@ from verlflow.runs import lifecycle
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 30  # enough that the signal lands while steps remain, however fast a step is
 OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"  # + output_dir
-
-
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (value := predicate()) is not None:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def _train_run(client: MlflowClient):
@@ -59,14 +51,15 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
         cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        run = _wait_for(lambda: _train_run(client), 300, "the train run: " + str(tmp_path / "launcher.log"))
+        run = wait_until(lambda: _train_run(client), 300, "the train run: " + str(tmp_path / "launcher.log"),
+                         poll_s=0.5)
         run_id = run.info.run_id
-        _wait_for(lambda: True if len(client.get_metric_history(run_id, "timing_s/step")) >= 2 else None, 600,
-                  "two logged steps")
+        wait_until(lambda: len(client.get_metric_history(run_id, "timing_s/step")) >= 2, 600, "two logged steps",
+                   poll_s=0.5)
         step_pid = int(client.get_run(run_id).data.tags[names.PID_TAG])
         launcher.send_signal(signal.SIGTERM)  # the launcher only, not its process group
         signalled = time.monotonic()
-        _wait_for(lambda: True if client.get_run(run_id).info.status != "RUNNING" else None, 60, "the run to end")
+        wait_until(lambda: client.get_run(run_id).info.status != "RUNNING", 60, "the run to end", poll_s=0.5)
         ended_after = time.monotonic() - signalled
     finally:
         launcher.kill()
@@ -78,7 +71,7 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
     assert [r.info.run_id for r in client.search_runs(["0"], "tags.`verlflow.step` = 'train'")] == [run_id]
     kept = sorted(m.step for m in client.get_metric_history(run_id, "timing_s/step"))
     assert 2 <= len(kept) < STEPS and kept == list(range(1, len(kept) + 1))
-    _wait_for(lambda: None if lifecycle.process_alive(step_pid) else True, 30, "the step process to exit")
+    wait_until(lambda: not lifecycle.process_alive(step_pid), 30, "the step process to exit", poll_s=0.5)
 
     result = subprocess.run([sys.executable, "-m", "verlflow.cli", "train", "--resume", run_id], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")},

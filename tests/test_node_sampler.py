@@ -16,12 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import free_port, local_ray
+from conftest import free_port, local_ray, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.backends.verl.node_sampler import ACTOR_NAME_PREFIX, sampler_address, start_node_samplers
@@ -50,18 +49,6 @@ def _alive_nodes(address: str) -> int:
         ray.shutdown()
 
 
-def _poll(condition, timeout_s: float, what: str, procs=()):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = condition()
-        if got:
-            return got
-        dead = [p.args for p in procs if p.poll() is not None]
-        if dead or time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s:.0f} s" + (f" (exited: {dead})" if dead else ""))
-        time.sleep(1)
-
-
 @pytest.fixture
 def two_node_cluster():
     """GCS address of a fresh two-node local Ray cluster; both nodes' process groups killed afterwards."""
@@ -72,7 +59,7 @@ def two_node_cluster():
         procs.append(_ray_start(["--head", "--port", address.split(":")[1], "--node-ip-address", "127.0.0.1",
                                  "--include-dashboard", "false", "--ray-client-server-port", str(free_port()),
                                  "--temp-dir", temp]))
-        _poll(lambda: _gcs_answers(address), 300, "the Ray head's GCS port", procs)
+        wait_until(lambda: _gcs_answers(address), 300, "the Ray head's GCS port", poll_s=1, watch=procs)
         procs.append(_ray_start(["--address", address, "--node-ip-address", "127.0.0.1"]))
         # Both nodes are awaited in the test's own process (check_two_nodes): joining from this one would use
         # whatever auth mode Ray was first imported with here.
@@ -116,7 +103,7 @@ def check_two_nodes(address: str, tracking_uri: str) -> None:
     earlier tests of this session have imported it (through verl) without the token mode the cluster uses."""
     mlflow.set_tracking_uri(tracking_uri)
     client = MlflowClient(tracking_uri)
-    _poll(lambda: _alive_nodes(address) >= 2, 300, "two alive Ray nodes")
+    wait_until(lambda: _alive_nodes(address) >= 2, 300, "two alive Ray nodes", poll_s=1)
     on_sigterm = signal.getsignal(signal.SIGTERM)
     with mlflow.start_run() as run:
         run_id = run.info.run_id
@@ -125,15 +112,15 @@ def check_two_nodes(address: str, tracking_uri: str) -> None:
         assert signal.getsignal(signal.SIGTERM) is on_sigterm  # joining Ray left verlflow's SIGTERM handling alone
         try:
             assert len(set(samplers.labels)) == 2, samplers.labels
-            found = _poll(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels) or None, 300,
-                          f"system/<node>/{CPU_NAME} from both nodes {samplers.labels}")
+            found = wait_until(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels), 300,
+                               f"system/<node>/{CPU_NAME} from both nodes {samplers.labels}", poll_s=1)
             assert found
         finally:
             samplers.stop()
         labels = samplers.labels
     # The run's own (unscoped) system/* keys are not these: only the samplers wrote node-scoped keys.
     assert _node_ids_with_cpu_metrics(client, run_id) == set(labels)
-    _poll(lambda: not _sampler_actors_alive(address, run_id, labels), 120, "sampler actors gone")
+    wait_until(lambda: not _sampler_actors_alive(address, run_id, labels), 120, "sampler actors gone", poll_s=1)
     print("TWO_NODES_OK", sorted(labels))
 
 
@@ -143,22 +130,24 @@ def check_job_sampler(address: str, tracking_uri: str, log_path: str) -> None:
     from verlflow.backends.verl.node_sampler import job_sampler_line
 
     client = MlflowClient(tracking_uri)
-    _poll(lambda: _alive_nodes(address) >= 2, 600, "two alive Ray nodes")  # a second node joins slowly when busy
+    # A second node joins slowly when busy.
+    wait_until(lambda: _alive_nodes(address) >= 2, 600, "two alive Ray nodes", poll_s=1)
     run_id = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
     script = f"{job_sampler_line(sys.executable, 1)}\nexec sleep 900\n"
     env = {**os.environ, "RAY_ADDRESS": address, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": tracking_uri}
     with open(log_path, "w") as log:
         verl = subprocess.Popen(["bash", "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        labels = _poll(lambda: _node_ids_with_cpu_metrics(client, run_id) if
-                       len(_node_ids_with_cpu_metrics(client, run_id)) >= 2 else None, 300,
-                       f"system/<node>/{CPU_NAME} from both nodes")
+        labels = wait_until(lambda: _node_ids_with_cpu_metrics(client, run_id) if
+                            len(_node_ids_with_cpu_metrics(client, run_id)) >= 2 else None, 300,
+                            f"system/<node>/{CPU_NAME} from both nodes", poll_s=1)
         assert _sampler_actors_alive(address, run_id, sorted(labels)) == sorted(labels)
     finally:
         verl.kill()  # "verl" dies without a word; the sampler is left to notice
         verl.wait()
-    _poll(lambda: "node samplers stopped (verl ended)" in Path(log_path).read_text(), 120, "the sampler stopping")
-    _poll(lambda: not _sampler_actors_alive(address, run_id, sorted(labels)), 120, "sampler actors gone")
+    wait_until(lambda: "node samplers stopped (verl ended)" in Path(log_path).read_text(), 120, "the sampler stopping",
+               poll_s=1)
+    wait_until(lambda: not _sampler_actors_alive(address, run_id, sorted(labels)), 120, "sampler actors gone", poll_s=1)
     print("JOB_SAMPLER_OK", sorted(labels))
 
 

@@ -16,13 +16,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
-from conftest import process_running
+from conftest import process_running, wait_until
 from mlflow.tracking import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -88,16 +87,6 @@ def _child_pids(pid: int) -> list[int]:
 
 
 
-def _wait_for(predicate, timeout: float, what: str, poll: float = 1.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 @pytest.mark.timeout(1200)  # three workers one after the other on a busy 2-core machine
 def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tmp_path, project,
                                                                              tracking_uri):
@@ -120,11 +109,11 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
         return (parents[0], children[0], training) if children and training else None
 
     # Killed while its trial's train step starts (imports alone take seconds, so this cannot miss).
-    parent_a, child_a, training = _wait_for(a_trial_started, 400, "worker A's trial to start", poll=0.2)
+    parent_a, child_a, training = wait_until(a_trial_started, 400, "worker A's trial to start", poll_s=0.2)
     worker_a.send_signal(signal.SIGKILL)
     worker_a.wait(timeout=30)
     # Its training dies with it (the kernel sends it SIGTERM): no orphan keeps training.
-    _wait_for(lambda: not any(process_running(pid) for pid in training), 60, "A's training to stop")
+    wait_until(lambda: not any(process_running(pid) for pid in training), 60, "A's training to stop")
 
     assert worker_b.wait(timeout=500) == 0
     worker_c = _mlflow_worker(project, env, **params)  # grace period (3 s) long over: retries A's trial
