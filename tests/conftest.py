@@ -144,7 +144,7 @@ def process_running(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (OSError, IndexError):  # gone, or going while its stat is read
         return False
 
 

@@ -112,9 +112,8 @@ def check_two_nodes(address: str, tracking_uri: str) -> None:
         assert signal.getsignal(signal.SIGTERM) is on_sigterm  # joining Ray left verlflow's SIGTERM handling alone
         try:
             assert len(set(samplers.labels)) == 2, samplers.labels
-            found = wait_until(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels), 300,
-                               f"system/<node>/{CPU_NAME} from both nodes {samplers.labels}", poll_s=1)
-            assert found
+            wait_until(lambda: _node_ids_with_cpu_metrics(client, run_id) >= set(samplers.labels), 300,
+                       f"system/<node>/{CPU_NAME} from both nodes {samplers.labels}", poll_s=1)
         finally:
             samplers.stop()
         labels = samplers.labels

@@ -141,40 +141,30 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
         proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
                                  "--data_dir", str(tmp_path / "data"), "--overrides", overrides], cwd=tmp_path,
                                 stdout=log_file, stderr=subprocess.STDOUT, text=True)
-    output = lambda: log_path.read_text()[-3000:]  # noqa: E731
     client = MlflowClient()
-    deadline = time.monotonic() + 300
-    run_id, written = None, []
-    while time.monotonic() < deadline:
-        experiment_ids = [e.experiment_id for e in client.search_experiments()]
-        runs = client.search_runs(experiment_ids, "tags.`verlflow.step` = 'train'")
-        if runs and len(written := _steps(client, runs[0].info.run_id, "timing_s/step")) >= 2:
-            run_id = runs[0].info.run_id
-            break
-        assert proc.poll() is None, output()
-        time.sleep(1)
-    assert run_id, "training did not reach step 2"
-    with paused(proc.pid):  # so that the outage begins with steps still to make, on any host
-        server.stop()
-    # The rest of training with no server: the writer mirrors each step it cannot write to the spill file, and
-    # the trainer, done, waits for the server instead of ending without it. Steps made before the pause may still
-    # have reached the server: the outage's steps are those from the first spilled one on.
-    def last_step_spilled_or_trainer_gone():
-        if proc.poll() is not None:
-            return True
-        spilled = _spilled_steps(tmp_path / "outputs")
-        return spilled if steps in spilled else None
+
+    def two_steps_written():
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                  "tags.`verlflow.step` = 'train'")
+        written = _steps(client, runs[0].info.run_id, "timing_s/step") if runs else []
+        return (runs[0].info.run_id, written) if len(written) >= 2 else None
 
     try:
-        spilled = wait_until(last_step_spilled_or_trainer_gone, 300, f"step {steps} made during the outage")
+        run_id, written = wait_until(two_steps_written, 300, "training's step 2 written", poll_s=1, watch=[proc])
+        with paused(proc.pid):  # so that the outage begins with steps still to make, on any host
+            server.stop()
+        # The rest of training with no server: the writer mirrors each step it cannot write to the spill file, and
+        # the trainer, done, waits for the server instead of ending without it. Steps made before the pause may
+        # still have reached the server: the outage's steps are those from the first spilled one on.
+        spilled = wait_until(lambda: got if steps in (got := _spilled_steps(tmp_path / "outputs")) else None, 300,
+                             f"step {steps} made during the outage", watch=[proc])
     except BaseException:  # pytest.fail's exception: the trainer's own account, shown with the failure
         print(log_path.read_text()[-6000:])
         raise
-    assert proc.poll() is None, "training stopped during the outage:\n" + output()
     assert spilled == set(range(min(spilled), steps + 1)) and min(spilled) > max(written), sorted(spilled)
     server.start()
     proc.wait(timeout=300)
-    assert proc.returncode == 0, output()
+    assert proc.returncode == 0, log_path.read_text()[-3000:]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     for key in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
