@@ -17,7 +17,8 @@ import pytest
 from conftest import every_experiment
 from mlflow.tracking import MlflowClient
 
-from verlflow.backends.verl.ray_cluster import RayNode, local_only_reason, resource_problems, tracking_problems
+from verlflow.backends.verl.ray_cluster import (RayNode, local_only_reason, resource_problems, tracking_problems,
+                                                until_listed)
 from verlflow.errors import EXIT_BAD_INPUT
 
 CLOSED_PORT = "http://127.0.0.1:1"
@@ -97,3 +98,19 @@ def test_the_cluster_must_hold_nnodes_nodes_of_n_gpus_per_node_each():
     assert few.key == "trainer.nnodes" and few.value == 3
     (npu,) = resource_problems(nodes, device="npu", nnodes=1, per_node=16, where="c")  # Ascend counts NPU
     assert "0 NPU" in npu.line()
+
+
+def test_a_cluster_whose_head_is_still_registering_is_asked_again_not_refused():
+    # `ray start --head` answers on its dashboard before its own node is listed alive: CI's first launch on a fresh
+    # head was refused with "0 such node(s) (none alive)". Listings as a registering head gives them:
+    answers = iter([[], [], [RayNode("10.0.0.5", {"GPU": 8.0})]])
+    asked = []
+
+    def list_once():
+        asked.append(1)
+        return next(answers)
+
+    assert until_listed(list_once, settle_s=5, poll_s=0.01) == [RayNode("10.0.0.5", {"GPU": 8.0})]
+    assert len(asked) == 3
+    # A cluster that truly lists no node is still answered, as empty, once the settle time is spent.
+    assert until_listed(lambda: [], settle_s=0.05, poll_s=0.01) == []

@@ -143,7 +143,19 @@ def ray_head():
         if not _wait_for_dashboard(f"{address}/api/version", procs[0], timeout_s=420):
             pytest.fail("a local Ray head with its dashboard did not come up within 420 s: is ray[default] "
                         "installed (pip install -e '.[dev]')?")
+        # The dashboard answers before the head's own node is listed alive; the tests want a cluster of 8 GPUs.
+        _poll(lambda: _alive_gpus(address) == [8.0], 300, "the Ray head listed alive with its 8 GPUs")
         yield address
+
+
+def _alive_gpus(address: str) -> list[float]:
+    """GPUs of each alive node of the cluster, as a fresh token-auth process lists them (nothing while starting)."""
+    ask = ("import json, sys; from ray.util.state import list_nodes; "
+           "print(json.dumps([n.resources_total.get('GPU', 0) for n in list_nodes(address=sys.argv[1], "
+           "filters=[('state', '=', 'ALIVE')], raise_on_missing_output=False)]))")
+    done = subprocess.run([sys.executable, "-c", ask, address], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_AUTH_MODE": "token"})
+    return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else []
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ from verlflow.util import first_line, mask_url_password
 RESOURCE = {"npu": "NPU", "gpu": "GPU"}
 # Seconds a cluster gets to answer before it counts as unreachable (a reachable one answers in well under one).
 ANSWER_TIMEOUT_S = 15
+# Every cluster lists its head as a node; a cluster that answers with none has a head still registering
+# (`ray start --head` brings up the dashboard beside the raylet, not after it): asked again for this long.
+SETTLE_S = 8
 TRACKING_FIX = ("set MLFLOW_TRACKING_URI to a tracking server every node reaches (mlflow server --host 0.0.0.0 "
                 "on a shared host, then http://<that host>:5000)")
 
@@ -81,8 +85,9 @@ def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -
             from ray.job_submission import JobSubmissionClient
 
             JobSubmissionClient(address)  # the job API the launch submits to answers (it checks the version)
-        listed = list_nodes(address=address, filters=[("state", "=", "ALIVE")], timeout=int(timeout_s),
-                            raise_on_missing_output=False)
+        listed = until_listed(lambda: list_nodes(address=address, filters=[("state", "=", "ALIVE")],
+                                                 timeout=int(timeout_s), raise_on_missing_output=False),
+                              settle_s=min(SETTLE_S, timeout_s / 2))
         return [RayNode(ip=str(_field(n, "node_ip")), resources={k: float(v) for k, v in
                                                                   (_field(n, "resources_total") or {}).items()})
                 for n in listed]
@@ -95,6 +100,17 @@ def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -
             raise VerlflowError(f"no Ray cluster reachable from this machine: {reason}") from None
         raise VerlflowError(f"ray_address={address}: no Ray cluster answers there ({reason}): pass the dashboard "
                             "address of a running cluster's head (http://<head>:8265)") from None
+
+
+def until_listed(list_once: Callable[[], list], *, settle_s: float, poll_s: float = 1.0) -> list:
+    """``list_once()``, asked again every ``poll_s`` while it is empty, for up to ``settle_s``: an empty list of
+    alive nodes from a cluster that answers means its head is still registering, not that it has no nodes."""
+    deadline = time.monotonic() + settle_s
+    listed = list_once()
+    while not listed and time.monotonic() + poll_s <= deadline:
+        time.sleep(poll_s)
+        listed = list_once()
+    return listed
 
 
 def _field(node: Any, name: str) -> Any:
@@ -187,5 +203,5 @@ def check_ray_launch(*, device: str, nnodes: Any, per_node: Any, ray_address: st
     raise_problems(problems, "the Ray launch")
 
 
-__all__ = ["RayNode", "cluster_nodes", "resource_problems", "local_only_reason", "this_machines_ips",
+__all__ = ["RayNode", "cluster_nodes", "until_listed", "resource_problems", "local_only_reason", "this_machines_ips",
            "tracking_problems", "check_ray_launch"]
