@@ -60,8 +60,7 @@ def test_signal_ends_killed_and_keeps_metrics(tracking_uri, tmp_path, signum):
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    run_id = proc.stdout.readline().strip()
-    time.sleep(0.5)
+    run_id = proc.stdout.readline().strip()  # printed inside the run: its signal handlers are set
     proc.send_signal(signum)
     proc.wait(timeout=60)
     assert proc.returncode != 0
