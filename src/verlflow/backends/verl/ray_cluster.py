@@ -87,13 +87,13 @@ def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -
             JobSubmissionClient(address)  # the job API the launch submits to answers (it checks the version)
         listed = until_listed(lambda: list_nodes(address=address, filters=[("state", "=", "ALIVE")],
                                                  timeout=int(timeout_s), raise_on_missing_output=False),
-                              settle_s=min(SETTLE_S, timeout_s / 2))
+                              settle_s=SETTLE_S)
         return [RayNode(ip=str(_field(n, "node_ip")), resources={k: float(v) for k, v in
                                                                   (_field(n, "resources_total") or {}).items()})
                 for n in listed]
 
     try:
-        return _with_deadline(ask, timeout_s)
+        return _with_deadline(ask, timeout_s + SETTLE_S)  # the settling has its own time, not the answer's
     except Exception as exc:  # ConnectionError, the state API's ServerUnavailable, TimeoutError, auth errors
         reason = first_line(exc, 200)
         if not address:
