@@ -17,8 +17,13 @@ import pytest
 from conftest import every_experiment
 from mlflow.tracking import MlflowClient
 
-from verlflow.backends.verl.ray_cluster import (RayNode, local_only_reason, resource_problems, tracking_problems,
-                                                until_listed)
+from verlflow.backends.verl.ray_cluster import (
+    RayNode,
+    local_only_reason,
+    resource_problems,
+    tracking_problems,
+    until_listed,
+)
 from verlflow.errors import EXIT_BAD_INPUT
 
 CLOSED_PORT = "http://127.0.0.1:1"
