@@ -8,7 +8,8 @@ slot (the launch used to find it after composing and validating verl's config). 
 APIs only: ``JobSubmissionClient`` (the job API the launch submits to) and the state API's ``list_nodes``
 (each node's IP and total resources).
 
-- With ``ray_address``: the cluster must answer; it must have ``trainer.nnodes`` alive nodes with at least
+- With ``ray_address``: the cluster must answer (one that lists no alive node yet, a head still registering
+  itself, is asked again for a few seconds); it must have ``trainer.nnodes`` alive nodes with at least
   ``trainer.n_gpus_per_node`` of the device's Ray resource each (``GPU`` / ``NPU``), as verl's
   ``ResourcePoolManager._check_resource_available`` demands when the job starts; and a tracking URI that
   names this machine (``sqlite:``, ``file:``, a path, ``localhost`` / ``127.x``) is refused when any node is
