@@ -137,9 +137,8 @@ def check_job_sampler(address: str, tracking_uri: str, log_path: str) -> None:
     with open(log_path, "w") as log:
         verl = subprocess.Popen(["bash", "-c", script], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        labels = wait_until(lambda: _node_ids_with_cpu_metrics(client, run_id) if
-                            len(_node_ids_with_cpu_metrics(client, run_id)) >= 2 else None, 300,
-                            f"system/<node>/{CPU_NAME} from both nodes", poll_s=1)
+        labels = wait_until(lambda: got if len(got := _node_ids_with_cpu_metrics(client, run_id)) >= 2 else None,
+                            300, f"system/<node>/{CPU_NAME} from both nodes", poll_s=1)
         assert _sampler_actors_alive(address, run_id, sorted(labels)) == sorted(labels)
     finally:
         verl.kill()  # "verl" dies without a word; the sampler is left to notice

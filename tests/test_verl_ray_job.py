@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -31,20 +30,17 @@ from verlflow.backends.verl.node_sampler import ACTOR_NAME_PREFIX
 STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
 
 
-def _wait_for_dashboard(url: str, proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Poll the dashboard until it answers at all: Ray >= 2.5x answers 401 without its auth token, which
-    its job client reads from ~/.ray by itself (a plain HTTP probe that wants 200 would wait forever)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=5)
-            return True
-        except urllib.error.HTTPError:
-            return True
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                return False
-            time.sleep(2)
+def _dashboard_answers(url: str) -> bool:
+    """Whether the dashboard answers at all: Ray >= 2.5x answers 401 without its auth token, which its job client
+    reads from ~/.ray by itself (a plain HTTP probe that wants 200 would wait forever)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            pass
+    except urllib.error.HTTPError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _sampler_actor_states(address: str, run_id: str) -> dict[str, str]:
@@ -140,11 +136,11 @@ def ray_head():
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         address = f"http://127.0.0.1:{dashboard}"
         # The dashboard (job API) needs ray[default]'s packages (the dev extra) and minutes on 2 busy cores.
-        if not _wait_for_dashboard(f"{address}/api/version", procs[0], timeout_s=420):
-            pytest.fail("a local Ray head with its dashboard did not come up within 420 s: is ray[default] "
-                        "installed (pip install -e '.[dev]')?")
+        wait_until(lambda: _dashboard_answers(f"{address}/api/version"), 420, "a local Ray head with its dashboard "
+                   "(is ray[default] installed? pip install -e '.[dev]')", poll_s=2, watch=procs)
         # The dashboard answers before the head's own node is listed alive; the tests want a cluster of 8 GPUs.
-        _poll(lambda: _alive_gpus(address) == [8.0], 300, "the Ray head listed alive with its 8 GPUs")
+        wait_until(lambda: _alive_gpus(address) == [8.0], 300, "the Ray head listed alive with its 8 GPUs", poll_s=2,
+                   watch=procs)
         yield address
 
 
