@@ -173,8 +173,12 @@ def test_a_ray_jobs_sampler_covers_every_node_and_stops_when_verl_dies(tracking_
     assert done.returncode == 0 and "JOB_SAMPLER_OK" in done.stdout, (done.stdout + done.stderr)[-4000:]
 
 
-def test_samplers_start_only_for_launches_that_span_a_ray_cluster():
-    assert sampler_address("", 1, environ={}) is None  # one node, verl's own Ray: verlflow's monitor covers it
-    assert sampler_address("", 2, environ={}) == "auto"
-    assert sampler_address("", 2, environ={"RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
-    assert sampler_address("http://head:8265", 2, environ={}) is None  # a Ray job samples from its entrypoint
+def test_samplers_start_only_for_launches_that_span_a_ray_cluster(tmp_path):
+    here = {"RAY_TMPDIR": str(tmp_path)}
+    assert sampler_address("", 1, environ=here) is None  # one node, verl's own Ray: verlflow's monitor covers it
+    assert sampler_address("", 2, environ=here) is None  # no cluster to join (the preflight refuses the launch)
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6380\n")  # what `ray start` writes
+    assert sampler_address("", 2, environ=here) == "127.0.0.1:6380"
+    assert sampler_address("", 2, environ={**here, "RAY_ADDRESS": "10.0.0.1:6379"}) == "10.0.0.1:6379"
+    assert sampler_address("http://head:8265", 2, environ=here) is None  # a Ray job samples from its entrypoint

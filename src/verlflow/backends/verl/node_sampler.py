@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verlflow.backends.verl.ray_cluster import joined_address
+
 log = logging.getLogger(__name__)
 
 ACTOR_NAME_PREFIX = "verlflow-node-sampler"
@@ -180,7 +182,8 @@ def sampler_address(ray_address: str, nnodes: Any, environ: Mapping[str, str] | 
     """Where to start node samplers for a verl launch, or None when there are none to start.
 
     A local multi-node launch (``trainer.nnodes > 1`` without ``ray_address``) joins the cluster verl's own
-    ``ray.init()`` joins from here (``RAY_ADDRESS``, else a ``ray start`` on this machine: ``auto``). A Ray job
+    ``ray.init()`` joins from here (``RAY_ADDRESS``, else the latest ``ray start`` on this machine:
+    :func:`~verlflow.backends.verl.ray_cluster.joined_address`); None when there is none. A Ray job
     (``ray_address``, the dashboard's HTTP address) gets none from here: a driver would need the head's GCS or
     Ray Client port, which the dashboard address does not give; its entrypoint starts them on the cluster
     (:func:`job_sampler_line`).
@@ -192,7 +195,7 @@ def sampler_address(ray_address: str, nnodes: Any, environ: Mapping[str, str] | 
         several = int(nnodes) > 1
     except (TypeError, ValueError):
         several = False
-    return (environ.get("RAY_ADDRESS") or "auto") if several else None
+    return joined_address(environ) if several else None
 
 
 def job_sampler_line(python: str, interval_s: float) -> str:

@@ -23,11 +23,13 @@ APIs only: ``JobSubmissionClient`` (the job API the launch submits to) and the s
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,16 +75,42 @@ def _with_deadline(ask: Callable[[], Any], timeout_s: float) -> Any:
     return box["value"]
 
 
-def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -> list[RayNode]:
-    """The alive nodes of the Ray cluster at ``address`` (None: the one ``ray.init()`` would join from here).
+def joined_address(environ: Mapping[str, str] | None = None) -> str | None:
+    """The cluster a ``ray.init()`` with no address joins from here, or None when it would start one of its own.
 
-    Raises :class:`VerlflowError` in one line when it does not answer.
+    As Ray resolves it (``ray._private.services.get_ray_address_from_environment``): ``RAY_ADDRESS``, else the
+    GCS address the latest ``ray start`` on this machine wrote to ``<RAY_TMPDIR or TMPDIR or /tmp>/ray/
+    ray_current_cluster``. Never Ray's legacy scan of the machine's processes (``address="auto"`` with no such
+    file), which finds any cluster running here: another user's, or another test worker's.
     """
+    environ = os.environ if environ is None else environ
+    if environ.get("RAY_ADDRESS"):
+        return environ["RAY_ADDRESS"]
+    temp = environ.get("RAY_TMPDIR") or environ.get("TMPDIR") or "/tmp"
+    try:
+        return (Path(temp) / "ray" / "ray_current_cluster").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -> list[RayNode]:
+    """The alive nodes of the Ray cluster at ``address`` (None: the one ``ray.init()`` would join from here,
+    :func:`joined_address`).
+
+    Raises :class:`VerlflowError` in one line when it does not answer, or when there is none to join.
+    """
+    if not address:
+        address = joined_address()
+        if address is None:
+            raise VerlflowError("no Ray cluster reachable from this machine: no RAY_ADDRESS, no `ray start` here")
+        joining = True
+    else:
+        joining = False
 
     def ask() -> list[RayNode]:
         from ray.util.state import list_nodes
 
-        if address:
+        if not joining:
             from ray.job_submission import JobSubmissionClient
 
             JobSubmissionClient(address)  # the job API the launch submits to answers (it checks the version)
@@ -97,7 +125,7 @@ def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -
         return _with_deadline(ask, timeout_s + SETTLE_S)  # the settling has its own time, not the answer's
     except Exception as exc:  # ConnectionError, the state API's ServerUnavailable, TimeoutError, auth errors
         reason = first_line(exc, 200)
-        if not address:
+        if joining:
             raise VerlflowError(f"no Ray cluster reachable from this machine: {reason}") from None
         raise VerlflowError(f"ray_address={address}: no Ray cluster answers there ({reason}): pass the dashboard "
                             "address of a running cluster's head (http://<head>:8265)") from None
