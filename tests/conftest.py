@@ -1,11 +1,18 @@
 """Shared fixtures: the files kept with the tests (tests/fixtures), a fresh SQLite tracking store per test, and
 the set-ups several modules need (a tiny-model cache with synthetic GSM8K, a real ``mlflow server``, a local Ray
 cluster's teardown).
+
+The README runs the suite on both cores with pytest-xdist (``-n 2 --dist loadfile``: a module's tests, and so its
+module-scoped set-up, stay on one worker). Each test process gets its own Ray temp dir (:func:`pytest_configure`),
+so a ``ray.init()`` without an address never joins another worker's cluster, and the session set-ups that are
+caches (the tiny models, verl 0.5.0) are built once under a file lock and shared by the workers
+(:func:`built_once`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import shutil
@@ -23,10 +30,105 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from filelock import FileLock
 from mlflow.tracking import MlflowClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this test process (an xdist worker, or the one process without xdist) a Ray of its own, and OpenMP
+    threads that yield the cores they do not use.
+
+    Ray finds "the latest cluster started on this machine" through ``<RAY_TMPDIR>/ray/ray_current_cluster``, and
+    verl's ``ray.init()`` joins it when there is no ``RAY_ADDRESS``: with one ``RAY_TMPDIR`` per worker (inherited by
+    every subprocess a test starts) a worker's verl launch starts its own local cluster, and the clusters a worker
+    starts on purpose are found by their explicit addresses only. Ray's token, made by the first cluster on a new
+    machine, is made here once, before the workers start, so that two first clusters cannot write two tokens.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    # OpenMP threads that sleep when idle instead of spinning: the suite runs trainers, writers and servers side by
+    # side on 2 cores, where spinning threads take the cores the others wait for (a smoke train beside two busy
+    # loops: 83 s of GRPO spinning, 48 s passive). Read by libgomp when torch loads, so set before any test runs.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.pop("RAY_ADDRESS", None)
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"vfray-{worker}-", dir="/tmp")  # short: Ray's socket paths
+    if worker == "main":
+        _ray_token_made_once()
+
+
+# What a fixture calls to open a tracking store (a SQLite file or a real server) for the test that uses it.
+_STORE_MAKERS = ("fresh_store(", "isolated_store(", "serving(", "MlflowServer(")
+
+
+def _opens_a_store(fixturedef) -> bool:
+    try:
+        source = inspect.getsource(fixturedef.func)
+    except (OSError, TypeError):  # a fixture of pytest's own
+        return False
+    return any(maker in source for maker in _STORE_MAKERS)
+
+
+def _imports_mlflow(item: pytest.Item) -> bool:
+    """The test's module imports mlflow (or a name from it), or the test itself does."""
+    if any(getattr(value, "__name__", "").startswith("mlflow") or getattr(value, "__module__", "").startswith("mlflow")
+           for value in vars(item.module).values()):
+        return True
+    try:
+        body = inspect.getsource(item.function)
+    except (OSError, TypeError, AttributeError):
+        return False
+    return "import mlflow" in body or "from mlflow" in body
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``mlflow_api`` each test that reaches MLflow's API: its module uses mlflow, or a fixture it uses opens a
+    tracking store. scripts/test_lowest_mlflow.sh runs these again at the lowest MLflow verlflow supports."""
+    for item in items:
+        fixturedefs = [d for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values() for d in defs] \
+            if hasattr(item, "_fixtureinfo") else []
+        if _imports_mlflow(item) or any(_opens_a_store(d) for d in fixturedefs):
+            item.add_marker(pytest.mark.mlflow_api)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's Ray temp dir (every cluster in it was stopped by the test that started it)."""
+    folder = os.environ.get("RAY_TMPDIR", "")
+    if Path(folder).name.startswith("vfray-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ray_token_made_once() -> None:
+    """Ray's token-auth key (``~/.ray/auth_token``), made now when missing (Ray makes it on a first start)."""
+    try:
+        from ray._private.authentication import authentication_token_setup as token_setup
+    except ImportError:  # a Ray without token auth: nothing to share
+        return
+    if not token_setup._get_default_token_path().is_file():
+        token_setup.generate_and_save_token()
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
+    """The folder ``name`` shared by every worker of this test session, made by ``build(folder)`` the first time.
+
+    For session set-ups that are caches, read and never changed by the tests (a tiny model, a verl install): the
+    first worker to ask builds it under a file lock while the other waits, then both use it. Without xdist the
+    folder is in this session's temp root. A build that fails leaves no folder, so the next asker tries again.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' basetemps are siblings in the session's root
+    folder = root / f"shared-{name}"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not folder.is_dir():
+            staging = root / f".shared-{name}-building"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            build(staging)
+            staging.rename(folder)
+    return folder
 
 
 @pytest.fixture
@@ -154,12 +256,14 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05, watch: Iterable[subprocess.Popen] = ()):
+def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05, watch: Iterable[subprocess.Popen] = (),
+               detail=None):
     """Poll ``condition`` until it returns something truthy, and return that; fail naming ``what`` after ``timeout_s``,
     or at once when a process in ``watch`` (one the condition depends on) has exited.
 
     For waits on something another thread or process does: the deadline is generous (for a loaded machine),
     the poll short, so the test goes on as soon as the condition holds instead of after a fixed sleep.
+    ``detail()``, when given, is added to the failure (a log's tail, say).
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -167,10 +271,11 @@ def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05, wat
         if got:
             return got
         dead = [proc.args for proc in watch if proc.poll() is not None]
+        more = f"\n{detail()}" if detail is not None and (dead or time.monotonic() > deadline) else ""
         if dead:
-            pytest.fail(f"{what}: not before {dead} exited")
+            pytest.fail(f"{what}: not before {dead} exited{more}")
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s:.0f} s")
+            pytest.fail(f"{what}: not within {timeout_s:.0f} s{more}")
         time.sleep(poll_s)
 
 
@@ -276,9 +381,7 @@ def warm_model_cache(tmp_path_factory) -> Path:
     """
     from verlflow.models.model_path import SFT_SENTINEL, resolve_model_path
 
-    cache = tmp_path_factory.mktemp("verlflow-cache")
-    resolve_model_path(SFT_SENTINEL, cache)
-    return cache
+    return built_once(tmp_path_factory, "verlflow-cache", lambda cache: resolve_model_path(SFT_SENTINEL, cache))
 
 
 # The verl the reference guide ran (its §6.1 stacks); the newest is the one installed in this environment.
@@ -292,11 +395,12 @@ def guide_verl(request) -> Path:
     Put it first on a subprocess's ``PYTHONPATH`` to run verlflow against the guide's verl.
     """
     target = Path(request.config.cache.mkdir(f"verl-{GUIDE_VERL}"))
-    if not (target / "verl" / "__init__.py").is_file():
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target",
-                               str(target), f"verl=={GUIDE_VERL}"], capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"cannot install verl=={GUIDE_VERL} from the registry: {done.stderr[-1500:]}")
+    with FileLock(f"{target}.lock"):  # the xdist workers share pytest's cache folder
+        if not (target / "verl" / "__init__.py").is_file():
+            done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target",
+                                   str(target), f"verl=={GUIDE_VERL}"], capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                pytest.fail(f"cannot install verl=={GUIDE_VERL} from the registry: {done.stderr[-1500:]}")
     return target
 
 
@@ -310,10 +414,11 @@ def tiny_workdir(tmp_path_factory) -> Path:
     from verlflow.data import gsm8k
     from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
 
-    root = tmp_path_factory.mktemp("tiny-workdir")
-    resolve_model_path(TINY_SENTINEL, root / "cache")
-    gsm8k.preprocess("synthetic", root / "data", 0, log_to_mlflow=False)
-    return root
+    def build(root: Path) -> None:
+        resolve_model_path(TINY_SENTINEL, root / "cache")
+        gsm8k.preprocess("synthetic", root / "data", 0, log_to_mlflow=False)
+
+    return built_once(tmp_path_factory, "tiny-workdir", build)
 
 
 class MlflowServer:

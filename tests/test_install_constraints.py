@@ -77,7 +77,8 @@ def test_ci_also_runs_the_fast_tests_at_the_lowest_mlflow_pyproject_admits():
     assert lowest["mlflow"] == lowest["mlflow-skinny"] == floor, "regenerate constraints-mlflow-lowest.txt"
     newest = _pins((REPO / "constraints.txt").read_text())["mlflow"]
     assert newest != floor and mlflow_requirement.specifier.contains(newest)
-    assert _readme_block("ci:test").endswith(" && python -m pytest && bash scripts/test_lowest_mlflow.sh")
+    assert _readme_block("ci:test").endswith(" && bash scripts/test_lowest_mlflow.sh")
+    assert " && python -m pytest -n 2 " in _readme_block("ci:test")  # the main suite first, on both cores
     script = (REPO / "scripts/test_lowest_mlflow.sh").read_text()
     assert "set -euo pipefail" in script and "-c constraints-mlflow-lowest.txt" in script
 
