@@ -33,4 +33,4 @@ def test_evaluate_with_a_torch_npu_that_fails_to_import_prints_one_line(tmp_path
     assert "Traceback" not in result.stderr
     client = MlflowClient()
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert all(r.info.status != "RUNNING" for r in runs)
+    assert [r.info.status for r in runs] == ["FAILED"], [(r.info.run_name, r.info.status) for r in runs]

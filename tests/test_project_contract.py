@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 
 from verlflow.steps import STEPS, steps_markdown
 
@@ -39,11 +40,15 @@ def test_entry_point_files_forward_to_their_step():
         assert f'main(["{name}", *sys.argv[1:]])' in text
 
 
-def test_entry_point_files_run_nothing_when_a_spawned_process_reimports_them():
+def test_entry_point_files_run_nothing_when_a_spawned_process_reimports_them(tracking_uri, capsys):
     # multiprocessing's spawn re-imports the parent's main script as __mp_main__ (the metric writer is such
-    # a process); a step that ran again there would start a second run.
+    # a process); a step that ran again there would start a second run (or fail on pytest's own argv).
     for name in STEPS:
-        runpy.run_path(str(ROOT / "entry_points" / f"{name}.py"), run_name="__mp_main__")
+        namespace = runpy.run_path(str(ROOT / "entry_points" / f"{name}.py"), run_name="__mp_main__")
+        assert callable(namespace["main"]), name  # the file was read, its step not run
+    assert capsys.readouterr() == ("", "")
+    client = MlflowClient()
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
 def test_readme_shows_the_entry_point_table():

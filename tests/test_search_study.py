@@ -104,7 +104,9 @@ WORKER = textwrap.dedent("""
     study = open_study(study_name="s", storage=open_storage(sys.argv[1], "s", 1, 30, 2), direction="maximize",
                        sampler=TrialSeededSampler(7, 10), pruner=NopPruner(), identity={})
     def objective(trial):
-        time.sleep(0.3)
+        deadline = time.monotonic() + 120  # the first two trials wait until both workers hold one: they overlap
+        while trial.number < 2 and len(trial.study.get_trials(deepcopy=False)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         return trial.suggest_float("x", 0.0, 1.0) + trial.suggest_float("y", 1e-4, 1e-1, log=True)
     study.optimize(objective, n_trials=3)
 """)

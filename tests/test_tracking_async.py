@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import mlflow
@@ -153,14 +152,8 @@ def _write_step_one_then_signal_the_writer(buffer: metric_buffer.MetricBuffer, s
 
 
 def _wait_ended(buffer: metric_buffer.MetricBuffer, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while buffer.writing and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not buffer.writing
+    wait_until(lambda: not buffer.writing, timeout_s, "the metric writer ended")
 
 
 def _wait_written(buffer: metric_buffer.MetricBuffer, points: int, timeout_s: float = 300) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while buffer.written < points and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return buffer.written >= points
+    return wait_until(lambda: buffer.written >= points, timeout_s, f"{points} point(s) written")

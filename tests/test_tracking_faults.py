@@ -40,14 +40,14 @@ def _start_training(tmp_path: Path, cache: Path, overrides: str = "", **env: str
 
 
 def _wait_for_steps(client: MlflowClient, proc: subprocess.Popen, steps: int) -> str:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    def reached() -> str | None:
         runs = client.search_runs(every_experiment(client), "tags.`verlflow.step` = 'train'")
         if runs and len(client.get_metric_history(runs[0].info.run_id, "timing_s/step")) >= steps:
             return runs[0].info.run_id
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
-        time.sleep(0.5)
-    pytest.fail(f"training did not reach step {steps}")
+        return None
+
+    return wait_until(reached, 600, f"training reached step {steps}", poll_s=0.5, watch=[proc],
+                      detail=lambda: proc.stdout.read()[-3000:] if proc.poll() is not None else "")
 
 
 def _writer_pid(trainer_pid: int) -> int:

@@ -14,11 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import every_experiment, fresh_store
+from conftest import every_experiment, fresh_store, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP
@@ -42,17 +41,13 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path, **kwargs) -> subproces
 
 def _wait_for_checkpoint(outputs: Path, step: int, proc: subprocess.Popen, log: Path, deadline_s: float) -> None:
     """Poll until verl's tracker file under ``outputs`` says ``step`` (a complete save of that step)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for tracker in outputs.glob("*/checkpoints/latest_checkpointed_iteration.txt"):
-            text = tracker.read_text().strip()
-            if text.isdigit() and int(text) >= step:
-                return
-        if proc.poll() is not None:
-            pytest.fail(f"train ended (status {proc.returncode}) before checkpoint {step}:\n"
-                        + log.read_text()[-4000:])
-        time.sleep(0.5)
-    pytest.fail(f"no checkpoint of step {step} within {deadline_s} s:\n" + log.read_text()[-4000:])
+
+    def saved() -> bool:
+        texts = [t.read_text().strip() for t in outputs.glob("*/checkpoints/latest_checkpointed_iteration.txt")]
+        return any(text.isdigit() and int(text) >= step for text in texts)
+
+    wait_until(saved, deadline_s, f"verl's checkpoint of step {step}", poll_s=0.5, watch=[proc],
+               detail=lambda: log.read_text()[-4000:])
 
 
 @pytest.mark.slow
