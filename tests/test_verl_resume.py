@@ -2,10 +2,11 @@
 
 verl saves ``global_step_N`` before it logs step N, so a run stopped right after a checkpoint may hold a
 checkpoint whose step never reached MLflow; ``verlflow train --resume`` must start after the newest
-checkpoint whose step *is* in the run (here step 1, 2 or 3, depending on where the SIGTERM lands), never from
-step 1, in the same MLflow run. Two steps are left after the checkpoint that triggers the SIGTERM, so a fast
-host cannot finish the run before the signal lands. Each launch takes about two minutes on 2 cores (Ray and
-worker start-up).
+checkpoint whose step *is* in the run (here step 1, 2, 3 or 4, depending on where the SIGTERM takes effect),
+never from step 1, in the same MLflow run. verl finishes the step it is in, and on a quiet host the next ones
+too (about a second each), while the SIGTERM reaches its Ray workers: a run whose every step reached MLflow
+that way is not relaunched (verl would train a step past its last), only ended. Each launch takes about two
+minutes on 2 cores (Ray and worker start-up).
 """
 
 from __future__ import annotations
@@ -87,9 +88,14 @@ def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp
     assert steps == list(range(1, STEPS + 1))  # every step exactly once
     [resumed_from] = client.get_metric_history(run_id, RESUMED_FROM_STEP_METRIC)
     assert resumed_from.step == 2  # the second attempt
-    assert resumed_from.value in range(1, STEPS)  # from a checkpoint, not from step 1
+    assert resumed_from.value in range(1, STEPS + 1)  # from a checkpoint, not from step 1
     assert f"global_step_{int(resumed_from.value)}" in client.get_run(run_id).data.tags[RESUMED_FROM_TAG]
-    assert f"Resuming from {client.get_run(run_id).data.tags[RESUMED_FROM_TAG]}" in resumed.stdout + resumed.stderr
+    printed = resumed.stdout + resumed.stderr
+    if resumed_from.value < STEPS:  # verl loaded the checkpoint and trained the steps after it
+        assert f"Resuming from {client.get_run(run_id).data.tags[RESUMED_FROM_TAG]}" in printed
+    else:  # verl had trained every step while the SIGTERM took effect: only the run's end was left to do
+        assert f"every step up to {STEPS} is in the run already; verl is not launched again" in printed
+    assert client.get_run(run_id).data.tags["verlflow.checkpoint_source"].endswith(f"global_step_{STEPS}/actor")
     assert [m.step for m in client.get_metric_history(run_id, ATTEMPT_METRIC)] == [1, 2]
 
 
@@ -121,6 +127,16 @@ def test_the_resume_point_is_the_newest_checkpoint_whose_step_reached_the_run(tr
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
     assert find_latest_ckpt_path(str(tmp_path)) == str(tmp_path / "global_step_2")
+
+
+def test_a_run_trained_through_its_last_step_is_not_relaunched(tmp_path):
+    from verlflow.backends.verl.resume import trained_through
+
+    _checkpoints(tmp_path, [3, 4], tracker=4)
+    assert trained_through(tmp_path, 4) == 4  # verl resumed there would train a step 5
+    assert trained_through(tmp_path, 5) is None
+    assert trained_through(tmp_path, None) is None  # the total comes from the data: verl decides
+    assert trained_through(tmp_path / "fresh", 4) is None
 
 
 def test_a_run_stopped_in_its_first_step_starts_over_and_one_without_checkpoints_is_refused(tracking_uri, tmp_path):

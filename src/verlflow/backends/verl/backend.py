@@ -45,6 +45,7 @@ from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
 from verlflow.backends.verl import node_sampler as verl_node_sampler
 from verlflow.backends.verl import preflight as verl_preflight
+from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
 from verlflow.config import config_count_problems
@@ -244,10 +245,16 @@ def train_verl(
         print(command)
         return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
                                run_dir=str(plan.run_dir), checkpoint_dir=None)
-    nodes_at = verl_node_sampler.sampler_address(ray_address, plan.overrides.get("trainer.nnodes", 1))
-    with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=mlflow.get_tracking_uri(),
-                                          interval_s=system_metrics.sampling_interval(cfg.verlflow)):
-        rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
+    last = None if spec else verl_resume.trained_through(plan.checkpoint_dir, resolved.trainer.total_training_steps)
+    if last is not None:  # a resumed run whose every step reached it before it stopped: only its end is left
+        print(f"verlflow: resume: every step up to {last} is in the run already; verl is not launched again",
+              flush=True)
+        rc = 0
+    else:
+        nodes_at = verl_node_sampler.sampler_address(ray_address, plan.overrides.get("trainer.nnodes", 1))
+        with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=mlflow.get_tracking_uri(),
+                                              interval_s=system_metrics.sampling_interval(cfg.verlflow)):
+            rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
     tracking.log_run_summaries(run_id, started_at)
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():

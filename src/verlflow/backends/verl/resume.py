@@ -87,6 +87,21 @@ def choose_resume_point(run_id: str, checkpoint_dir: str | Path, client: MlflowC
         "trainer.save_freq=<N> (and trainer.max_actor_ckpt_to_keep=<K> to bound the disk it takes)")
 
 
+def trained_through(checkpoint_dir: str | Path, total_steps: object) -> int | None:
+    """The last step, when verl's tracker under ``checkpoint_dir`` already points at it; None while steps remain.
+
+    verl resumed at its last step still trains one more (verl 0.9.1's ``fit`` adds one to the loaded step before
+    it checks for the end), so a run whose every step reached it before it was stopped (verl finishes the step it
+    is in, and often the next, while a SIGTERM takes effect) is not relaunched. ``total_steps``: the resolved
+    ``trainer.total_training_steps`` (None when verl derives it from the data: then verl decides).
+    """
+    if not isinstance(total_steps, int) or isinstance(total_steps, bool) or total_steps < 1:
+        return None
+    tracker = Path(checkpoint_dir) / TRACKER_FILE
+    text = tracker.read_text().strip() if tracker.is_file() else ""
+    return total_steps if text.isdigit() and int(text) >= total_steps else None
+
+
 def point_verl_at(point: ResumePoint, checkpoint_dir: str | Path) -> None:
     """Make verl's ``resume_mode=auto`` load ``point`` (or start from scratch when it is step 0)."""
     if point.folder is not None:
