@@ -87,7 +87,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark ``mlflow_api`` each test that reaches MLflow's API: its module uses mlflow, or a fixture it uses opens a
     tracking store. scripts/test_lowest_mlflow.sh runs these again at the lowest MLflow verlflow supports."""
     for item in items:
-        fixturedefs = [d for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values() for d in defs] \
+        fixturedefs = [d for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs] \
             if hasattr(item, "_fixtureinfo") else []
         if _imports_mlflow(item) or any(_opens_a_store(d) for d in fixturedefs):
             item.add_marker(pytest.mark.mlflow_api)
