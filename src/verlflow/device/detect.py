@@ -225,7 +225,7 @@ class Probe:
 class DeviceProfile:
     """What ran where: the device, its driver stack, the host, package versions and env knobs."""
 
-    type: str  # "npu" | "gpu" | "cpu"
+    type: str  # a Device (npu | gpu | cpu), kept a str for JSON
     name: str  # "Ascend910_9392" / "NVIDIA H20" / the CPU model
     count: int  # visible chips (an A3 node: 8 cards x 2 chips = 16)
     memory_gb: float | None = None  # per device, GiB (npu-smi / nvidia-smi MiB / 1024)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verlflow.config import CONFIG_ROOT, load_named_yaml
+from verlflow.config import CONFIG_ROOT, Device, load_named_yaml
 from verlflow.errors import VerlflowError
 
 STACKS_DIR = CONFIG_ROOT / "stacks"
@@ -30,7 +30,7 @@ class Stack:
     """One cluster image: where it runs and the versions it holds."""
 
     name: str
-    device: str
+    device: Device
     python: str
     platform: str
     # distribution name → {version, resolve (default true), image_override (default false), why}
@@ -79,7 +79,10 @@ def load_stack(name: str) -> Stack:
     known = ("name", "device", "python", "platform", "packages")
     if missing := [k for k in known if k not in data]:
         raise VerlflowError(f"stack file {found.path} lacks {', '.join(missing)}: give every one of {', '.join(known)}")
-    return Stack(**{k: data[k] for k in known}, extra={k: v for k, v in data.items() if k not in known})
+    if str(data["device"]) not in tuple(Device):
+        raise VerlflowError(f"stack file {found.path} has device '{data['device']}': use one of {', '.join(Device)}")
+    fields = {k: data[k] for k in known} | {"device": Device(str(data["device"]))}
+    return Stack(**fields, extra={k: v for k, v in data.items() if k not in known})
 
 
 def required_packages(stack: Stack) -> list[str]:

@@ -48,7 +48,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from verlflow import __version__, config, names
-from verlflow.config import VerlflowBlock
+from verlflow.config import Device, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision
 from verlflow.names import (
@@ -142,7 +142,7 @@ class Plan:
     """Everything the chain needs, resolved and checked before any run is opened."""
 
     recipe: str
-    device: str
+    device: Device
     source: str
     model_name: str
     overrides: str
