@@ -46,7 +46,7 @@ def test_values_read_as_verls_command_line_reads_them():
         ("smoke", "cpu", "noequals", "override 'noequals' is not key=value"),
         ("smoke", "cpu", "profile.colour=red", "unknown profile key 'profile.colour'"),
         ("nope", "cpu", "", "unknown recipe 'nope': choose one of .*smoke"),
-        ("smoke", "tpu", "", "unknown profile 'tpu': choose one of a3, cpu, cpu-verl, h20"),
+        ("smoke", "tpu", "", "unknown profile 'tpu': choose one of a2, a3, cpu, cpu-verl, h100, h20, h200"),
     ],
 )
 def test_bad_input_is_one_clear_line(recipe, profile, overrides, expected):

@@ -260,6 +260,12 @@ LOCAL_EXPECTED: dict[str, tuple] = {
     "nvidia-smi-query-h20x8.csv.txt": (gpu_query, {
         "": {"count": 8, "names": ["NVIDIA H20"], "memory_total_mb": [97871.0], "first_used_mb": None,
              "driver": "535.161.03", "compute_cap": None}}),
+    "nvidia-smi-query-h100x8.csv.txt": (gpu_query, {
+        "": {"count": 8, "names": ["NVIDIA H100 80GB HBM3"], "memory_total_mb": [81559.0], "first_used_mb": None,
+             "driver": "590.48.01", "compute_cap": None}}),
+    "nvidia-smi-query-h200x8.csv.txt": (gpu_query, {
+        "": {"count": 8, "names": ["NVIDIA H200"], "memory_total_mb": [143771.0], "first_used_mb": None,
+             "driver": "575.57.08", "compute_cap": None}}),
 }
 
 

@@ -118,6 +118,18 @@ def test_no_domain_package_imports_a_step():
     assert not upward, upward
 
 
+# The trainers' own packages: a step asks verlflow.backends.registry for one by name, it never imports them.
+TRAINER_PACKAGES = ("verlflow.backends.local", "verlflow.backends.verl")
+
+
+def test_no_step_imports_a_trainers_modules():
+    graph = import_graph()
+    reached = sorted(f"{name} imports {dep}" for name, deps in graph.items() for dep in deps
+                     if package_of(name) == STEPS_PACKAGE
+                     and any(dep == p or dep.startswith(p + ".") for p in TRAINER_PACKAGES))
+    assert not reached, reached
+
+
 def test_every_entry_point_runs_a_function_of_the_steps_package():
     from verlflow.steps import STEPS
 

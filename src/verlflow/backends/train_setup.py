@@ -17,28 +17,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from verlflow import config
-from verlflow.config import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, Device, check_config_counts, default_recipe
+from verlflow.backends.registry import AUTO, default_backend, get_backend
+from verlflow.config import PROFILE_FOR_DEVICE, Device, check_config_counts, default_recipe
 from verlflow.device.detect import detect_device
 from verlflow.errors import VerlflowError
-
-BACKENDS = ("auto", "verl", "local")
 
 
 def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, Device, str, str]:
     """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table).
 
+    The backend is a registered one (:mod:`verlflow.backends.registry`): its ``default_for`` devices pick it
+    for ``auto``, its ``profile_for`` the profile it needs instead of the device's default (verl on the CPU).
     The device chosen here only picks the profile; the run then drives the profile's ``device``.
     """
-    if backend not in BACKENDS:
-        raise VerlflowError(f"unknown backend '{backend}': use one of {', '.join(BACKENDS)}")
+    chosen = None if backend == AUTO else get_backend(backend)  # an unknown name fails before detection
     dev = detect_device(device_name)
-    if recipe == "auto":
+    if recipe == AUTO:
         recipe = default_recipe(dev)
-    if backend == "auto":
-        backend = "local" if dev is Device.CPU else "verl"
-    if profile == "auto":
-        profile = VERL_CPU_PROFILE if (dev, backend) == (Device.CPU, "verl") else PROFILE_FOR_DEVICE[dev]
-    return recipe, dev, profile, backend
+    chosen = chosen or default_backend(dev)
+    if profile == AUTO:
+        profile = chosen.profile_for.get(dev, PROFILE_FOR_DEVICE[dev])
+    return recipe, dev, profile, chosen.name
 
 
 def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from verlflow.compare.report import candidate_over_baseline, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
+from verlflow.config import Device
 from verlflow.device.system_metrics import DEFAULT_INTERVAL_S
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG
 
@@ -36,10 +37,10 @@ SYSTEM_PREFIX = "system/"
 # system/[<node id>/]<npu|gpu>_<index>_<name>: MLflow puts a node id in when MLFLOW_SYSTEM_METRICS_NODE_ID is set
 DEVICE_KEY = re.compile(r"^system/(?:[^/]+/)?(npu|gpu)_(\d+)_([a-z_]+)$")
 # What each device type calls the four figures (gpu: MLflow's GPUMonitor; npu: verlflow.device.npu_monitor).
-DEVICE_NAMES: dict[str, dict[str, str]] = {
-    "npu": {"util": "utilization_percentage", "mem_mb": "hbm_usage_megabytes", "mem_pct": "hbm_usage_percentage",
+DEVICE_NAMES: dict[Device, dict[str, str]] = {
+    Device.NPU: {"util": "utilization_percentage", "mem_mb": "hbm_usage_megabytes", "mem_pct": "hbm_usage_percentage",
             "power": "power_watts"},
-    "gpu": {"util": "utilization_percentage", "mem_mb": "memory_usage_megabytes",
+    Device.GPU: {"util": "utilization_percentage", "mem_mb": "memory_usage_megabytes",
             "mem_pct": "memory_usage_percentage", "power": "power_usage_watts"},
 }
 HOST_CPU = "system/cpu_utilization_percentage"

@@ -16,7 +16,8 @@ Overrides use verl's dotted form (``actor_rollout_ref.rollout.n=8``) with Hydra'
 This package, one job per module (each imports its siblings, never this facade; every module outside the
 package imports from this facade only, tests/test_import_layout.py):
 
-- :mod:`~verlflow.config.schema` — the typed schemas: :class:`Device` (npu/gpu/cpu), :class:`Profile` and the
+- :mod:`~verlflow.config.schema` — the typed schemas: :class:`Device` (npu/gpu/cpu), :class:`Profile` (with its
+  hardware record, :class:`Accelerator`) and the
   recipe's ``verlflow:`` block, :class:`VerlflowBlock` (every key, its type, its default, one comment each).
 - :mod:`~verlflow.config.loading` — find a recipe, profile or search config by name or ``.yaml`` path, read it
   into its schema.
@@ -50,7 +51,7 @@ from verlflow.config.loading import (
     load_recipe,
 )
 from verlflow.config.overrides import DELETE, LiteralText, flatten_tree, parse_overrides, split_prefix
-from verlflow.config.schema import Device, Profile, VerlflowBlock
+from verlflow.config.schema import Accelerator, Device, Profile, VerlflowBlock
 from verlflow.config.typed_build import build, nearest, with_overrides
 from verlflow.config.verl_schema import (
     hydra_overrides,
@@ -67,6 +68,7 @@ __all__ = [
     "PROFILE_FOR_DEVICE",
     "SEARCH_DIR",
     "VERL_CPU_PROFILE",
+    "Accelerator",
     "ComposedConfig",
     "Device",
     "LiteralText",

@@ -133,6 +133,11 @@ def load_profile(name: str) -> Profile:
     """Return the device profile given by name or path, checked field by field (see :class:`Profile`)."""
     profile = load_named_yaml("profile", name, PROFILES_DIR)
     # The name is the file's, not a key in it.
-    return build(Profile, profile.data, what="profile", where=f"profile file {profile.path}",
-                 fixed={"name": profile.name})
+    loaded = build(Profile, profile.data, what="profile", where=f"profile file {profile.path}",
+                   fixed={"name": profile.name})
+    # A stack given as a path is read from the profile's folder, wherever the command runs.
+    stack = Path(loaded.stack)
+    if stack.suffix in (".yaml", ".yml") and not stack.is_absolute():
+        loaded.stack = str((profile.path.parent / stack).resolve())
+    return loaded
 

@@ -9,8 +9,9 @@ classes (unknown keys, type conversion) is :func:`verlflow.config.typed_build.bu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -38,6 +39,26 @@ class Device(StrEnum):
         """How messages name it: ``NPU``, ``CUDA GPU``, ``CPU``."""
         return "CUDA GPU" if self is Device.GPU else self.value.upper()
 
+    @property
+    def short_word(self) -> str:
+        """How tables name one of them: ``NPU``, ``GPU``, ``CPU``."""
+        return self.value.upper()
+
+    @property
+    def visible_devices_var(self) -> str | None:
+        """The variable that narrows what a process sees (verl's ``get_visible_devices_keyword``); None on CPU."""
+        return {Device.NPU: "ASCEND_RT_VISIBLE_DEVICES", Device.GPU: "CUDA_VISIBLE_DEVICES"}.get(self)
+
+    @property
+    def ray_resource(self) -> str | None:
+        """The Ray resource name its workers ask for (``NPU`` / ``GPU``); None on CPU."""
+        return {Device.NPU: "NPU", Device.GPU: "GPU"}.get(self)
+
+    @property
+    def collective_env_prefix(self) -> str | None:
+        """Prefix of its collective library's settings (``HCCL_`` on Ascend, ``NCCL_`` on CUDA); None on CPU."""
+        return {Device.NPU: "HCCL_", Device.GPU: "NCCL_"}.get(self)
+
     @classmethod
     def of_torch(cls, name: str) -> Device | None:
         """The device for a torch / ``trainer.device`` name (``cuda`` → gpu; ``gpu`` too); None when unknown."""
@@ -45,6 +66,72 @@ class Device(StrEnum):
 
 
 DEVICES = tuple(Device)
+
+
+@dataclass
+class Accelerator:
+    """A profile's hardware record: which accelerator, how verl counts it, what one device can do.
+
+    ``accelerator:`` of ``config/profiles/<name>.yaml``. Doctor, preflight, the device tags and ``compare``
+    read these fields, so a new node is a profile file (plus a stack file), not a change to code.
+    """
+
+    # What people call the node: "A3", "A2", "H20" (doctor: "run on an A2 node"; matched in the listed name).
+    name: str
+    # The accelerator as its vendor names it, SKU included: "Ascend 910B3", "NVIDIA H100 SXM5 80GB".
+    model: str
+    # The machine it sits in: "Atlas 800T A2 (8 x 910B)", "HGX H100 8-GPU".
+    node: str
+    # Devices per node as verl counts them (a full node's trainer.n_gpus_per_node; an A3 die is one device).
+    devices_per_node: int
+    # Memory per device, GB as the data sheet counts it (npu-smi / nvidia-smi MiB / 1024 lands within a few %).
+    memory_gb: float
+    # Peak dense throughput per device, TFLOPS, in ``peak_dtype`` (no sparsity), derived from ``peak_source``.
+    peak_tflops: float
+    # Where the peak comes from: the data sheet's name (or "publicly reported" where no data sheet gives it).
+    peak_source: str
+    # Links between the devices of a node: "HCCS", "NVLink 4 (900 GB/s per GPU)".
+    interconnect: str
+    # Precision of ``peak_tflops``: bf16 or fp16 (the data sheet's dense figure).
+    peak_dtype: str = "bf16"
+    # Chips per device (1 everywhere so far: a device is never more than one chip).
+    chips_per_device: int = 1
+    # Dies per chip; verl counts each die as a device (910C: 2, so 8 chips = 16 devices).
+    dies_per_chip: int = 1
+    # Regular expression searched in the listing tool's name plus verlflow's generation ("Ascend910B3 (A2)",
+    # "NVIDIA H100 80GB HBM3"); empty = ``name`` as a whole word.
+    listed_as: str = ""
+
+    def __post_init__(self) -> None:
+        """Refuse counts that contradict each other, and a precision the peak cannot be in."""
+        if self.peak_dtype not in ("bf16", "fp16"):
+            raise VerlflowError(f"accelerator '{self.name}' has peak_dtype '{self.peak_dtype}': use bf16 or fp16")
+        for key in ("devices_per_node", "chips_per_device", "dies_per_chip"):
+            if getattr(self, key) < 1:
+                raise VerlflowError(f"accelerator '{self.name}' has {key}={getattr(self, key)}: give 1 or more")
+        if self.dies_per_chip > 1 and self.devices_per_node % self.dies_per_chip:
+            raise VerlflowError(f"accelerator '{self.name}' has devices_per_node={self.devices_per_node}, not a "
+                                f"multiple of dies_per_chip={self.dies_per_chip}: verl counts every die")
+
+    @property
+    def chips_per_node(self) -> int:
+        """Chips in a node: devices / dies per chip (an A3: 16 devices = 8 chips x 2 dies)."""
+        return self.devices_per_node * self.chips_per_device // self.dies_per_chip
+
+    def pattern(self) -> str:
+        """The regular expression that recognises this accelerator in a listed name (see ``listed_as``)."""
+        return self.listed_as or rf"(?<![A-Za-z0-9]){re.escape(self.name)}(?![A-Za-z0-9])"
+
+    def lists(self, listed: str) -> bool:
+        """Whether ``listed`` (``Ascend910B3 (A2)``, ``NVIDIA H20``) is this accelerator."""
+        return re.search(self.pattern(), listed) is not None
+
+    def tags(self) -> dict[str, str]:
+        """The record as ``device.*`` run tags (model, devices per node, memory, peak, interconnect)."""
+        return {"device.model": self.model, "device.node": self.node,
+                "device.devices_per_node": str(self.devices_per_node),
+                "device.peak_tflops": f"{self.peak_tflops:g} {self.peak_dtype}",
+                "device.interconnect": self.interconnect}
 
 
 @dataclass
@@ -65,16 +152,25 @@ class Profile:
     preload: list[str] = field(default_factory=list)
     # verl overrides of this profile, a tree shaped like verl's config.
     verl: dict[str, Any] = field(default_factory=dict)
+    # The hardware record (see :class:`Accelerator`); None for the CPU profiles.
+    accelerator: Accelerator | None = None
+    # The software image this node expects: a stack name (``config/stacks/<name>.yaml``) or a ``.yaml`` path
+    # (relative to the profile file); '' for the CPU profiles.
+    stack: str = ""
 
     def __post_init__(self) -> None:
-        """Refuse a device verlflow cannot drive, whichever way the profile was made (file, override)."""
+        """Refuse a device verlflow cannot drive, and a record that contradicts the profile's verl counts."""
         if self.device not in DEVICES:
             raise VerlflowError(f"profile '{self.name}' has device '{self.device}': use one of {', '.join(DEVICES)}")
         self.device = Device(self.device)
+        per_node = self.verl.get("trainer", {}).get("n_gpus_per_node") if isinstance(self.verl, dict) else None
+        if self.accelerator is not None and per_node is not None and int(per_node) != self.accelerator.devices_per_node:
+            raise VerlflowError(f"profile '{self.name}' sets trainer.n_gpus_per_node={per_node} but its accelerator "
+                                f"has devices_per_node={self.accelerator.devices_per_node}: make them equal")
 
     def to_dict(self) -> dict[str, Any]:
         """The profile as plain data, for ``device_profile.json`` and run comparison."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: asdict(v) if is_dataclass(v) else v for f in fields(self) for v in [getattr(self, f.name)]}
 
 
 # Profile fields a ``profile.<field>=…`` override may not set: the name is the file's, and the ``verl`` tree's

@@ -184,6 +184,11 @@ def build(cls: type[T], data: Any, *, what: str = "", prefix: str = "", where: s
     return cls(**kwargs)
 
 
+def _plain(value: Any) -> Any:
+    """A nested dataclass (a profile's ``accelerator``) as the mapping :func:`build` reads back; else the value."""
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+
+
 def with_overrides(obj: T, updates: Mapping[str, Any], *, what: str, prefix: str,
                    fixed: Sequence[str] = ()) -> T:
     """A copy of the dataclass ``obj`` with dotted ``updates`` applied (``env.OMP_NUM_THREADS`` sets one entry).
@@ -191,7 +196,7 @@ def with_overrides(obj: T, updates: Mapping[str, Any], *, what: str, prefix: str
     Why: ``verlflow.<key>=…`` and ``profile.<field>=…`` overrides go through :func:`build` like the file
     did, so they are checked and typed the same way. ``fixed`` fields cannot be overridden.
     """
-    holder = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name not in fixed}
+    holder = {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name not in fixed}
     valid = list(holder)
     for dotted, value in updates.items():
         head, _, rest = dotted.partition(".")

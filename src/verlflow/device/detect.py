@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verlflow.config import Device
+from verlflow.config import Device, Profile
 from verlflow.device.parsers import (
     GpuInfo,
     NpuChip,
@@ -48,7 +48,7 @@ __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect o
     "collect_device_profile", "capture_env", "package_versions", "parse_npu_smi_info",
     "parse_npu_smi_version", "parse_nvidia_smi_query", "parse_nvidia_smi_table",
     "parse_nvidia_smi_q_versions", "parse_ascend_version_file", "parse_key_values", "soc_name",
-    "npu_generation", "first_error_line", "command_failure",
+    "npu_generation", "first_error_line", "command_failure", "lister_command", "as_device", "hardware_tags",
 ]
 
 DEVICE_TYPES = tuple(Device)
@@ -56,11 +56,14 @@ NPU_SMI_INFO = ["npu-smi", "info"]
 GPU_QUERY_FIELDS = ["index", "name", "memory.total", "driver_version"]
 NVIDIA_SMI_QUERY = ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv"]
 NVIDIA_SMI = ["nvidia-smi"]
-# the variable that narrows what a process sees (verl's get_visible_devices_keyword)
-VISIBLE_DEVICES_VAR = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "gpu": "CUDA_VISIBLE_DEVICES"}
 # MLflow's limits (mlflow.utils.validation.MAX_TAG_VAL_LENGTH / MAX_ENTITY_KEY_LENGTH)
 MAX_TAG_VALUE = 8000
 MAX_TAG_KEY = 250
+
+
+def lister_command(dev: Device) -> list[str]:
+    """The command that lists ``dev``'s devices: ``npu-smi info`` or ``nvidia-smi`` (its plain table)."""
+    return NPU_SMI_INFO if dev is Device.NPU else NVIDIA_SMI
 
 
 def npu_board_command(npu_id: int, chip_id: int) -> list[str]:
@@ -222,7 +225,7 @@ class Probe:
 class DeviceProfile:
     """What ran where: the device, its driver stack, the host, package versions and env knobs."""
 
-    type: str  # "npu" | "gpu" | "cpu"
+    type: str  # a Device (npu | gpu | cpu), kept a str for JSON
     name: str  # "Ascend910_9392" / "NVIDIA H20" / the CPU model
     count: int  # visible chips (an A3 node: 8 cards x 2 chips = 16)
     memory_gb: float | None = None  # per device, GiB (npu-smi / nvidia-smi MiB / 1024)
@@ -236,6 +239,8 @@ class DeviceProfile:
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # per-chip rows, sources; JSON only
+    # The run profile's hardware record as tags (device.model, device.peak_tflops, …; see hardware_tags).
+    hardware: dict[str, str] = field(default_factory=dict)
 
     def to_tags(self) -> dict[str, str]:
         """The profile as MLflow tags: None omitted, every value a string cut
@@ -243,6 +248,7 @@ class DeviceProfile:
         tags: dict[str, Any] = {"device.type": self.type, "device.name": self.name, "device.count": self.count}
         for key in ("memory_gb", "driver", "firmware", "cann", "cuda"):
             tags[f"device.{key}"] = getattr(self, key)
+        tags.update(self.hardware)
         tags["host.arch"], tags["host.cpu"] = self.host_arch, self.host_cpu
         tags.update({f"sw.{k}": v for k, v in self.software.items()})
         tags.update({f"env.{k}": v for k, v in self.env.items()})
@@ -259,27 +265,37 @@ class DeviceProfile:
         return asdict(self)
 
 
-def _check_type(device_type: str, allowed: Sequence[str]) -> str:
+AUTO = "auto"
+
+
+def as_device(device_type: Device | str) -> Device:
+    """``device_type`` as a :class:`Device`; one line naming it and the valid ones when it is none."""
     value = str(device_type).strip().lower()
-    if value not in allowed:
-        raise VerlflowError(f"unknown device {device_type!r}: use one of {', '.join(allowed)}")
-    return value
+    if value not in DEVICE_TYPES:
+        raise VerlflowError(f"unknown device {device_type!r}: use one of {', '.join(DEVICE_TYPES)}")
+    return Device(value)
 
 
-def detect_device(requested: str = "auto", *, probe: Probe | None = None) -> Device:
+def detect_device(requested: Device | str = AUTO, *, probe: Probe | None = None) -> Device:
     """The device to run on: ``npu``/``gpu``/``cpu`` as given, or for ``auto`` the first of npu
-    (torch_npu installed and npu-smi lists chips), gpu (nvidia-smi lists GPUs), cpu."""
-    value = _check_type(requested, ("auto", *DEVICE_TYPES))
-    if value != "auto":
-        return Device(value)
+    (torch_npu installed and npu-smi lists chips), gpu (nvidia-smi lists GPUs), cpu.
+
+    The one detection order of verlflow: every step, ``evaluate`` included, asks here.
+    """
+    if str(requested).strip().lower() != AUTO:
+        try:
+            return as_device(requested)
+        except VerlflowError:
+            valid = ", ".join((AUTO, *DEVICE_TYPES))
+            raise VerlflowError(f"unknown device {requested!r}: use one of {valid}") from None
     probe = probe or Probe()
     if probe.import_ok("torch_npu") and count_visible(Device.NPU, probe=probe) > 0:
         return Device.NPU
     return Device.GPU if count_visible(Device.GPU, probe=probe) > 0 else Device.CPU
 
 
-def _visible(total: int, device_type: str, environ: Mapping[str, str]) -> tuple[int, str | None]:
-    var = VISIBLE_DEVICES_VAR.get(device_type)
+def _visible(total: int, device_type: Device, environ: Mapping[str, str]) -> tuple[int, str | None]:
+    var = device_type.visible_devices_var
     if var is None or var not in environ:
         return total, None
     count = min(total, len([e for e in environ[var].split(",") if e.strip()]))
@@ -291,17 +307,17 @@ def _list_gpus(probe: Probe) -> list[GpuInfo]:
     return gpus or parse_nvidia_smi_table(probe.run(NVIDIA_SMI) or "")["gpus"]
 
 
-def count_visible(device_type: str, *, probe: Probe | None = None,
+def count_visible(device_type: Device | str, *, probe: Probe | None = None,
                   environ: Mapping[str, str] | None = None) -> int:
     """How many devices of this type the process can use (0 when absent), so preflight can
     refuse a missing device. NPU counts chips (16 on an A3 node), narrowed by
     ``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES`` when set."""
-    device_type = _check_type(device_type, DEVICE_TYPES)
+    device_type = as_device(device_type)
     probe = probe or Probe()
     environ = os.environ if environ is None else environ
-    if device_type == "cpu":
+    if device_type is Device.CPU:
         return probe.cpu_count
-    if device_type == "npu":
+    if device_type is Device.NPU:
         total = len(parse_npu_smi_info(probe.run(NPU_SMI_INFO) or ""))
     else:
         total = len(_list_gpus(probe))
@@ -335,7 +351,7 @@ def _npu_fields(probe: Probe, environ: Mapping[str, str]) -> dict[str, Any]:
     if chips and chips[0].phy_id is not None and "_" not in name:
         notes.append("A3 SKU unknown: npu-smi info -t board gave no NPU Name")
     notes += [f"NPU {c.npu_id} chip {c.chip_id} health {c.health}" for c in chips if c.health != "OK"]
-    count, narrowed = _visible(len(chips), "npu", environ)
+    count, narrowed = _visible(len(chips), Device.NPU, environ)
     homes = [environ[v].rstrip("/") for v in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if environ.get(v)]
     cann, cann_path = _first_version(probe, [
         *(f"{home}/{arch}-linux/ascend_toolkit_install.info" for home in homes),
@@ -382,7 +398,7 @@ def _gpu_fields(probe: Probe, environ: Mapping[str, str]) -> dict[str, Any]:
     notes = [] if gpus else ["nvidia-smi not found (or it failed) or lists no GPU"]
     if len({g.name for g in gpus}) > 1:
         notes.append("mixed GPUs: " + ", ".join(sorted({g.name for g in gpus})))
-    count, narrowed = _visible(len(gpus), "gpu", environ)
+    count, narrowed = _visible(len(gpus), Device.GPU, environ)
     cuda = probe.torch_cuda()
     if cuda is None and table["cuda"]:
         cuda = table["cuda"]
@@ -404,20 +420,35 @@ def _host_cpu(probe: Probe) -> str:
             or parse_cpu_model(probe.run(["lscpu"]) or "") or "unknown")
 
 
-def collect_device_profile(device_type: str, *, probe: Probe | None = None,
-                           environ: Mapping[str, str] | None = None) -> DeviceProfile:
+def hardware_tags(profile: Profile | None) -> dict[str, str]:
+    """The run profile's hardware record as ``device.*`` tags, and its stack as ``device.stack``.
+
+    What the node was meant to be (model, devices per node, peak throughput with its dtype, interconnect), next
+    to what detection found, so ``compare`` reads both from the run; empty for a profile without a record.
+    """
+    if profile is None:
+        return {}
+    tags = profile.accelerator.tags() if profile.accelerator else {}
+    if profile.stack:
+        tags["device.stack"] = Path(profile.stack).stem
+    return tags
+
+
+def collect_device_profile(device_type: Device | str, *, probe: Probe | None = None,
+                           environ: Mapping[str, str] | None = None, profile: Profile | None = None) -> DeviceProfile:
     """The full profile of ``device_type`` (or of the detected one for ``auto``) on this machine.
 
     Never fails on a missing tool or file: the field stays None and ``notes`` says what was
     missing, so ``dry_run`` on a laptop still logs a profile. ``environ`` defaults to os.environ.
+    ``profile``: the run's profile, whose hardware record and stack become ``device.*`` tags too.
     """
     probe = probe or Probe()
     environ = os.environ if environ is None else environ
     device_type = detect_device(device_type, probe=probe)
     host_cpu = _host_cpu(probe)
-    if device_type == "npu":
+    if device_type is Device.NPU:
         fields = _npu_fields(probe, environ)
-    elif device_type == "gpu":
+    elif device_type is Device.GPU:
         fields = _gpu_fields(probe, environ)
     else:
         fields = {"name": host_cpu, "count": probe.cpu_count}
@@ -426,7 +457,8 @@ def collect_device_profile(device_type: str, *, probe: Probe | None = None,
     if memory:
         extra["host_memory_gb"] = round(int(memory.group(1)) / 1024**2, 1)
     return DeviceProfile(type=device_type, host_arch=probe.machine, host_cpu=host_cpu,
-                         software=package_versions(), env=capture_env(environ), extra=extra, **fields)
+                         software=package_versions(), env=capture_env(environ), extra=extra,
+                         hardware=hardware_tags(profile), **fields)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ blocking: the guide's numbers are a reference, not a requirement.
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import sys
@@ -24,17 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlflow import config
+from verlflow.config import Accelerator, Device, Profile
 from verlflow.device import detect as hw
 from verlflow.device import stacks
+from verlflow.errors import VerlflowError
 
-STACK_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
-PROFILE_FOR_DEVICE = {"npu": "a3", "gpu": "h20"}
-# Packages compared with the guide's stack, per device (pip distribution names).
-VERSIONED = {"npu": ("torch", "torch_npu", "vllm", "vllm_ascend", "ray", "verl", "transformers"),
-             "gpu": ("torch", "vllm", "ray", "verl", "transformers")}
-# Packages without which verl cannot launch the guide's recipe at all (vllm_ascend: vllm's Ascend platform).
-REQUIRED = {"npu": ("torch", "torch_npu", "verl", "vllm", "vllm_ascend"), "gpu": ("torch", "verl", "vllm")}
 STATUS = {True: "ok", False: "BLOCKS", None: "differs"}
+# A device's memory as listed (MiB / 1024) within this fraction of the record's data-sheet GB is the same memory.
+MEMORY_TOLERANCE = 0.10
 
 
 @dataclass
@@ -70,8 +66,8 @@ def import_error(module_check: str, source_files: list[str]) -> str | None:
 
 
 DEVICE_CHECK = {
-    "npu": "import torch, torch_npu; n = torch.npu.device_count(); assert n > 0, 'torch.npu.device_count() is 0'",
-    "gpu": "import torch; assert torch.cuda.is_available(), f'torch.cuda.is_available() is False (torch.version."
+    Device.NPU: "import torch, torch_npu; n = torch.npu.device_count(); assert n > 0, 'torch.npu.device_count() is 0'",
+    Device.GPU: "import torch; assert torch.cuda.is_available(), f'torch.cuda.is_available() is False (torch.version."
            "cuda={torch.version.cuda})'",
 }
 
@@ -82,28 +78,41 @@ def _same_version(found: str | None, guide: str | None) -> bool:
     return found == guide or found.split("+")[0] == guide.split("+")[0]
 
 
-def diagnose(dev: str, profile_name: str, *, probe: hw.Probe | None = None,
+def diagnose(dev: Device | str, profile_name: str, *, probe: hw.Probe | None = None,
              environ: Mapping[str, str] | None = None, versions: Mapping[str, str] | None = None,
              check_import: Callable[[str, list[str]], str | None] = import_error) -> list[Row]:
-    """The doctor's rows for ``dev`` on ``profile_name``; every input injectable (tests: recorded machines)."""
+    """The doctor's rows for ``dev`` on ``profile_name``; every input injectable (tests: recorded machines).
+
+    What the node should be comes from the profile alone: its hardware record (``accelerator:``) for the
+    device rows, its stack (``stack:``, a file in ``config/stacks``) for the versions and what is required.
+    """
     import os
 
+    dev = Device(dev)
     probe = probe or hw.Probe()
     environ = dict(os.environ if environ is None else environ)
     versions = dict(hw.package_versions() if versions is None else versions)
     profile = config.load_profile(profile_name)
-    stack = stacks.load_stack(STACK_FOR_DEVICE[dev])
-    word = "NPU" if dev == "npu" else "GPU"
+    if profile.device is not dev:
+        raise VerlflowError(f"profile '{profile.name}' is for device '{profile.device}', not '{dev}': pass a "
+                            f"{dev} profile ({', '.join(profiles_for(dev))}) or --device {profile.device}")
+    if not profile.stack:
+        raise VerlflowError(f"profile '{profile.name}' names no stack: add 'stack: <a file of config/stacks>' "
+                            "so doctor knows which versions the node expects")
+    stack = stacks.load_stack(profile.stack)
+    word = dev.short_word
     rows: list[Row] = []
 
     wanted = int(profile.verl.get("trainer", {}).get("n_gpus_per_node", 1))
     visible = hw.count_visible(dev, probe=probe, environ=environ)
     fields = hw.collect_device_profile(dev, probe=probe, environ=environ)
-    model = accelerator_row(dev, fields, stack, profile_name)
+    model = accelerator_row(fields, profile)
     rows.append(Row(f"{word}s visible", str(visible), f"n_gpus_per_node={wanted}", visible >= wanted and visible > 0,
                     _count_fix(dev, visible, probe, model)))
     rows.append(model)
-    if dev == "npu":
+    if memory := memory_row(fields, profile.accelerator):
+        rows.append(memory)
+    if dev is Device.NPU:
         rows.append(Row("driver (HDK)", fields.driver or "not found", stack.extra.get("hdk", ""),
                         None if fields.driver and not fields.driver.startswith(str(stack.extra.get("hdk"))) else
                         bool(fields.driver), "install the Ascend driver (HDK)"))
@@ -128,60 +137,109 @@ def diagnose(dev: str, profile_name: str, *, probe: hw.Probe | None = None,
     error = check_import(DEVICE_CHECK[dev], profile.source_files) if visible or versions.get("torch") else \
         f"skipped: no {word} visible"
     import_fix = (f"source {' and '.join(profile.source_files)}; torch_npu must match torch: "
-                  f"{stack.install_command('torch_npu')}" if dev == "npu"
+                  f"{stack.install_command('torch_npu')}" if dev is Device.NPU
                   else f"install the NVIDIA driver and a CUDA build of torch: {stack.install_command('torch')}")
-    rows.append(Row("import torch_npu" if dev == "npu" else "torch.cuda", "ok" if error is None else error, "ok",
+    rows.append(Row("import torch_npu" if dev is Device.NPU else "torch.cuda", "ok" if error is None else error, "ok",
                     error is None, import_fix))
-    for package in VERSIONED[dev]:
-        found, guide = versions.get(package), stack.version(package)
-        blocking = package in REQUIRED[dev] and not found
+    required = {_item(p) for p in stacks.required_packages(stack)}
+    for package in stack.packages:
+        item = _item(package)
+        found, guide = versions.get(item), stack.version(package)
+        blocking = item in required and not found
         ok = False if blocking else (True if _same_version(found, guide) else None)
-        rows.append(Row(package, found or "not installed", guide or "", ok, stack.install_command(package)))
+        rows.append(Row(item, found or "not installed", guide or "", ok, stack.install_command(package)))
     for lib in profile.preload:
         present = probe.read(lib) is not None
         rows.append(Row("jemalloc" if "jemalloc" in lib else lib, "present" if present else "missing",
                         "preloaded when present", True if present else None, "apt-get install libjemalloc2"))
-    prefix = "HCCL_" if dev == "npu" else "NCCL_"
+    prefix = dev.collective_env_prefix
     comm = {k: v for k, v in hw.capture_env(environ).items() if k.startswith(prefix)}
     rows.append(Row(f"{prefix}* environment", " ".join(f"{k}={v}" for k, v in sorted(comm.items())) or "none set",
                     "defaults", True))
     return rows
 
 
-def accelerator_row(dev: str, fields: hw.DeviceProfile, stack: stacks.Stack, profile_name: str) -> Row:
-    """The accelerator model against the one the profile's stack describes (A3 vs A2 / 910B, H20 vs another GPU).
+def _item(package: str) -> str:
+    """A stack's distribution name as the doctor's row and :func:`hw.package_versions` name it (torch_npu)."""
+    return package.replace("-", "_")
 
-    Another model differs, it does not block by itself: the note says the node is not the one the profile
-    describes, and the device count row says what that costs.
+
+def profiles_for(dev: Device) -> list[str]:
+    """Shipped profiles that drive ``dev`` (for messages that name the valid ones)."""
+    return [p.name for p in _shipped_profiles() if p.device is dev]
+
+
+def _shipped_profiles() -> list[Profile]:
+    """Every shipped profile that loads (one that does not is the config tests' business, not the doctor's)."""
+    loaded = []
+    for name in config.list_profiles():
+        try:
+            loaded.append(config.load_profile(name))
+        except VerlflowError:
+            continue
+    return loaded
+
+
+def fitting_profiles(dev: Device, listed: str) -> list[str]:
+    """Shipped profiles whose hardware record describes a ``dev`` listed as ``listed`` (``Ascend910B3 (A2)``)."""
+    return [p.name for p in _shipped_profiles()
+            if p.device is dev and p.accelerator is not None and p.accelerator.lists(listed)]
+
+
+def node_label(fields: hw.DeviceProfile) -> str:
+    """The node's accelerator as listed, with the generation verlflow derives: ``Ascend910B3 (A2)``, ``NVIDIA H20``."""
+    generation = fields.extra.get("generation")
+    return f"{fields.name} ({generation})" if generation else fields.name
+
+
+def accelerator_row(fields: hw.DeviceProfile, profile: Profile) -> Row:
+    """The node's accelerator against the profile's hardware record (A3 vs A2 / 910B, H20 vs another GPU).
+
+    The note always names the node and the shipped profile that fits it. Another model differs, it does not
+    block by itself: the device count row says what that costs.
     """
-    wanted = str(stack.extra.get("accelerator", ""))
+    record = profile.accelerator
+    wanted = record.name if record else ""
     if fields.count == 0 or fields.name == "unknown":
         return Row("accelerator", "none listed", wanted, None)
-    if dev == "npu":
-        generation = fields.extra.get("generation")
-        found = f"{fields.name} ({generation})" if generation else fields.name
-        same = generation == wanted
-    else:
-        found = fields.name
-        same = re.search(rf"\b{re.escape(wanted)}\b", fields.name) is not None
-    if same or not wanted:
-        return Row("accelerator", found, wanted, True)
-    note = (f"this node has {fields.count} × {found}, not the {wanted} the {profile_name} profile describes: "
-            f"expect other memory and timings than the guide's {wanted}")
+    found = node_label(fields)
+    fits = fitting_profiles(Device(fields.type), found)
+    fitting = (f"the {' or '.join(fits)} profile{'s' if len(fits) > 1 else ''} fit{'' if len(fits) > 1 else 's'} it"
+               f" (-P profile={fits[0]})" if fits else
+               "no shipped profile fits it: add one (CONTRIBUTING.md, \"Add a device\")")
+    if record is None:
+        return Row("accelerator", found, "", None, note=f"this node has {fields.count} × {found}, and the "
+                   f"{profile.name} profile has no hardware record (accelerator:); {fitting}")
+    if record.lists(found):
+        return Row("accelerator", found, wanted, True,
+                   note=f"this node has {fields.count} × {found}: {record.model}, {record.node}; "
+                        f"the {profile.name} profile fits it")
+    note = f"this node has {fields.count} × {found}, not the {wanted} the {profile.name} profile describes; {fitting}"
     return Row("accelerator", found, wanted, None, note=note)
 
 
-def _count_fix(dev: str, visible: int, probe: hw.Probe, model: Row) -> str:
+def memory_row(fields: hw.DeviceProfile, record: Accelerator | None) -> Row | None:
+    """Memory per device as listed (GiB) against the record's data-sheet GB; None when either is unknown."""
+    if record is None or not fields.memory_gb:
+        return None
+    same = abs(fields.memory_gb - record.memory_gb) <= MEMORY_TOLERANCE * record.memory_gb
+    return Row("memory per device", f"{fields.memory_gb:g} GiB", f"{record.memory_gb:g} GB ({record.model})",
+               True if same else None, "" if same else "another memory size: batch and rollout memory settings "
+               "tuned for the profile may not fit")
+
+
+def _count_fix(dev: Device, visible: int, probe: hw.Probe, model: Row) -> str:
     """What to do about too few devices: the listing tool's own error, or the node that is not the profile's."""
-    cmd = hw.NPU_SMI_INFO if dev == "npu" else hw.NVIDIA_SMI_QUERY
-    lister, word = cmd[0], "NPU" if dev == "npu" else "GPU"
+    cmd = hw.lister_command(dev)
+    lister, word = cmd[0], dev.short_word
     if visible == 0:
         failure = probe.failure(cmd)
         if failure and "not found on PATH" not in failure:
-            return f"{' '.join(cmd[:2]) if dev == 'npu' else lister} failed: {failure}"
-        return f"no {word} on this machine ({failure or lister + ' lists none'}): run on an {model.guide} node"
+            return f"{' '.join(cmd[:2]) if dev is Device.NPU else lister} failed: {failure}"
+        where = f"an {model.guide} node" if model.guide else f"a node with {word}s"
+        return f"no {word} on this machine ({failure or lister + ' lists none'}): run on {where}"
     override = f"pass -P overrides=\"trainer.n_gpus_per_node={visible}\""
-    if model.note:
+    if model.note and model.ok is not True:
         return f"{model.note}; run on an {model.guide} node, or {override} to run here"
     return override
 

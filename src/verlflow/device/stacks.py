@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from verlflow.config import CONFIG_ROOT
+from verlflow.config import CONFIG_ROOT, Device, load_named_yaml
 from verlflow.errors import VerlflowError
 
 STACKS_DIR = CONFIG_ROOT / "stacks"
@@ -32,7 +30,7 @@ class Stack:
     """One cluster image: where it runs and the versions it holds."""
 
     name: str
-    device: str
+    device: Device
     python: str
     platform: str
     # distribution name → {version, resolve (default true), image_override (default false), why}
@@ -72,13 +70,24 @@ def list_stacks() -> list[str]:
 
 
 def load_stack(name: str) -> Stack:
-    """The stack ``name`` from ``config/stacks``; a clear error for an unknown one."""
-    path = STACKS_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise VerlflowError(f"unknown stack '{name}': choose one of {', '.join(list_stacks())}")
-    data = yaml.safe_load(path.read_text())
-    known = {"name", "device", "python", "platform", "packages"}
-    return Stack(**{k: data[k] for k in known}, extra={k: v for k, v in data.items() if k not in known})
+    """The stack ``name`` from ``config/stacks`` or a stack file given by ``.yaml`` path (a profile's ``stack:``).
+
+    Read like every other config file (an unknown name lists the shipped ones); a missing key is one line.
+    """
+    found = load_named_yaml("stack", name, STACKS_DIR)
+    data = found.data
+    known = ("name", "device", "python", "platform", "packages")
+    if missing := [k for k in known if k not in data]:
+        raise VerlflowError(f"stack file {found.path} lacks {', '.join(missing)}: give every one of {', '.join(known)}")
+    if str(data["device"]) not in tuple(Device):
+        raise VerlflowError(f"stack file {found.path} has device '{data['device']}': use one of {', '.join(Device)}")
+    fields = {k: data[k] for k in known} | {"device": Device(str(data["device"]))}
+    return Stack(**fields, extra={k: v for k, v in data.items() if k not in known})
+
+
+def required_packages(stack: Stack) -> list[str]:
+    """The stack's packages marked ``required: true``: without them verl cannot launch the recipe at all."""
+    return [k for k, v in stack.packages.items() if v.get("required")]
 
 
 @dataclass

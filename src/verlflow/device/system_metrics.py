@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from verlflow.config import VerlflowBlock
+from verlflow.config import Device, VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG
@@ -70,7 +70,7 @@ def recording(
     run_id: str,
     *,
     interval: float | None,
-    device: str,
+    device: Device | str,
     environ: Mapping[str, str] | None = None,
 ) -> Iterator[Any]:
     """Sample system metrics into ``run_id`` every ``interval`` seconds while the block runs.
@@ -92,7 +92,7 @@ def recording(
         log.warning("system metrics off for this run: %s", exc)
         yield None
         return
-    npu = NpuMonitor.start_or_none(environ.get(VISIBLE_VAR), expected=device == "npu")
+    npu = NpuMonitor.start_or_none(environ.get(VISIBLE_VAR), expected=Device(device) is Device.NPU)
     if npu is not None:
         add_monitor(monitor, npu)
     # MLflow's monitor stops for good at its first failed write: its writes wait out another run's lock.

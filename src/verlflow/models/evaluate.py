@@ -29,6 +29,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
+from verlflow.config import Device
 from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
@@ -138,20 +139,23 @@ def choose_backend(backend: str) -> str:
     if backend == "vllm" and not has_vllm:
         raise VerlflowError("backend 'vllm' needs the vllm package, which is not installed: use backend=hf")
     if backend == "auto":
-        return "vllm" if has_vllm and _accelerator() != "cpu" else "hf"
+        return "vllm" if has_vllm and _accelerator() is not Device.CPU else "hf"
     return backend
 
 
-def _accelerator() -> str:
+def _accelerator() -> Device:
+    """The device to generate on: verlflow's one detection order (:func:`detect_device`), then the CPU when this
+    torch cannot drive what was found (a CPU build of torch on a GPU node, torch_npu seeing no NPU)."""
     import torch
 
-    if torch.cuda.is_available():
-        return "cuda"
-    from verlflow.device.detect import import_torch_npu
+    from verlflow.device.detect import detect_device, import_torch_npu
 
-    if import_torch_npu() and torch.npu.is_available():
-        return "npu"
-    return "cpu"
+    found = detect_device()
+    if found is Device.NPU and not (import_torch_npu() and torch.npu.is_available()):
+        return Device.CPU
+    if found is Device.GPU and not torch.cuda.is_available():
+        return Device.CPU
+    return found
 
 
 def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int,
@@ -162,12 +166,13 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
 
     from verlflow.progress import progress_bar
 
-    device = _accelerator()
+    dev = _accelerator()
+    device = dev.torch_type  # what torch calls it: cuda, npu, cpu
     tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
     tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    dtype = torch.bfloat16 if dev is not Device.CPU else torch.float32
     lm = AutoModelForCausalLM.from_pretrained(model.model_dir, dtype=dtype).to(device).eval()
     eos = _eos_ids(lm, tokenizer)
     gen_config = GenerationConfig(

@@ -374,13 +374,14 @@ def check_trial_configs(
     dists: Distributions,
     compose_trial,
     *,
-    local_backend: bool,
+    backend_check=None,
 ) -> None:
     """Compose each categorical choice and both ends of each integer range into the recipe; run verl's checks.
 
     ``compose_trial(overrides: dict) -> ComposedConfig`` composes the recipe with the search's fixed
-    overrides plus ``overrides``. A choice the installed verl (or the local trainer) would reject is one
-    line naming the key, the value and the reason, before any trial starts.
+    overrides plus ``overrides``. A choice the installed verl (or the trainer: ``backend_check(composed)``, the
+    chosen backend's ``check_config``) would reject is one line naming the key, the value and the reason, before
+    any trial starts.
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -400,10 +401,8 @@ def check_trial_configs(
                 warnings.simplefilter("ignore")
                 validate_config(composed.resolved, need_reference_policy(composed.resolved),
                                 need_critic(composed.resolved))
-            if local_backend:
-                from verlflow.backends.local.settings import read_settings
-
-                read_settings(composed)
+            if backend_check is not None:
+                backend_check(composed)
         except (VerlflowError, AssertionError, ValueError) as exc:
             reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             raise _fail(str(search.path), f"{name}={value} is refused for this recipe: {reason}") from None

@@ -13,11 +13,12 @@ from verlflow.step_requests import DoctorRequest
 
 def run_doctor(request: DoctorRequest):
     """Print the table; raise (exit 2) naming what blocks the launch; the rows."""
+    from verlflow.config import PROFILE_FOR_DEVICE, Device
     from verlflow.device import detect
-    from verlflow.device.doctor import PROFILE_FOR_DEVICE, diagnose, render
+    from verlflow.device.doctor import diagnose, render
 
     dev = detect.detect_device(request.device)
-    if dev == "cpu":
+    if dev is Device.CPU:
         raise VerlflowError("no NPU or GPU found on this machine (npu-smi and nvidia-smi list none): verl needs "
                             "one; pass --device npu or --device gpu to see what is missing, or use backend=local")
     rows = diagnose(dev, PROFILE_FOR_DEVICE[dev] if request.profile == "auto" else request.profile)

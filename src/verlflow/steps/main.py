@@ -20,6 +20,9 @@ data's digest as well, so new data means a new training. register, evaluate and 
 they are cheap and act on the registry as it is now (a reused train run keeps the version it was
 registered as, no duplicate; promote moves ``champion`` only to a strictly better version).
 
+The reuse engine (child runs, what counts as the same run, what must still exist) is
+:mod:`verlflow.runs.reuse`; this module only chains the steps.
+
 Steps run **in this process**, not as ``mlflow run -e <step>`` subprocesses. Each child run is created
 the way ``mlflow run`` creates one (parent link, step parameters logged as params, tags), then the
 step is called with its request and that run's id, and attaches to it as it does to the run ``mlflow run
@@ -32,43 +35,29 @@ in a subprocess where the backend needs one (verl under Ray).
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import hashlib
 import logging
-import subprocess
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mlflow.entities import Param, Run
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-from verlflow import __version__, config, names
-from verlflow.config import VerlflowBlock
+from verlflow import config, names
+from verlflow.config import Device, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision
 from verlflow.names import (
     CHAMPION_VERSION_TAG,
-    CHECKPOINT_DIR_TAG,
     CODE_VERSION_TAG,
     DATA_DIGEST_TAG,
     DATA_DIR_TAG,
     DATA_RUN_ID_TAG,
-    ERROR_TAG,
     EVAL_ROLE_TAG,
     MODEL_NAME_TAG,
     MODEL_VERSION_TAG,
     RECIPE_TAG,
-    REUSED_TAG_PREFIX,
-    STEP_RUN_TAG_PREFIX,
     STEP_TAG,
 )
 from verlflow.runs import tracking
 from verlflow.runs.experiments import recipe_experiment
+from verlflow.runs.reuse import StepRunner, checkpoint_current, code_version, data_present
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.step_requests import (
     EvaluateRequest,
@@ -77,10 +66,7 @@ from verlflow.step_requests import (
     PromoteRequest,
     RegisterRequest,
     TrainRequest,
-    as_params,
-    as_text,
 )
-from verlflow.util import filter_quote
 
 log = logging.getLogger(__name__)
 
@@ -118,31 +104,12 @@ class PipelineResult:
     promotion: PromotionDecision | None = None
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """The code a step ran with: git commit of the package (+ hash of uncommitted edits), else its version."""
-    package_dir = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "-C", str(package_dir), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, timeout=20)
-        if head.returncode != 0:
-            return f"verlflow-{__version__}"
-        diff = subprocess.run(["git", "-C", str(package_dir), "diff", "HEAD", "--", "."],
-                              capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return f"verlflow-{__version__}"
-    commit = head.stdout.strip()
-    if diff.returncode == 0 and diff.stdout:
-        return f"{commit}+{hashlib.sha256(diff.stdout.encode()).hexdigest()[:12]}"
-    return commit
-
-
 @dataclass
 class Plan:
     """Everything the chain needs, resolved and checked before any run is opened."""
 
     recipe: str
-    device: str
+    device: Device
     source: str
     model_name: str
     overrides: str
@@ -175,104 +142,6 @@ def make_plan(request: MainRequest) -> Plan:
                 max_response_length=int(resolved.data.max_response_length))
 
 
-class StepRunner:
-    """Runs steps as child runs of one parent, reusing a matching FINISHED run where allowed."""
-
-    def __init__(self, client: MlflowClient, parent: Run):
-        self.client = client
-        self.parent_id = parent.info.run_id
-        self.experiment_id = parent.info.experiment_id
-        self.code = code_version()
-        self.runs: dict[str, str] = {}
-        self.reused: dict[str, str] = {}
-
-    def find_reusable(self, step: str, params: dict[str, str], match_tags: dict[str, str],
-                      still_valid: Callable[[Run], bool]) -> Run | None:
-        """The newest FINISHED run of ``step`` with these params (as strings), code version and tags."""
-        query = (f"tags.`{STEP_TAG}` = '{step}' and attributes.status = 'FINISHED' "
-                 f"and tags.`{CODE_VERSION_TAG}` = '{self.code}'")
-        candidates = self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"],
-                                             max_results=200)
-        for run in candidates:
-            if run.info.run_id == self.parent_id:
-                continue
-            same_params = all(run.data.params.get(k) == v for k, v in params.items())
-            same_tags = all(run.data.tags.get(k) == v for k, v in match_tags.items())
-            if same_params and same_tags and still_valid(run):
-                return run
-        return None
-
-    def run(self, step: str, request: Any, call: Callable[..., Any], *, reusable: bool = False,
-            match_tags: dict[str, str] | None = None, still_valid: Callable[[Run], bool] = lambda run: True,
-            tags: dict[str, str] | None = None, name: str = "", run_name: str = "",
-            extra_params: dict[str, Any] | None = None) -> tuple[Run, Any]:
-        """Reuse or run one step; returns its (ended) run and, when it ran, what the step returned.
-
-        The child run logs the request's parameters (plus ``extra_params``) as ``mlflow run`` would, and
-        ``call(request, run_id=<child>)`` runs the step in it. ``name`` tells apart two runs of one step in
-        the chain (parent tags, log; default ``step``); ``run_name`` is what the MLflow UI shows (default ``name``).
-        """
-        params = {**as_params(request), **{k: as_text(v) for k, v in (extra_params or {}).items()}}
-        match_tags = match_tags or {}
-        name = name or step
-        if reusable and (found := self.find_reusable(step, params, match_tags, still_valid)):
-            run_id = found.info.run_id
-            print(f"main: {name}: reusing FINISHED run {run_id} (same parameters and code version)")
-            self.client.set_tag(self.parent_id, f"{REUSED_TAG_PREFIX}{name}", run_id)
-            self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
-            self.runs[name], self.reused[name] = run_id, run_id
-            return found, None
-        child = self.client.create_run(self.experiment_id, run_name=run_name or name, tags={
-            MLFLOW_PARENT_RUN_ID: self.parent_id, STEP_TAG: step, CODE_VERSION_TAG: self.code,
-            **match_tags, **(tags or {}),
-        })
-        run_id = child.info.run_id
-        self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-        self.client.set_tag(self.parent_id, f"{STEP_RUN_TAG_PREFIX}{name}", run_id)
-        self.runs[name] = run_id
-        print(f"main: {name}: run {run_id}: {PHASES.get(name, step)} …", flush=True)
-        with _ended(self.client, run_id):
-            value = call(request, run_id=run_id)
-        return self.client.get_run(run_id), value
-
-
-@contextlib.contextmanager
-def _ended(client: MlflowClient, run_id: str) -> Iterator[None]:
-    """Never leave the step's run RUNNING: a step that failed before it opened the run did not end it."""
-    error: BaseException | None = None
-    try:
-        yield
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        with contextlib.suppress(MlflowException):
-            if client.get_run(run_id).info.status == "RUNNING":
-                client.set_terminated(run_id, tracking.end_status(error))
-                if error is not None:
-                    client.set_tag(run_id, ERROR_TAG, f"{type(error).__name__}: {error}"[:500])
-
-
-def _data_present(run: Run) -> bool:
-    folder = run.data.tags.get(DATA_DIR_TAG)
-    return bool(folder) and all((Path(folder) / f"{s}.parquet").is_file() for s in ("train", "test"))
-
-
-def _checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[Run], bool]:
-    """A train run's checkpoint is still its own: present, and no later run wrote the same folder."""
-
-    def check(run: Run) -> bool:
-        folder = run.data.tags.get(CHECKPOINT_DIR_TAG)
-        if not folder or not (Path(folder) / "config.json").is_file():
-            return False
-        escaped = filter_quote(folder)
-        newest = client.search_runs([experiment_id], f"tags.`{CHECKPOINT_DIR_TAG}` = '{escaped}'",
-                                    order_by=["attributes.start_time DESC"], max_results=1)
-        return bool(newest) and newest[0].info.run_id == run.info.run_id
-
-    return check
-
-
 def run_main(request: MainRequest) -> PipelineResult:
     """Chain preprocess → evaluate the starting model → train → register → evaluate → promote under one parent
     run (step ``main``)."""
@@ -287,11 +156,11 @@ def run_main(request: MainRequest) -> PipelineResult:
     parent_tags = {STEP_TAG: "main", RECIPE_TAG: plan.recipe, MODEL_NAME_TAG: plan.model_name,
                    CODE_VERSION_TAG: code_version()}
     with tracking.tracked_run(run_name="main", tags=parent_tags, experiment=recipe_experiment(plan.recipe)) as active:
-        runner = StepRunner(client, client.get_run(active.info.run_id))
+        runner = StepRunner(client, client.get_run(active.info.run_id), PHASES)
 
         pre, _ = runner.run(
             "preprocess", PreprocessRequest(source=plan.source, output_dir=str(plan.data_dir), limit=0),
-            run_preprocess, reusable=True, still_valid=_data_present,
+            run_preprocess, reusable=True, still_valid=data_present,
         )
         data_dir = pre.data.tags[DATA_DIR_TAG]
         base_accuracy = _evaluate_start_model(runner, plan, data_dir, pre.data.tags.get(DATA_DIGEST_TAG, ""))
@@ -299,7 +168,7 @@ def run_main(request: MainRequest) -> PipelineResult:
         train, _ = runner.run(
             "train", TrainRequest(recipe=plan.recipe, device=plan.device, data_dir=data_dir, overrides=plan.overrides),
             run_train, reusable=True, match_tags={DATA_DIGEST_TAG: pre.data.tags.get(DATA_DIGEST_TAG, "")},
-            still_valid=_checkpoint_current(client, runner.experiment_id),
+            still_valid=checkpoint_current(client, runner.experiment_id),
             tags={DATA_RUN_ID_TAG: pre.info.run_id},
         )
 

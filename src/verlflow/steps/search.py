@@ -27,6 +27,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from verlflow import config
+from verlflow.backends.registry import get_backend
 from verlflow.backends.train_setup import choose_train_setup, compose_train_config
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
@@ -70,7 +71,7 @@ def run_search(request: SearchRequest) -> SearchResult:
 
     base = compose_trial({})
     dists = distributions(search, base)
-    check_trial_configs(search, dists, compose_trial, local_backend=backend == "local")
+    check_trial_configs(search, dists, compose_trial, backend_check=get_backend(backend).check_config)
     study_name = study_name or f"{base.recipe_name}-{search.name}"
     pruner_name = pruner or search.pruner_default
     study = open_study(

@@ -20,11 +20,12 @@ from verlflow.util import first_line, hub_unreachable
 
 def torch_device(device: Device | str) -> torch.device:
     """The torch device for the device ``trainer.device`` names; a clear error when it is not there."""
-    name = Device(device).torch_type
-    if name == "cuda" and not torch.cuda.is_available():
+    dev = Device(device)
+    name = dev.torch_type
+    if dev is Device.GPU and not torch.cuda.is_available():
         raise VerlflowError(f"trainer.device=cuda but this torch ({torch.__version__}) sees no CUDA GPU: "
                             "use -P device=cpu")
-    if name == "npu":
+    if dev is Device.NPU:
         from verlflow.device.detect import import_torch_npu
 
         if not import_torch_npu():

@@ -180,7 +180,8 @@ class LocalTrainer:
         kind = self.settings.device
         # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
         environ = {**os.environ, **self.cfg.profile.env}
-        tracking.log_device_profile(device.collect_device_profile(kind, environ=environ))
+        tracking.log_device_profile(device.collect_device_profile(kind, environ=environ,
+                                                                    profile=self.cfg.profile))
 
     def _prompts(self, split: str) -> PromptSet:
         from verlflow.data.gsm8k import read_split

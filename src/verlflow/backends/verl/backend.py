@@ -48,7 +48,7 @@ from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
-from verlflow.config import config_count_problems
+from verlflow.config import Device, config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
@@ -70,8 +70,6 @@ from verlflow.names import (
 from verlflow.runs import tracking
 from verlflow.util import mask_secret
 
-NODE_HINT = {"npu": "run on an A3 node", "gpu": "run on an H20 node", "cpu": "use backend=local"}
-
 
 @dataclass
 class VerlTrainResult:
@@ -91,6 +89,14 @@ class VerlTrainResult:
     ray_job_id: str | None = None
 
 
+def node_hint(profile: config.Profile) -> str:
+    """Where a launch of ``profile`` belongs, named by its hardware record ("run on an A2 node"), not by its device."""
+    record = profile.accelerator
+    if record is not None:
+        return f"run on an {record.name} node"
+    return "use backend=local" if profile.device is Device.CPU else f"run on a node with {profile.device.word}s"
+
+
 def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Probe | None = None,
               environ: dict[str, str] | None = None) -> None:
     """Refuse, in one line, a launch that cannot work here: no device, too few devices, missing data/model.
@@ -100,24 +106,24 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
     """
     probe = probe or device.Probe()
     dev = cfg.profile.device
-    word, hint = dev.word, f"{NODE_HINT[dev]} or pass -P dry_run=true"
-    if dev == "cpu":
+    word, hint = dev.word, f"{node_hint(cfg.profile)} or pass -P dry_run=true"
+    if dev is Device.CPU:
         # verl's own trainer on the CPU (cpu-verl profile): no device to look for, only verl and the plugin.
         from verlflow.backends.verl import cpu as verl_cpu
 
         verl_cpu.check_cpu_launch(plan.env)
         return
-    if dev == "npu" and not probe.import_ok("torch_npu"):
+    if dev is Device.NPU and not probe.import_ok("torch_npu"):
         raise VerlflowError(f"no NPU is visible on this machine (torch_npu not installed); {hint}")
     visible = device.count_visible(dev, probe=probe, environ=environ)
     if visible == 0:
-        lister = device.NPU_SMI_INFO if dev == "npu" else device.NVIDIA_SMI
+        lister = device.lister_command(dev)
         said = probe.failure(lister)  # the tool's own first error line, e.g. npu-smi's "dcmi ... ret is -8020"
         why = f"{lister[0]} lists none"
         if said:
             why = said if said.startswith(lister[0]) else f"{' '.join(lister)}: {said}"
         raise VerlflowError(f"no {word} is visible here ({why}); {hint}")
-    if dev == "gpu" and probe.torch_cuda() is None:
+    if dev is Device.GPU and probe.torch_cuda() is None:
         raise VerlflowError(f"torch here is a CPU build (torch.version.cuda is None): install a CUDA torch; {hint}")
     wanted = int(plan.overrides.get("trainer.n_gpus_per_node", config.verl_defaults()["trainer.n_gpus_per_node"]))
     nodes = int(plan.overrides.get("trainer.nnodes", 1))
@@ -137,7 +143,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
 def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
                  check_files: bool = True) -> None:
     """Run :mod:`.preflight` (and :func:`preflight` for the device) and report every problem at once."""
-    if cfg.profile.device == "cpu":
+    if cfg.profile.device is Device.CPU:
         # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
         importlib.import_module("verlflow.backends.verl.cpu_plugin")
         verl_preflight.verl_names.cache_clear()
@@ -150,7 +156,7 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
             preflight(cfg, plan)
         except VerlflowError as exc:
             problems.append(Problem("device", cfg.profile.device, str(exc)))
-    if cfg.profile.device != "cpu":  # the CPU plugin hides TRL from verl; NPU/GPU launches would crash on it
+    if cfg.profile.device is not Device.CPU:  # the CPU plugin hides TRL from verl; NPU/GPU launches would crash on it
         from verlflow.backends.verl.cpu import incompatible_trl
 
         trl = incompatible_trl()
@@ -171,7 +177,8 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
                   ray_address: str, command: str) -> None:
     """Log what the run owns before anything launches: tags, device profile, resolved config, command."""
     # The env knobs verl runs with are the profile's, exported by the launch script, not ours.
-    profile = device.collect_device_profile(cfg.profile.device, environ={**os.environ, **plan.env})
+    profile = device.collect_device_profile(cfg.profile.device, environ={**os.environ, **plan.env},
+                                             profile=cfg.profile)
     tracking.log_device_profile(profile)
     tags = {
         DRY_RUN_TAG: str(dry_run).lower(),

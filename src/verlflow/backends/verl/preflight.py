@@ -36,6 +36,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
+from verlflow.config import Device
 from verlflow.errors import NO_VALUE, Problem
 from verlflow.util import first_line
 
@@ -256,7 +257,7 @@ def _verl_check(where: str, check) -> list[Problem]:
 
 
 def launch_problems(cfg: DictConfig, *, check_files: bool = True,
-                    device: str | None = None) -> tuple[list[Problem], list[str]]:
+                    device: Device | None = None) -> tuple[list[Problem], list[str]]:
     """Every problem of a launch's resolved config, and notes (a model to download, warnings).
 
     See the module docstring; the rows of ``docs/preflight.md`` are :mod:`.startup_checks` and

@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from verlflow.config import Device
 from verlflow.errors import Problem, VerlflowError, raise_problems
 from verlflow.util import first_line, mask_url_password
 
-# The Ray resource verl sizes its placement groups in (verl.utils.device: NPU on Ascend, GPU otherwise).
-RESOURCE = {"npu": "NPU", "gpu": "GPU"}
 # Seconds a cluster gets to answer before it counts as unreachable (a reachable one answers in well under one).
 ANSWER_TIMEOUT_S = 15
 # Every cluster lists its head as a node; a cluster that answers with none has a head still registering
@@ -146,9 +145,11 @@ def _field(node: Any, name: str) -> Any:
     return node.get(name) if isinstance(node, dict) else getattr(node, name, None)
 
 
-def resource_problems(nodes: list[RayNode], *, device: str, nnodes: int, per_node: int, where: str) -> list[Problem]:
+def resource_problems(nodes: list[RayNode], *, device: Device | str, nnodes: int, per_node: int,
+                      where: str) -> list[Problem]:
     """Too few nodes with ``per_node`` devices each, counted as verl's resource pool check counts them."""
-    resource = RESOURCE.get(device)
+    # The Ray resource verl sizes its placement groups in (verl.utils.device: NPU on Ascend, GPU otherwise).
+    resource = Device(device).ray_resource
     if resource is None:
         return []
     fitting = sum(1 for node in nodes if node.resources.get(resource, 0) >= per_node)
@@ -202,7 +203,7 @@ def tracking_problems(uri: str, nodes: list[RayNode], *, here: set[str], where: 
         f"{TRACKING_FIX}"))]
 
 
-def check_ray_launch(*, device: str, nnodes: Any, per_node: Any, ray_address: str, tracking_uri: str,
+def check_ray_launch(*, device: Device | str, nnodes: Any, per_node: Any, ray_address: str, tracking_uri: str,
                      nodes: list[RayNode] | None = None, check_resources: bool = True) -> None:
     """Refuse, in one line per problem, a launch whose Ray cluster cannot run it (see the module docstring).
 

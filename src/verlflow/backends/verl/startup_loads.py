@@ -76,13 +76,13 @@ def _has_fsdp_workers() -> bool:
     return not verl_traits().engine_workers
 
 
-def device_problems(cfg: DictConfig, device: str | None) -> list[Problem]:
+def device_problems(cfg: DictConfig, device: Device | None) -> list[Problem]:
     """``trainer.device`` that is not the profile's device (Ray would wait for devices the node lacks)."""
     # verl's Ray resources and torch need the accelerator's torch name (cuda, npu); a CPU launch is not checked.
     want = Device(device).torch_type if device in (Device.NPU, Device.GPU) else None
     got = _get(cfg, "trainer.device")
     if want and got != want:
-        return [Problem("trainer.device", got, f"the profile runs on {device.upper()} devices: use "
+        return [Problem("trainer.device", got, f"the profile runs on {Device(device).short_word} devices: use "
                                                f"trainer.device={want} (or the profile for that device)")]
     return []
 

@@ -1,0 +1,46 @@
+"""The local GRPO trainer behind the train step's interface, registered as ``local``.
+
+    mlflow run . --env-manager local -e train -P device=cpu     # this backend, the embedded default
+
+Heavy imports (torch, transformers) wait for :meth:`LocalBackend.train`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
+from verlflow.config import ComposedConfig, Device
+from verlflow.errors import VerlflowError
+
+
+@register_backend("local")
+class LocalBackend(TrainBackend):
+    """The embedded trainer: this process, this machine, metrics through a spilling buffer."""
+
+    default_for = (Device.CPU,)
+
+    def check_config(self, cfg: ComposedConfig) -> None:
+        """The keys the local trainer reads must hold values it supports (one line otherwise)."""
+        from verlflow.backends.local.settings import read_settings
+
+        read_settings(cfg)
+
+    def prepare(self, cfg: ComposedConfig, launch: TrainLaunch, cluster: Any) -> None:
+        """Refuse what only a verl launch has: a dry run, a Ray cluster."""
+        if launch.dry_run or launch.ray_address:
+            raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
+
+    def spill_root(self, cfg: ComposedConfig) -> Path:
+        """The recipe's output folder (default outputs/local): the buffer spills under ``<it>/<run id>``."""
+        from verlflow.backends.local.trainer import DEFAULT_OUTPUT_ROOT
+
+        return Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT))
+
+    def train(self, cfg: ComposedConfig, launch: TrainLaunch, *, run_id: str, started_at: float,
+              prepared: Any) -> Any:
+        """Train in this process (:func:`verlflow.backends.local.trainer.train_local`)."""
+        from verlflow.backends.local.trainer import train_local
+
+        return train_local(cfg, data_dir=launch.data_dir, run_id=run_id, started_at=started_at)
