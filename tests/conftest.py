@@ -297,16 +297,34 @@ def every_experiment(client: MlflowClient | None = None) -> list[str]:
     return [e.experiment_id for e in (client or MlflowClient()).search_experiments()]
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` still runs (zombies nobody has reaped yet have ended)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):  # gone while being read
+            continue
+        if state != "Z" and int(group) == pgid:
+            return True
+    return False
+
+
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 30) -> None:
-    """End a server started with ``start_new_session=True``: SIGTERM its group, SIGKILL it after ``grace_s``."""
-    if proc.poll() is None:
+    """End a server started with ``start_new_session=True``: SIGTERM its group, SIGKILL it after ``grace_s``.
+
+    Returns once every process of the group has ended, not only ``proc``: a server's children (``mlflow server``'s
+    uvicorn) would otherwise go on answering on connections they hold after the test took the server as stopped.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (proc.poll() is None or _group_alive(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if proc.poll() is None or _group_alive(proc.pid):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        wait_until(lambda: not _group_alive(proc.pid), 60, f"process group {proc.pid} gone after SIGKILL")
 
 
 @pytest.fixture
@@ -440,8 +458,11 @@ class MlflowServer:
         cmd = [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port",
                str(self.port), "--workers", "1", "--backend-store-uri", self.backend_store_uri,
                "--artifacts-destination", str(self.root / "artifacts")]
+        # No job runner: it starts eight more Python processes per server (MLflow's GenAI jobs), which no test uses
+        # and which take the cores the tests' trainers need.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root,
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=self.root, env=env,
                                          start_new_session=True)
         if not wait_for_http(f"{self.url}/health", self.proc, timeout_s=120):
             self.stop()  # a server that never answered must not outlive the test
