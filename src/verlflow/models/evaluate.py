@@ -150,8 +150,11 @@ def _accelerator() -> Device:
 
     from verlflow.device.detect import detect_device, import_torch_npu
 
+    # An installed torch_npu that cannot import is one line here; left alone, transformers imports it while loading
+    # the model and fails with a traceback.
+    npu_ready = import_torch_npu()
     found = detect_device()
-    if found is Device.NPU and not (import_torch_npu() and torch.npu.is_available()):
+    if found is Device.NPU and not (npu_ready and torch.npu.is_available()):
         return Device.CPU
     if found is Device.GPU and not torch.cuda.is_available():
         return Device.CPU
