@@ -57,6 +57,7 @@ def run_step(name: str, values: dict[str, str]):
     check_env_numbers()  # settings read at import: a bad one is one line here, before any run opens
     known_warnings.install()
     progress.quiet_library_bars()
+    probe.use_default_store()
     probe.check_tracking_server()
     lifecycle.die_with_launcher()
     return step.run(request)

@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import mlflow
 
@@ -29,6 +30,24 @@ PROBE_ATTEMPTS = 2
 PROBE_PAUSE_S = 1.0
 # An endpoint every MLflow tracking server answers with 200 (GET allowed, cheap, no side effect).
 API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
+# The embedded default store, as MLflow >= 3.7 chooses it when nothing names one: a SQLite file in the working folder.
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def use_default_store() -> None:
+    """Name the embedded default store, ``sqlite:///mlflow.db``, when nothing names a store, at every MLflow.
+
+    MLflow 3.5 and 3.6 (which verlflow supports) fall back to a ``./mlruns`` file store that MLflow 3 no longer
+    supports, where 3.7 and later fall back to this SQLite file: without it, every step on those releases was
+    refused until MLFLOW_TRACKING_URI was set. Set in the environment, so verl and the metric writer see it too.
+    """
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return
+    if mlflow.get_tracking_uri() == (Path.cwd() / "mlruns").as_uri():  # MLflow's own fall-back, not a choice
+        os.environ["MLFLOW_TRACKING_URI"] = DEFAULT_TRACKING_URI
+        mlflow.set_tracking_uri(DEFAULT_TRACKING_URI)
 
 
 def check_tracking_uri(uri: str) -> None:

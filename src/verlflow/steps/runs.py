@@ -28,6 +28,7 @@ def add_runs_parser(subs) -> None:
 
 def run_runs(reap: bool, experiment: str, stale_after_s: float) -> list[lifecycle.Reaped]:
     """List RUNNING runs with their liveness, or reap the dead ones; prints one line per run."""
+    probe.use_default_store()
     probe.check_tracking_server()
     client = MlflowClient()
     if experiment:
