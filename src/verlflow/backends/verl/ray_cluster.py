@@ -98,13 +98,11 @@ def cluster_nodes(address: str | None, *, timeout_s: float = ANSWER_TIMEOUT_S) -
 
     Raises :class:`VerlflowError` in one line when it does not answer, or when there is none to join.
     """
-    if not address:
+    joining = not address
+    if joining:
         address = joined_address()
         if address is None:
             raise VerlflowError("no Ray cluster reachable from this machine: no RAY_ADDRESS, no `ray start` here")
-        joining = True
-    else:
-        joining = False
 
     def ask() -> list[RayNode]:
         from ray.util.state import list_nodes
