@@ -148,7 +148,8 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
         importlib.import_module("verlflow.backends.verl.cpu_plugin")
         verl_preflight.verl_names.cache_clear()
     device_name = cfg.profile.device if cfg.verlflow.launch_module == verl_command.DEFAULT_LAUNCH_MODULE else None
-    problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files, device=device_name)
+    problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files, device=device_name,
+                                                     stack=cfg.profile.stack)
     named = {problem.key for problem in problems}
     problems += [p for p in config_count_problems(resolved) if p.key not in named]
     if check_device:

@@ -17,15 +17,14 @@ Sizes must be whole numbers >= 1 and divide the way verl's trainer and workers a
 devices, ``ppo_mini_batch_size × rollout.n`` at least one per data-parallel rank, the rollout's tensor
 parallel size dividing the devices per node. The model is a folder with ``config.json`` and a tokenizer, or
 a hub id (downloaded on the cluster); the data files exist and carry the columns verl reads. Last, verl's own
-validation runs where that verl has it (its config dataclasses; ``validate_config`` from 0.6 on).
+start-up is rehearsed (:mod:`verlflow.backends.verl.rehearsal`): its validation and dataclasses, the model's
+config, the datasets, the reward, the resume branch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
-import io
 import math
 import pkgutil
 import re
@@ -37,7 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.config import Device
-from verlflow.errors import NO_VALUE, Problem
+from verlflow.errors import Problem
 from verlflow.util import first_line
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -224,48 +223,17 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
-def verl_validation_problems(cfg: DictConfig) -> list[Problem]:
-    """verl's own config checks: its dataclasses' ``__post_init__`` and, where it exists, ``validate_config``."""
-    from verl.utils import config as verl_config
+def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device | None = None,
+                    stack: str = "") -> tuple[list[Problem], list[str]]:
+    """Every problem of a launch's resolved config, and notes (a model to download, warnings, what was skipped).
 
-    problems = []
-    for section in DATACLASS_SECTIONS:
-        node = OmegaConf.select(cfg, section)
-        target = node.get("_target_") if isinstance(node, DictConfig) else None
-        if isinstance(target, str) and target.startswith("verl."):
-            problems += _verl_check(section, lambda n=node: verl_config.omega_conf_to_dataclass(n))
-    validate = getattr(verl_config, "validate_config", None)
-    if validate is not None and not problems:
-        use_ref = bool(_get(cfg, f"{ACTOR}.use_kl_loss")) or bool(_get(cfg, "algorithm.use_kl_in_reward"))
-        use_critic = str(_get(cfg, "algorithm.adv_estimator")) == "gae"
-        problems += _verl_check("verl.utils.config.validate_config",
-                                lambda: validate(cfg, use_reference_policy=use_ref, use_critic=use_critic))
-    return problems
-
-
-def _verl_check(where: str, check) -> list[Problem]:
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            check()
-    except Exception as exc:  # verl's checks raise AssertionError, ValueError, Hydra's InstantiationException
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        cause = exc.__cause__
-        if cause is not None and str(cause).strip():
-            text = " ".join(str(cause).split())
-        return [Problem(where, NO_VALUE, f"verl's own check fails: {text[:300]}")]
-    return []
-
-
-def launch_problems(cfg: DictConfig, *, check_files: bool = True,
-                    device: Device | None = None) -> tuple[list[Problem], list[str]]:
-    """Every problem of a launch's resolved config, and notes (a model to download, warnings).
-
-    See the module docstring; the rows of ``docs/preflight.md`` are :mod:`.startup_checks` and
-    :mod:`.startup_loads`. ``check_files=False`` leaves out the model, data and reward-file checks (a
-    stand-in launcher brings its own; a Ray job's files are the cluster's). ``device`` is the profile's
-    (``npu``/``gpu``): ``trainer.device`` must name it.
+    See the module docstring; the rows of ``docs/preflight.md`` are :mod:`.startup_checks`,
+    :mod:`.startup_loads` and the rehearsal of verl's start-up (:mod:`.rehearsal`). ``check_files=False``
+    leaves out the model, data and reward-file checks (a stand-in launcher brings its own; a Ray job's files
+    are the cluster's). ``device`` is the profile's (``npu``/``gpu``): ``trainer.device`` must name it;
+    ``stack`` its cluster image (a package missing here but in the image is a warning, not an error).
     """
-    from verlflow.backends.verl import startup_checks, startup_loads
+    from verlflow.backends.verl import rehearsal, startup_checks, startup_loads
 
     problems = name_problems(cfg) + size_problems(cfg)
     named = {problem.key for problem in problems}
@@ -280,11 +248,13 @@ def launch_problems(cfg: DictConfig, *, check_files: bool = True,
         problems += model + data_problems(cfg) + startup_loads.reward_problems(cfg)
     else:
         problems += startup_loads.reward_problems(cfg, check_files=False)
-    if not problems:
-        problems += verl_validation_problems(cfg)
-    warnings += startup_loads.startup_warnings(cfg)
-    return problems, notes + [f"warning: {w}" for w in warnings]
+    found = rehearsal.rehearse(cfg, stack=stack, check_files=check_files)
+    named = {problem.key for problem in problems}
+    problems += [p for p in found.problems if p.key not in named]
+    warnings += found.warnings + startup_loads.startup_warnings(cfg)
+    skipped = [f"not rehearsed: {what}" for what in found.skipped]
+    return problems, notes + skipped + [f"warning: {w}" for w in warnings]
 
 
 __all__ = ["VerlNames", "verl_names", "name_problems", "size_problems", "model_problems", "data_problems",
-           "verl_validation_problems", "launch_problems"]
+           "launch_problems"]

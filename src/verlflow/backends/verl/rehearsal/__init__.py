@@ -1,0 +1,117 @@
+"""The dry run's rehearsal: verl's own start-up, on the resolved config, on any machine.
+
+    verlflow train --device npu --dry_run true --overrides "data.max_prompt_length=64"
+
+A list of rules cannot keep up with verl, so the dry run builds what verl builds before its first step,
+with the installed verl's code (:mod:`.stages`): its config validation and worker config dataclasses, the
+model's config and tokenizer, the datasets and dataloaders from the real files, the reward function called
+on a real row, the resume branch, the optimizer and rollout lookups. What needs the devices is checked by
+arithmetic from verl's source for the profile's world size (:mod:`.mesh`), and vLLM's arguments by vLLM's
+own validators or its recorded choices (:mod:`.vllm_args`). Every exception becomes one
+``key=value: what is wrong: the fix`` line (:mod:`.raise_sites`); one caused by a package this machine lacks
+but the cluster image has is a warning (:mod:`.machine`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verlflow.backends.verl.rehearsal import mesh, stages, vllm_args
+from verlflow.backends.verl.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# What cannot be rehearsed without the model's files.
+MODEL_STAGES = ("the model's config and tokenizer", "the datasets and dataloaders", "the reward call",
+                "the resume branch", "the attention-head and length rules")
+
+
+def stack_packages(stack: str) -> frozenset[str]:
+    """The distributions the profile's cluster image lists (empty for a CPU profile or an unreadable stack)."""
+    if not stack:
+        return frozenset()
+    from verlflow.device.stacks import load_stack
+
+    try:
+        return frozenset(load_stack(stack).packages)
+    except Exception:  # an unreadable stack is doctor's to report; here it only means "image unknown"
+        return frozenset()
+
+
+def local_model_folder(path: object) -> str | None:
+    """A local folder for the model: the path itself, or a hub id's snapshot in the local cache (no network)."""
+    text = str(path or "")
+    if text and Path(text).expanduser().is_dir():
+        return str(Path(text).expanduser())
+    if not HUB_ID.fullmatch(text):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(repo_id=text, local_files_only=True)
+    except Exception:  # not in the cache (huggingface_hub raises LocalEntryNotFoundError and friends)
+        return None
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """No hub traffic while rehearsing: everything verl loads must already be here."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    os.environ.update({k: "1" for k in saved})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True) -> Findings:
+    """Rehearse verl's start-up for ``resolved`` (see the module docstring) and return what it found.
+
+    ``stack`` is the profile's cluster image (which packages a warning may say the cluster has);
+    ``check_files=False`` (a Ray job's paths are the cluster's) leaves out everything that reads the model
+    or the data.
+    """
+    from verlflow.backends.verl.startup_checks import verl_traits
+
+    cfg = OmegaConf.create(OmegaConf.to_container(resolved, resolve=False))
+    rehearsal = Rehearsal(cfg=cfg, stack=stack, stack_packages=stack_packages(stack))
+    findings = rehearsal.findings
+    folder = local_model_folder(value_of(cfg, f"{MODEL}.path")) if check_files else None
+    if folder is not None:
+        with open_dict(cfg):
+            OmegaConf.update(cfg, f"{MODEL}.path", folder)
+    elif check_files:
+        findings.skipped.append(f"{MODEL}.path={value_of(resolved, f'{MODEL}.path')} is not on this machine "
+                                f"(nor in its hub cache): not rehearsed: {', '.join(MODEL_STAGES)}")
+    else:
+        findings.skipped.append("the model and data are the cluster's (Ray job): not rehearsed: "
+                                f"{', '.join(MODEL_STAGES)}")
+    with _offline():
+        configs_ok = stages.worker_configs(rehearsal)
+        model_ok = stages.model_config(rehearsal) if folder else False
+        findings.problems += mesh.device_problems(cfg, folder, engine_workers=verl_traits().engine_workers)
+        engine_problems, engine_warnings = vllm_args.engine_problems(cfg)
+        findings.problems += engine_problems
+        findings.warnings += engine_warnings
+        if folder and configs_ok and model_ok:
+            if stages.start_up(rehearsal) and rehearsal.trainer is not None:
+                stages.reward_call(rehearsal)
+                stages.resume(rehearsal)
+        elif folder:
+            findings.skipped.append("the datasets, dataloaders, reward call and resume branch: not rehearsed "
+                                    "until the problems above are fixed")
+        stages.lookups(rehearsal)
+    return findings
+
+
+__all__ = ["Findings", "rehearse", "local_model_folder", "stack_packages"]

@@ -1,0 +1,444 @@
+"""The stages of verl's start-up that need no accelerator, each run with the installed verl's own code.
+
+In the order verl reaches them (``main_ppo`` → ``TaskRunner.run`` → ``RayPPOTrainer``):
+
+- :func:`worker_configs`: ``validate_config`` and every worker config dataclass verl converts the config to
+  (``omega_conf_to_dataclass``: actor with its optimizer, checkpoint and profiler, the reference policy as the
+  engine workers rename it, rollout with its sampling and checkpoint engine, the critic where one is used);
+- :func:`model_config`: the model's ``HFModelConfig`` (its config and tokenizer, never the weights);
+- :func:`start_up`: ``TaskRunner.run`` itself, up to the moment it starts Ray workers: the tokenizer, the
+  reward managers (verl 0.5), the train and validation datasets with their overlong-prompt filter, the sampler,
+  ``RayPPOTrainer.__init__`` and its dataloaders;
+- :func:`reward_call`: the reward manager as verl loads it and one call of its scoring function on one real
+  training row;
+- :func:`resume`: ``RayPPOTrainer._load_checkpoint``, the branch verl takes for ``resume_mode`` and the
+  folders that exist (the workers' loads are recorded, not run);
+- :func:`lookups`: names verl resolves later: the optimizer (``build_optimizer``), the rollout engine
+  (its registry), the agent loop.
+
+Each stage records what it found in a :class:`Findings`; a stage the installed verl does not have is skipped
+and said so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import io
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verlflow.backends.verl.rehearsal import machine
+from verlflow.backends.verl.rehearsal.raise_sites import frames, to_problem, value_of
+from verlflow.errors import Problem
+
+ACTOR, REF, ROLLOUT, MODEL = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout",
+                              "actor_rollout_ref.model")
+# Engine name → the package its rollout server imports (verl's ``workers/rollout/<name>_rollout``).
+ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
+# The reference policy's keys as verl >= 0.9's engine workers rename them onto the actor's fields.
+REF_RENAMED = {"ppo_micro_batch_size_per_gpu": "log_prob_micro_batch_size_per_gpu",
+               "ppo_micro_batch_size": "log_prob_micro_batch_size", "use_dynamic_bsz": "log_prob_use_dynamic_bsz",
+               "ppo_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu"}
+# What verl says when no training row is left (the trainer's dataloader; the sampler before it).
+EMPTY_DATA = ("Train dataloader is empty", "num_samples should be a positive integer")
+# Keys named when a stage fails with no better key.
+NEAREST = {
+    "model": (f"{MODEL}.path",),
+    "start-up": ("data.train_files", "data.val_files", "data.prompt_key", "data.max_prompt_length",
+                 f"{MODEL}.path"),
+    "reward": ("reward.custom_reward_function.path", "reward.reward_kwargs", "data.reward_fn_key"),
+}
+
+
+@dataclass
+class Findings:
+    """What a rehearsal found: errors, warnings (the machine, not the config) and stages not rehearsed."""
+
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Rehearsal:
+    """One rehearsal's state: its own copy of the resolved config and what the stages built."""
+
+    cfg: DictConfig
+    stack: str
+    stack_packages: frozenset[str]
+    findings: Findings = field(default_factory=Findings)
+    tokenizer: Any = None
+    trainer: Any = None
+
+    def attempt(self, stage: str, action: Callable[[], Any], *, section: str | None = None,
+                renamed: dict[str, str] | None = None) -> tuple[bool, Any]:
+        """Run ``action`` quietly; an exception becomes a problem (or a warning about this machine)."""
+        try:
+            with quiet():
+                return True, action()
+        except _Reached as reached:
+            return True, reached.trainer
+        except Exception as exc:  # verl raises AssertionError, ValueError, TypeError, … from its checks
+            self.record(exc, stage, section=section, renamed=renamed)
+            return False, None
+
+    def record(self, exc: BaseException, stage: str, *, section: str | None = None,
+               renamed: dict[str, str] | None = None) -> None:
+        """Add ``exc`` as a problem, or as a warning when a package this machine lacks caused it."""
+        package = machine.missing_package(exc)
+        if package and not machine.installed(package):
+            if machine.image_has(package, self.stack_packages):
+                self.findings.warnings.append(
+                    f"{stage}: not rehearsed here: {package} is not installed on this machine (the {self.stack} "
+                    f"image has it), and verl needs it for this check")
+                return
+            blamed = to_problem(exc, self.cfg, stage=stage, section=section, nearest=NEAREST.get(stage, ()))
+            self.findings.problems.append(Problem(blamed.key, blamed.value, (
+                f"needs {package}, which is not installed here and not in the {self.stack or 'profile'} image: "
+                "install it on the nodes or choose what the image has")))
+            return
+        explained = empty_data_problem(exc, self.cfg) if stage == "start-up" else None
+        self.findings.problems.append(explained or to_problem(exc, self.cfg, stage=stage, section=section,
+                                                              nearest=NEAREST.get(stage, ()), renamed=renamed))
+
+
+def _dataset_in(exc: BaseException) -> Any:
+    """verl's RLHFDataset from the frames ``exc`` passed through (the one being turned into batches)."""
+    for frame, _ in reversed(frames(exc)):
+        for name in ("train_dataset", "dataset", "self"):
+            candidate = frame.f_locals.get(name)
+            candidate = getattr(candidate, "train_dataset", candidate)
+            if hasattr(candidate, "dataframe") and hasattr(candidate, "tokenizer"):
+                return candidate
+    return None
+
+
+def _rows_in(files: Any) -> int | None:
+    import pyarrow.parquet as pq
+
+    paths = [files] if isinstance(files, str) else list(files or [])
+    try:
+        return sum(pq.read_metadata(str(path)).num_rows for path in paths)
+    except Exception:  # not parquet (json) or unreadable: verl's own error is reported instead
+        return None
+
+
+def empty_data_problem(exc: BaseException, cfg: DictConfig) -> Problem | None:
+    """Why verl has no training batch, named by its cause: the template, the prompt key, the length, the rows."""
+    if not any(text in str(exc) for text in EMPTY_DATA):
+        return None
+    dataset = _dataset_in(exc)
+    files = value_of(cfg, "data.train_files")
+    in_files, kept = _rows_in(files), (len(dataset) if dataset is not None else None)
+    batch = value_of(cfg, "data.train_batch_size")
+    prompt_key = str(value_of(cfg, "data.prompt_key"))
+    if in_files and kept == 0:
+        import pyarrow.parquet as pq
+
+        paths = [files] if isinstance(files, str) else list(files)
+        if prompt_key not in pq.read_schema(str(paths[0])).names:
+            return Problem("data.prompt_key", prompt_key, (
+                f"{paths[0]} has no column '{prompt_key}', so verl keeps none of its {in_files} rows: use the column "
+                f"that holds the chat messages (prompt, as preprocess writes it)"))
+        if getattr(dataset.tokenizer, "chat_template", None) is None:
+            return Problem(f"{MODEL}.path", value_of(cfg, f"{MODEL}.path"), (
+                f"its tokenizer has no chat template, so verl's dataset cannot build any of the {in_files} prompts: "
+                "use the model's instruct tokenizer or add a chat_template to tokenizer_config.json"))
+        return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
+            f"every one of the {in_files} prompts is longer than this many tokens, so verl's overlong-prompt "
+            "filter drops them all: raise it (the guide uses 1024)"))
+    if kept is not None and in_files and isinstance(batch, int) and kept < min(batch, in_files):
+        return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
+            f"verl's overlong-prompt filter keeps only {kept} of the {in_files} training rows, fewer than one batch "
+            f"of {batch}: raise max_prompt_length (the guide uses 1024) or lower data.train_batch_size"))
+    if kept is not None and isinstance(batch, int) and kept < batch:
+        held = f"{kept} of the {in_files} rows" if in_files is not None and in_files != kept else f"{kept} rows"
+        return Problem("data.train_batch_size", batch, (
+            f"only {held} of {files} are left after verl's filter, fewer than one batch (verl drops the partial "
+            f"one): use a train_batch_size <= {kept} or more rows"))
+    return None
+
+
+class _Reached(Exception):
+    """verl's trainer is built: the next thing verl does is start Ray workers."""
+
+    def __init__(self, trainer: Any):
+        super().__init__("reached init_workers")
+        self.trainer = trainer
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep verl's prints, progress bars, warnings and log lines out of the dry run's output."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _verl_function(module: str, name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
+def _need_reference(cfg: DictConfig) -> bool:
+    need = _verl_function("verl.trainer.ppo.utils", "need_reference_policy")
+    if need is not None:
+        return bool(need(cfg))
+    return bool(value_of(cfg, f"{ACTOR}.use_kl_loss")) or bool(value_of(cfg, "algorithm.use_kl_in_reward"))
+
+
+def _need_critic(cfg: DictConfig) -> bool:
+    need = _verl_function("verl.trainer.ppo.utils", "need_critic")
+    if need is not None:
+        return bool(need(cfg))
+    return str(value_of(cfg, "algorithm.adv_estimator")) == "gae"
+
+
+def worker_configs(rehearsal: Rehearsal) -> bool:
+    """verl's ``validate_config`` and worker config dataclasses; True when all of them accept the config."""
+    from verl.utils import config as verl_config
+
+    cfg, ok = rehearsal.cfg, True
+    validate = getattr(verl_config, "validate_config", None)
+    if validate is None:
+        rehearsal.findings.skipped.append("validate_config: not in this verl (it validates in RayPPOTrainer, "
+                                          "rehearsed below)")
+    else:
+        ok &= rehearsal.attempt("validate_config", lambda: validate(
+            config=cfg, use_reference_policy=_need_reference(cfg), use_critic=_need_critic(cfg)))[0]
+    # The sections verl itself converts (engine_workers.py, ray_trainer.py: omega_conf_to_dataclass calls).
+    sections = [ACTOR, ROLLOUT]
+    with quiet():
+        if _need_critic(cfg):
+            sections.append("critic")
+        use_reference = _need_reference(cfg)
+    for section in sections:
+        node = OmegaConf.select(cfg, section)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if isinstance(target, str) and target.startswith("verl."):
+            ok &= rehearsal.attempt(section, lambda n=node: verl_config.omega_conf_to_dataclass(n),
+                                    section=section)[0]
+    if use_reference and isinstance(OmegaConf.select(cfg, f"{REF}._target_"), str):
+        ok &= rehearsal.attempt(REF, lambda: verl_config.omega_conf_to_dataclass(_engine_ref(cfg)),
+                                section=REF, renamed=REF_RENAMED)[0]
+    return ok
+
+
+def _engine_ref(cfg: DictConfig) -> DictConfig:
+    """The reference policy's section as verl >= 0.9's engine workers rename it before converting it.
+
+    ``workers/engine_workers.py:ActorRolloutRefWorker.init_model`` copies the actor's mini-batch size and maps
+    the ``log_prob_*`` keys onto the actor's names; the conversion then runs the actor's checks on them.
+    """
+    ref = OmegaConf.create(OmegaConf.to_container(OmegaConf.select(cfg, REF), resolve=True))
+    if "log_prob_micro_batch_size" not in ref:  # an older verl keeps the ref's own names
+        return OmegaConf.select(cfg, REF)
+    with open_dict(ref):
+        ref.ppo_mini_batch_size = value_of(cfg, f"{ACTOR}.ppo_mini_batch_size")
+        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
+        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+        ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
+        ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
+    return ref
+
+
+def model_config(rehearsal: Rehearsal) -> bool:
+    """The model's ``HFModelConfig`` as verl >= 0.6 builds it (config and tokenizer); True when it builds."""
+    hf_model_config = _verl_function("verl.workers.config", "HFModelConfig")
+    if hf_model_config is None:
+        rehearsal.findings.skipped.append("HFModelConfig: not in this verl (its tokenizer is loaded in the "
+                                          "start-up, rehearsed below)")
+        return True
+    from verl.utils.config import omega_conf_to_dataclass
+
+    ok, built = rehearsal.attempt("model", lambda: omega_conf_to_dataclass(OmegaConf.select(rehearsal.cfg, MODEL)),
+                                  section=MODEL)
+    if ok:
+        rehearsal.tokenizer = getattr(built, "tokenizer", None)
+    return ok
+
+
+def _task_runner() -> tuple[Any, list[Any]]:
+    """verl's TaskRunner class (unwrapped from Ray) and the modules whose ``RayPPOTrainer`` it uses."""
+    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
+    try:
+        module = importlib.import_module("verl.trainer.main_ppo_v0")  # verl >= 0.9's classic trainer
+    except ModuleNotFoundError:
+        module = importlib.import_module("verl.trainer.main_ppo")
+    remote = module.TaskRunner
+    runner = getattr(remote, "__ray_actor_class__", None) or remote.__ray_metadata__.modified_class
+    return runner, [m for m in (module, ray_trainer) if hasattr(m, "RayPPOTrainer")]
+
+
+@contextlib.contextmanager
+def _trainer_stopped_at_workers(modules: list[Any]) -> Iterator[None]:
+    """While active, verl's ``RayPPOTrainer`` is built in full and stops where it would start Ray workers."""
+    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
+    original = ray_trainer.RayPPOTrainer
+
+    class StoppedAtWorkers(original):  # type: ignore[misc, valid-type]
+        def init_workers(self) -> None:
+            raise _Reached(self)
+
+    for module in modules:
+        module.RayPPOTrainer = StoppedAtWorkers
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.RayPPOTrainer = original
+
+
+def start_up(rehearsal: Rehearsal) -> bool:
+    """verl's ``TaskRunner.run`` up to its workers: datasets, sampler, trainer and dataloaders from the files."""
+    if value_of(rehearsal.cfg, "trainer.use_v1"):
+        rehearsal.findings.skipped.append("start-up: trainer.use_v1=True runs verl's v1 trainer, which verlflow "
+                                          "does not rehearse")
+        return True
+    with quiet():
+        runner_class, modules = _task_runner()
+    runner = runner_class.__new__(runner_class)
+    runner_class.__init__(runner)
+    copy = OmegaConf.create(OmegaConf.to_container(rehearsal.cfg, resolve=False))
+    with _trainer_stopped_at_workers(modules):
+        ok, trainer = rehearsal.attempt("start-up", lambda: runner_class.run(runner, copy))
+    if trainer is not None:
+        rehearsal.trainer = trainer
+        rehearsal.tokenizer = rehearsal.tokenizer or getattr(trainer, "tokenizer", None)
+        shutdown = getattr(trainer, "_shutdown_dump_executor", None)
+        if shutdown is not None:
+            shutdown()
+    return ok and trainer is not None
+
+
+def _first_row(trainer: Any) -> dict[str, Any] | None:
+    dataset = getattr(trainer, "train_dataset", None)
+    frame = getattr(dataset, "dataframe", None)
+    if frame is None or len(frame) == 0:
+        return None
+    return dict(frame[0])
+
+
+def reward_call(rehearsal: Rehearsal) -> None:
+    """Load the reward as verl does and score one real training row with it (its kwargs, its data source)."""
+    trainer, cfg = rehearsal.trainer, rehearsal.cfg
+    row = _first_row(trainer)
+    if row is None:
+        return
+    load = _verl_function("verl.trainer.ppo.reward", "load_reward_manager")
+    manager = getattr(trainer, "reward_fn", None)  # verl 0.5 loads it in TaskRunner.run
+    if manager is None and load is not None:
+        ok, manager = rehearsal.attempt("reward", lambda: load(cfg, rehearsal.tokenizer))
+        if not ok:
+            return
+    score = getattr(manager, "compute_score", None)
+    if score is None:
+        rehearsal.findings.skipped.append("reward call: this verl's reward manager has no compute_score to call")
+        return
+    truth = (row.get("reward_model") or {}).get("ground_truth", "")
+    source_key = str(value_of(cfg, "data.reward_fn_key") or "data_source")
+
+    def one_call() -> Any:
+        result = score(data_source=row.get(source_key), solution_str=f"#### {truth}", ground_truth=truth,
+                       extra_info=row.get("extra_info"))
+        return asyncio.run(result) if asyncio.iscoroutine(result) else result
+
+    rehearsal.attempt("reward", one_call)
+
+
+class _CheckpointLoads:
+    """Stands for a Ray worker group in ``_load_checkpoint``: a load needs the folder verl would read."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def load_checkpoint(self, path: str, **_: Any) -> None:
+        """Record the load; a folder that does not exist fails as the worker's load would."""
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"no checkpoint folder {path}")
+        self.paths.append(path)
+
+
+def resume(rehearsal: Rehearsal) -> None:
+    """The resume branch verl takes (``RayPPOTrainer._load_checkpoint``) with the folders that exist."""
+    trainer = rehearsal.trainer
+    load = getattr(trainer, "_load_checkpoint", None)
+    if load is None:
+        rehearsal.findings.skipped.append("resume: this verl's trainer has no _load_checkpoint")
+        return
+    trainer.actor_rollout_wg = _CheckpointLoads()
+    trainer.critic_wg = _CheckpointLoads()
+    rehearsal.attempt("resume", load)
+
+
+def lookups(rehearsal: Rehearsal) -> None:
+    """Names verl resolves after start-up: the optimizer, the rollout engine's package, the agent loop."""
+    cfg = rehearsal.cfg
+    build_optimizer = _verl_function("verl.workers.config.optimizer", "build_optimizer")
+    if build_optimizer is not None:
+        import torch
+        from verl.utils.config import omega_conf_to_dataclass
+
+        def optimizer() -> Any:
+            optim = omega_conf_to_dataclass(OmegaConf.select(cfg, f"{ACTOR}.optim"))
+            return build_optimizer(torch.nn.Linear(1, 1).parameters(), optim)
+
+        rehearsal.attempt(f"{ACTOR}.optim", optimizer, section=f"{ACTOR}.optim")
+    else:
+        rehearsal.findings.skipped.append("optimizer: this verl builds it inside the worker (torch.optim.AdamW)")
+    engine = str(value_of(cfg, f"{ROLLOUT}.name"))
+    package = ENGINE_PACKAGES.get(engine)
+    if package and not machine.installed(package):
+        if machine.image_has(package, rehearsal.stack_packages):
+            rehearsal.findings.warnings.append(
+                f"{ROLLOUT}.name={engine}: {package} is not installed on this machine (the {rehearsal.stack} image "
+                "has it): the engine's own argument checks use a recorded table")
+        else:
+            rehearsal.findings.problems.append(Problem(f"{ROLLOUT}.name", engine, (
+                f"verl's {engine} rollout imports {package}, which is neither installed here nor in the "
+                f"{rehearsal.stack or 'profile'} image: use {_image_engines(rehearsal)} or install {package} on "
+                "the nodes")))
+    _agent_loop(rehearsal)
+
+
+def _image_engines(rehearsal: Rehearsal) -> str:
+    engines = [name for name, package in ENGINE_PACKAGES.items()
+               if machine.image_has(package, rehearsal.stack_packages)]
+    return " or ".join(engines) or "an engine the image has"
+
+
+def _agent_loop(rehearsal: Rehearsal) -> None:
+    """``rollout.agent.default_agent_loop`` must be a name verl's agent-loop registry holds."""
+    key = f"{ROLLOUT}.agent.default_agent_loop"
+    name = value_of(rehearsal.cfg, key)
+    if name is None:
+        return
+    try:
+        with quiet():
+            registry_module = importlib.import_module("verl.experimental.agent_loop.agent_loop")
+            importlib.import_module("verl.experimental.agent_loop")
+    except Exception as exc:  # the agent-loop package imports the engines' clients
+        rehearsal.record(exc, key)
+        return
+    registry = getattr(registry_module, "_agent_loop_registry", None)
+    if registry is None:
+        rehearsal.findings.skipped.append("agent loop: this verl has no agent-loop registry")
+    elif name not in registry:
+        rehearsal.findings.problems.append(Problem(key, name, f"no agent loop of that name in verl's registry: "
+                                                              f"use one of {', '.join(sorted(registry))}"))
