@@ -65,14 +65,19 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
     with every other launch mistake.
     """
     from verlflow.config import VerlflowBlock
-    from verlflow.data.checks import check_parquet_split
+    from verlflow.data.checks import check_parquet_split, parquet_columns
     from verlflow.data.recipe_data import preprocess_command
     from verlflow.models.checks import check_model_folder
 
     for split in ("train", "test"):
         path = Path(data_dir) / f"{split}.parquet"
         if path.exists():
-            check_parquet_split(path, required=(str(cfg.resolved.data.prompt_key), "reward_model"))
+            prompt_key = str(cfg.resolved.data.prompt_key)
+            if prompt_key not in parquet_columns(path):
+                raise VerlflowError(f"data.prompt_key={prompt_key}: {path} has no such column (it has "
+                                    f"{', '.join(parquet_columns(path))}): name the column that holds the chat "
+                                    "messages (prompt, as preprocess writes it)")
+            check_parquet_split(path, required=("reward_model",))
         elif require_splits:
             command = preprocess_command(cfg.verlflow.data_source or VerlflowBlock.data_source, data_dir)
             raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `{command}` first")

@@ -33,3 +33,13 @@ def check_parquet_split(path: str | os.PathLike[str], required: tuple[str, ...] 
     if rows == 0:
         raise VerlflowError(f"{file} has 0 rows: preprocess with a source that has data (limit >= 0)")
     return rows
+
+
+def parquet_columns(path: str | os.PathLike[str]) -> list[str]:
+    """The column names of a parquet file, sorted ([] when it cannot be read: :func:`check_parquet_split` says why)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return sorted(pq.read_schema(path).names)
+    except Exception:  # not parquet / unreadable: reported by check_parquet_split with the reason
+        return []

@@ -216,10 +216,15 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
                 problems.append(Problem(key, path, f"not a parquet file ({first_line(exc, 120)}): "
                                                    "run `mlflow run . -e preprocess`"))
                 continue
-            missing = [c for c in wanted if c not in columns]
-            if missing:
-                problems.append(Problem(key, path, f"lacks verl's column(s) {', '.join(missing)}: "
-                                                   "write it with `mlflow run . -e preprocess`"))
+            named = {wanted[0]: "data.prompt_key", wanted[1]: "data.reward_fn_key"}
+            for column in [c for c in wanted if c not in columns]:
+                if column in named:
+                    problems.append(Problem(named[column], column, (
+                        f"{path} has no column '{column}' (it has {', '.join(sorted(columns))}): name one of "
+                        "its columns, or write the file with `mlflow run . -e preprocess`")))
+                else:
+                    problems.append(Problem(key, path, f"lacks verl's column {column}: write it with "
+                                                       "`mlflow run . -e preprocess`"))
     return problems
 
 

@@ -175,4 +175,66 @@ def startup_warnings(cfg: DictConfig) -> list[str]:
     if temperature == 0 and isinstance(n, int) and n > 1:
         warnings.append(f"{ROLLOUT}.temperature=0: greedy sampling makes the {n} responses of a group identical, "
                         "so GRPO's advantages are all zero: use a temperature > 0 (the guide's is 1.0)")
+    return warnings + waste_warnings(cfg)
+
+
+def waste_warnings(cfg: DictConfig) -> list[str]:
+    """Legal values that waste a run: inverted clip ratios, one response per group under a group estimator,
+    checkpoint contents verl never looks for, a token budget smaller than one sequence."""
+    warnings = []
+    low, high = _get(cfg, f"{ACTOR}.clip_ratio_low"), _get(cfg, f"{ACTOR}.clip_ratio_high")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+        warnings.append(f"{ACTOR}.clip_ratio_low={low}: above clip_ratio_high={high}, so the clip range "
+                        f"[1 - {low}, 1 + {high}] is lopsided the wrong way (DAPO raises the high side): swap them")
+    n, estimator = _get(cfg, f"{ROLLOUT}.n"), str(_get(cfg, "algorithm.adv_estimator"))
+    if n == 1 and estimator in group_estimators():
+        warnings.append(f"{ROLLOUT}.n=1: the {estimator} estimator compares the responses of one prompt with each "
+                        "other, so with one response every advantage is 0 and nothing is learnt: use n >= 2 "
+                        "(the guide uses 5)")
+    known = checkpoint_contents()
+    for section in (f"{ACTOR}.checkpoint", "critic.checkpoint"):
+        for field in ("save_contents", "load_contents"):
+            unknown = [c for c in _get(cfg, f"{section}.{field}") or [] if known and c not in known]
+            if unknown:
+                warnings.append(f"{section}.{field}={_get(cfg, f'{section}.{field}')}: verl's checkpoint manager "
+                                f"never looks for {', '.join(map(str, unknown))}: use some of {', '.join(known)}")
+    prompt, response = _get(cfg, "data.max_prompt_length"), _get(cfg, "data.max_response_length")
+    longest = prompt + response if isinstance(prompt, int) and isinstance(response, int) else None
+    for key, dynamic in ((f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ACTOR}.use_dynamic_bsz"),
+                         (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz")):
+        budget = _get(cfg, key)
+        if longest and _get(cfg, dynamic) and isinstance(budget, int) and budget < longest:
+            warnings.append(f"{key}={budget}: below max_prompt_length + max_response_length = {longest}, so a "
+                            f"full-length sequence does not fit one micro-batch: use >= {longest} (the guide: "
+                            "3 × that for the actor)")
     return warnings
+
+
+@functools.lru_cache(maxsize=1)
+def group_estimators() -> tuple[str, ...]:
+    """Advantage estimators that normalise within a prompt's group (their verl function takes ``index``)."""
+    import inspect
+
+    from verl.trainer.ppo import core_algos
+
+    registry = getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", {})
+    return tuple(sorted(name for name, fn in registry.items() if "index" in inspect.signature(fn).parameters))
+
+
+@functools.lru_cache(maxsize=1)
+def checkpoint_contents() -> tuple[str, ...]:
+    """The entries verl's checkpoint manager tests ``save_contents`` / ``load_contents`` for (asked of its code)."""
+    import inspect
+
+    try:
+        from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+    except ImportError:
+        return ()
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(inspect.getmodule(BaseCheckpointManager)))):
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In) and \
+                isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+            target = node.comparators[0]
+            if isinstance(target, ast.Attribute) and target.attr.endswith("_contents"):
+                found.add(node.left.value)
+    return tuple(sorted(found))

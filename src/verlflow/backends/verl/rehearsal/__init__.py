@@ -105,6 +105,7 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
         findings.warnings += engine_warnings
         if folder and configs_ok and model_ok:
             if stages.start_up(rehearsal) and rehearsal.trainer is not None:
+                stages.first_batch(rehearsal)
                 stages.reward_call(rehearsal)
                 stages.resume(rehearsal)
         elif folder:

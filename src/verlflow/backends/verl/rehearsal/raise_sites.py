@@ -8,7 +8,7 @@ has no attribute 'split'``). The key is found where verl raised, in this order:
 2. the statement itself: the config paths it reads (``self.lr_scheduler_type`` inside the dataclass built
    from ``actor_rollout_ref.actor.optim``; ``config.actor_rollout_ref.rollout.n`` where ``config`` is a node
    of the resolved config), resolved against the frame's own objects, so no list of keys is kept here;
-3. dotted keys of the resolved config quoted in verl's message.
+3. dotted keys of the resolved config quoted in verl's message, else keys whose value it quotes (a path).
 
 Where none is found the line is verl's own message with its ``file:line`` and the stage's nearest keys.
 """
@@ -43,6 +43,22 @@ class Blame:
     fix: str
 
 
+# A reward function called with keyword arguments it does not take (0.9 reads reward.*, 0.5 the top level).
+REWARD_KWARGS = (
+    Blame("", "reward.custom_reward_function.reward_kwargs", "pass only keyword arguments the function takes"),
+    Blame("", "custom_reward_function.reward_kwargs", "pass only keyword arguments the function takes"),
+)
+# verl's RLHFDataset turning a row into a prompt.
+DATASET = (
+    Blame("chat_template", "actor_rollout_ref.model.path", "its tokenizer has no chat template: use the model's "
+                                                           "instruct tokenizer or add a chat_template"),
+    Blame("larger than max_length", "data.max_prompt_length", "a prompt of the first batch is longer: raise it "
+                                                              "(the guide: 1024), or set data.truncation=left, "
+                                                              "right or middle"),
+    Blame("longer than", "data.max_prompt_length", "a prompt of the first batch is longer: raise it (the guide: "
+                                                   "1024), or set data.truncation=left, right or middle"),
+    Blame("", "data.prompt_key", "the column must hold the chat messages (prompt, as preprocess writes it)"),
+)
 # (path under verl/, function) → the ways it fails, tried in order: the first whose clue is in verl's message
 # (an empty clue always matches) and whose key the config has. Only sites whose statement names no config key
 # belong here; every other key is read from the statement itself.
@@ -61,12 +77,13 @@ SITES: dict[tuple[str, str], tuple[Blame, ...]] = {
         Blame("", "trainer.resume_mode", "use auto (the newest checkpoint in trainer.default_local_dir, or a fresh "
                                          "start), disable, or resume_path with trainer.resume_from_path"),
     ),
-    ("trainer/ppo/reward.py", "_call_with_kwargs"): (
-        Blame("", "reward.custom_reward_function.reward_kwargs", "pass only keyword arguments the function takes"),
-    ),
-    ("trainer/ppo/reward.py", "wrapped_fn"): (
-        Blame("", "custom_reward_function.reward_kwargs", "pass only keyword arguments the function takes"),
-    ),
+    ("trainer/ppo/reward.py", "_call_with_kwargs"): REWARD_KWARGS,
+    ("trainer/ppo/reward.py", "wrapped_fn"): REWARD_KWARGS,
+    ("utils/dataset/rl_dataset.py", "doc2len"): DATASET,
+    ("utils/torch_functional.py", "postprocess_data"): DATASET,
+    ("utils/dataset/rl_dataset.py", "maybe_filter_out_long_prompts"): DATASET,
+    ("utils/dataset/rl_dataset.py", "__getitem__"): DATASET,
+    ("utils/dataset/rl_dataset.py", "_build_messages"): DATASET,
     ("utils/reward_score/__init__.py", "default_compute_score"): (
         Blame("", "data.reward_fn_key", "verl's default scorer knows no such data source: the column it names "
                                         "must hold one (openai/gsm8k for GSM8K), or give custom_reward_function"),
@@ -76,8 +93,8 @@ SITES: dict[tuple[str, str], tuple[Blame, ...]] = {
 
 def blame(site: tuple[Blame, ...], message: str, cfg: DictConfig) -> Blame:
     """The first way of ``site`` whose clue is in ``message`` and whose key the config has."""
-    fitting = [b for b in site if b.clue in message]
-    return next((b for b in fitting if _exists(cfg, b.key)), fitting[-1] if fitting else site[-1])
+    fitting = [b for b in site if b.clue in message and _exists(cfg, b.key)]
+    return fitting[0] if fitting else next((b for b in site if b.clue in message), site[-1])
 
 
 def frames(exc: BaseException) -> list[tuple[Any, int]]:
@@ -222,6 +239,19 @@ def keys_in_message(message: str, cfg: DictConfig) -> list[str]:
     return list(dict.fromkeys(w for w in DOTTED_WORD.findall(message) if _exists(cfg, w)))
 
 
+def keys_by_value(message: str, cfg: DictConfig) -> list[str]:
+    """Keys whose string value (a path, a name of 4+ characters) verl quotes in its message, longest first."""
+    found: list[tuple[int, str]] = []
+    pending: list[tuple[str, Any]] = [("", OmegaConf.to_container(cfg, resolve=False))]
+    while pending:
+        path, node = pending.pop()
+        if isinstance(node, dict):
+            pending += [(f"{path}.{k}" if path else str(k), v) for k, v in node.items()]
+        elif isinstance(node, str) and len(node) >= 4 and "${" not in node and node in message:
+            found.append((len(node), path))
+    return [key for _, key in sorted(found, reverse=True)]
+
+
 def _exists(cfg: DictConfig, key: str) -> bool:
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
@@ -268,9 +298,11 @@ def to_problem(exc: BaseException, cfg: DictConfig, *, stage: str, section: str 
         chosen = blame(site, message, cfg)
         return Problem(chosen.key, value_of(cfg, chosen.key), f"{shown[:300]} ({site_at}): {chosen.fix}")
     keys = (keys_in_statement(frame, text, cfg, section=section, renamed=renamed)
-            or keys_in_message(message, cfg))
+            or keys_in_message(message, cfg) or keys_by_value(message, cfg))
     if keys:
         also = f" (with {', '.join(f'{k}={value_of(cfg, k)}' for k in keys[1:3])})" if len(keys) > 1 else ""
         return Problem(keys[0], value_of(cfg, keys[0]), f"{shown[:300]} ({site_at}){also}")
+    if len(nearest) == 1:  # the stage reads one key (the model's path): that key is the one to change
+        return Problem(nearest[0], value_of(cfg, nearest[0]), f"{shown[:300]} ({site_at})")
     near = f"; nearest keys: {', '.join(nearest)}" if nearest else ""
     return Problem(stage, NO_VALUE, f"{shown[:300]} ({site_at}{near})")

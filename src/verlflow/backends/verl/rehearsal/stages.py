@@ -327,6 +327,26 @@ def start_up(rehearsal: Rehearsal) -> bool:
     return ok and trainer is not None
 
 
+# Rows of the first batch turned into prompts when verl's overlong filter already guarantees their length.
+SAMPLED_ROWS = 8
+
+
+def first_batch(rehearsal: Rehearsal) -> None:
+    """verl's dataset items of the first training batch, collated as the dataloader does (no worker processes).
+
+    With ``data.filter_overlong_prompts`` off every row of the batch is built (``truncation=error`` raises on
+    an overlong prompt there); with it on, a few rows, to prove the dataset turns rows into prompts at all.
+    """
+    trainer, cfg = rehearsal.trainer, rehearsal.cfg
+    dataset = getattr(trainer, "train_dataset", None)
+    collate = getattr(getattr(trainer, "train_dataloader", None), "collate_fn", None)
+    if dataset is None or collate is None or len(dataset) == 0:
+        return
+    batch = value_of(cfg, "data.train_batch_size") or 1
+    count = SAMPLED_ROWS if value_of(cfg, "data.filter_overlong_prompts") else batch
+    rehearsal.attempt("start-up", lambda: collate([dataset[i] for i in range(min(count, len(dataset)))]))
+
+
 def _first_row(trainer: Any) -> dict[str, Any] | None:
     dataset = getattr(trainer, "train_dataset", None)
     frame = getattr(dataset, "dataframe", None)

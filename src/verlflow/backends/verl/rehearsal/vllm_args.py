@@ -97,9 +97,9 @@ def engine_problems(cfg: DictConfig) -> tuple[list[Problem], list[str]]:
     for section in SAMPLING_SECTIONS:
         values = {k: value_of(cfg, f"{section}.{k}") for k in ("temperature", "top_p", "top_k")}
         problems += check(section, values)
-    if value_of(cfg, f"{ROLLOUT}.prometheus.enable") and not value_of(cfg, f"{ROLLOUT}.prometheus.served_model_name"):
-        warnings.append(f"{ROLLOUT}.prometheus.enable=True: verl writes a scrape config to "
-                        f"{value_of(cfg, f'{ROLLOUT}.prometheus.file')} and reloads a Prometheus on port "
-                        f"{value_of(cfg, f'{ROLLOUT}.prometheus.port')}; it scrapes nothing unless one was started "
-                        "(`ray metrics launch-prometheus`), and set prometheus.served_model_name for short names")
+    if value_of(cfg, f"{ROLLOUT}.prometheus.enable"):
+        warnings.append(f"{ROLLOUT}.prometheus.enable=True: verl writes its scrape config to "
+                        f"{value_of(cfg, f'{ROLLOUT}.prometheus.file')} and asks a Prometheus on port "
+                        f"{value_of(cfg, f'{ROLLOUT}.prometheus.port')} to reload, ignoring failures: nothing is "
+                        "scraped unless one runs there (`ray metrics launch-prometheus` on the head node)")
     return problems, warnings

@@ -1,0 +1,325 @@
+"""The dry run's table: mistakes a cluster user makes on the guide recipe, and legal variations that must pass.
+
+Each row is one ``verlflow train --dry_run true`` of the guide's recipe with a few overrides (and sometimes a
+broken model or data folder), and what each verl must say: ``error`` (exit 2, the run FAILED, one
+``key=value: …`` line naming the key), ``warning`` (exit 0, a ``verlflow: warning: key=…`` line) or ``pass``
+(exit 0, no warning but those about this machine's missing packages). ``skip`` rows do not exist in that
+verl (a key or code path it lacks) and are reported as skipped, with the reason.
+
+The folders are real: a tiny Qwen3 with ``architectures`` and its tokenizer's chat template (4096 positions),
+and the real GSM8K slice of ``tests/fixtures/gsm8k`` in verl's parquet schema (its 300 training rows twice, so
+the guide's 512-row batch fits); variants break one thing each. Used by tests/test_dry_run_rehearsal_*.py,
+one verl per module so the two run on both xdist workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+A, R, REF, M = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref",
+                "actor_rollout_ref.model")
+FIXED_BATCH = f"{A}.use_dynamic_bsz=false {R}.log_prob_use_dynamic_bsz=false {REF}.log_prob_use_dynamic_bsz=false"
+MICRO_SET = f"{FIXED_BATCH} {R}.log_prob_micro_batch_size_per_gpu=8 {REF}.log_prob_micro_batch_size_per_gpu=8"
+ENGINE_ONLY = "verl 0.5.0's fsdp_workers split batches their own way (rows of docs/preflight.md cover them)"
+NO_KEY_05 = "the key does not exist in verl 0.5.0"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One dry run and what each verl must say: ``(outcome, key)``, or ``("skip", why)``."""
+
+    kind: str
+    device: str
+    overrides: str
+    newest: tuple[str, str | None]
+    guide: tuple[str, str | None] | None = None  # None: the same as newest
+    model: str = "good"
+    data: str = "full"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def expected(self, which: str) -> tuple[str, str | None]:
+        """What ``which`` verl (guide | newest) must say."""
+        return self.newest if which == "newest" or self.guide is None else self.guide
+
+
+def error(key: str) -> tuple[str, str]:
+    return ("error", key)
+
+
+def warning(key: str) -> tuple[str, str]:
+    return ("warning", key)
+
+
+PASS = ("pass", None)
+
+
+def skip(why: str) -> tuple[str, str]:
+    return ("skip", why)
+
+
+MISTAKES: dict[str, Row] = {
+    # Names verl resolves (registries, lookups).
+    "rollout_name": Row("names", "npu", f"{R}.name=vlm", error(f"{R}.name")),
+    "adv_estimator": Row("names", "npu", "algorithm.adv_estimator=grpoo", error("algorithm.adv_estimator")),
+    "loss_agg_mode": Row("names", "npu", f"{A}.loss_agg_mode=tokenmean", error(f"{A}.loss_agg_mode")),
+    "logger": Row("names", "npu", "trainer.logger=['mlfow']", error("trainer.logger")),
+    "kl_loss_type": Row("names", "npu", f"{A}.kl_loss_type=low_var_kll", error(f"{A}.kl_loss_type")),
+    "kl_penalty": Row("names", "npu", "algorithm.use_kl_in_reward=true algorithm.kl_penalty=low_var_kll",
+                      error("algorithm.kl_penalty")),
+    "kl_ctrl": Row("names", "npu", "algorithm.use_kl_in_reward=true algorithm.kl_ctrl.type=adaptve",
+                   error("algorithm.kl_ctrl.type")),
+    "policy_loss": Row("names", "npu", f"{A}.policy_loss.loss_mode=vanila", error(f"{A}.policy_loss.loss_mode")),
+    "optimizer": Row("names", "npu", f"{A}.optim.optimizer=adamw", error(f"{A}.optim.optimizer"),
+                     skip("verl 0.5.0 builds AdamW in its worker; it has no optim.optimizer key")),
+    "lr_scheduler": Row("names", "npu", f"{A}.optim.lr_scheduler_type=linear", error(f"{A}.optim.lr_scheduler_type"),
+                        skip(NO_KEY_05)),
+    "agent_loop": Row("names", "npu", f"{R}.agent.default_agent_loop=single_turn",
+                      error(f"{R}.agent.default_agent_loop"), skip(NO_KEY_05)),
+    # Sizes and the batch arithmetic verl asserts at start-up.
+    "batch_negative": Row("sizes", "npu", "data.train_batch_size=-3", error("data.train_batch_size")),
+    "n_fraction": Row("sizes", "npu", f"{R}.n=5.5", error(f"{R}.n")),
+    "batch_devices": Row("sizes", "npu", "data.train_batch_size=500", error("data.train_batch_size")),
+    "tp_devices": Row("sizes", "npu", f"{R}.tensor_model_parallel_size=3", error(f"{R}.tensor_model_parallel_size")),
+    "no_micro_batch": Row("sizes", "npu", FIXED_BATCH, error(f"{A}.ppo_micro_batch_size_per_gpu")),
+    "micro_batch_division": Row("sizes", "npu", f"{MICRO_SET} {A}.ppo_micro_batch_size_per_gpu=96",
+                                error(f"{A}.ppo_micro_batch_size_per_gpu")),
+    "micro_batch_both": Row("sizes", "npu", f"{MICRO_SET} {A}.ppo_micro_batch_size=32 "
+                                           f"{A}.ppo_micro_batch_size_per_gpu=4", error(f"{A}.ppo_micro_batch_size")),
+    "dynamic_mismatch": Row("sizes", "npu", f"{A}.use_dynamic_bsz=false {A}.ppo_micro_batch_size_per_gpu=4",
+                            error(f"{R}.log_prob_use_dynamic_bsz"), error(f"{R}.log_prob_micro_batch_size_per_gpu")),
+    "log_prob_division": Row("sizes", "npu", f"{FIXED_BATCH} {A}.ppo_micro_batch_size_per_gpu=4 "
+                                             f"{R}.log_prob_micro_batch_size_per_gpu=48 "
+                                             f"{REF}.log_prob_micro_batch_size_per_gpu=8",
+                             error(f"{R}.log_prob_micro_batch_size_per_gpu"), PASS),
+    "remove_padding": Row("sizes", "npu", f"{A}.ulysses_sequence_parallel_size=2 {M}.use_remove_padding=false",
+                          error(f"{M}.use_remove_padding")),
+    # What needs the devices, by arithmetic for the profile's world size (16 on A3, 8 on H20).
+    "mini_batch_192": Row("device meshes", "npu", f"{A}.ppo_mini_batch_size=192", error(f"{A}.ppo_mini_batch_size"),
+                          skip(ENGINE_ONLY)),
+    "mini_batch_100": Row("device meshes", "npu", f"{A}.ppo_mini_batch_size=100", error(f"{A}.ppo_mini_batch_size"),
+                          skip(ENGINE_ONLY)),
+    "rollout_dp": Row("device meshes", "npu", f"{R}.data_parallel_size=3", error(f"{R}.data_parallel_size"),
+                      skip(NO_KEY_05)),
+    "ref_dynamic_alone": Row("device meshes", "npu", f"{REF}.log_prob_use_dynamic_bsz=False",
+                             error(f"{REF}.log_prob_micro_batch_size"), skip(ENGINE_ONLY)),
+    "sp_heads": Row("device meshes", "npu", f"{A}.ulysses_sequence_parallel_size=8",
+                    error(f"{A}.ulysses_sequence_parallel_size")),
+    "ref_sp_world": Row("device meshes", "npu", f"{REF}.ulysses_sequence_parallel_size=3",
+                        error(f"{REF}.ulysses_sequence_parallel_size")),
+    "sp_world_h20": Row("device meshes", "gpu", f"{A}.ulysses_sequence_parallel_size=3",
+                        error(f"{A}.ulysses_sequence_parallel_size")),
+    "max_model_len_positions": Row("device meshes", "npu", f"{R}.max_model_len=8192", error(f"{R}.max_model_len")),
+    # The rollout engine and vLLM's own arguments.
+    "gpu_memory_over": Row("rollout engine", "npu", f"{R}.gpu_memory_utilization=1.5",
+                           error(f"{R}.gpu_memory_utilization")),
+    "gpu_memory_zero": Row("rollout engine", "gpu", f"{R}.gpu_memory_utilization=0",
+                           error(f"{R}.gpu_memory_utilization")),
+    "max_model_len_short": Row("rollout engine", "npu", f"{R}.max_model_len=1024", error(f"{R}.max_model_len")),
+    "batched_tokens": Row("rollout engine", "npu", f"{R}.max_num_batched_tokens=1024",
+                          warning(f"{R}.max_num_batched_tokens"), error(f"{R}.max_num_batched_tokens")),
+    "val_temperature": Row("rollout engine", "npu", f"{R}.val_kwargs.do_sample=true {R}.temperature=0",
+                           error(f"{R}.temperature")),
+    "vllm_dtype": Row("vLLM arguments", "npu", f"{R}.dtype=bf16", error(f"{R}.dtype")),
+    "vllm_quantization": Row("vLLM arguments", "gpu", f"{R}.quantization=int8", error(f"{R}.quantization"),
+                             skip(NO_KEY_05)),
+    "vllm_temperature": Row("vLLM arguments", "npu", f"{R}.temperature=-1", error(f"{R}.temperature")),
+    "vllm_top_p": Row("vLLM arguments", "gpu", f"{R}.top_p=0", error(f"{R}.top_p")),
+    "vllm_val_top_k": Row("vLLM arguments", "npu", f"{R}.val_kwargs.top_k=-5", error(f"{R}.val_kwargs.top_k")),
+    "sglang_missing": Row("the machine", "npu", f"{R}.name=sglang", error(f"{R}.name")),
+    # What verl imports and the device it asks Ray for.
+    "megatron": Row("imports", "npu", f"{A}.strategy=megatron", error(f"{A}.strategy")),
+    "strategy": Row("imports", "gpu", f"{A}.strategy=deepspeed", error(f"{A}.strategy")),
+    "critic_strategy": Row("imports", "npu", "critic.strategy=megatron", PASS, error("critic.strategy")),
+    "trainer_device": Row("imports", "npu", "trainer.device=cuda", error("trainer.device")),
+    # The model folder.
+    "model_missing": Row("model folder", "npu", "", error(f"{M}.path"), model="missing"),
+    "model_no_tokenizer": Row("model folder", "npu", "", error(f"{M}.path"), model="no_tokenizer"),
+    "model_no_architectures": Row("model folder", "gpu", "", error(f"{M}.path"),
+                                  skip("verl 0.5.0 reads architectures only inside its workers"), model="no_arch"),
+    "no_chat_template": Row("data", "npu", "", error(f"{M}.path"), model="no_template"),
+    # The data, as verl's dataset, filter, sampler and dataloader see it.
+    "prompt_key": Row("data", "npu", "data.prompt_key=question", error("data.prompt_key")),
+    "reward_fn_key": Row("data", "npu", "data.reward_fn_key=source", error("data.reward_fn_key")),
+    "prompt_too_long": Row("data", "npu", "data.max_prompt_length=64", error("data.max_prompt_length")),
+    "rows_below_batch": Row("data", "npu", "", error("data.train_batch_size"), data="small"),
+    "train_files_missing": Row("data", "npu", "data.train_files=/nowhere/train.parquet", error("data.train_files")),
+    "val_not_parquet": Row("data", "gpu", "data.val_files={not_parquet}", error("data.val_files")),
+    "custom_dataset_missing": Row("data", "npu", "data.custom_cls.path=/nowhere/dataset.py data.custom_cls.name=Mine",
+                                  error("data.custom_cls.path")),
+    "dataloader_workers": Row("data", "gpu", "data.dataloader_num_workers=-1", error("data.dataloader_num_workers")),
+    # The reward, loaded as verl loads it and called once.
+    "reward_path": Row("reward", "npu", "custom_reward_function.path=/nope.py", error("custom_reward_function.path")),
+    "reward_name": Row("reward", "npu", "custom_reward_function.path={reward} custom_reward_function.name=my_score",
+                       error("custom_reward_function.name")),
+    "reward_syntax": Row("reward", "gpu", "custom_reward_function.path={reward_broken}",
+                         error("custom_reward_function.path")),
+    "reward_kwargs": Row("reward", "npu", "reward.custom_reward_function.path={reward} "
+                                          "+reward.custom_reward_function.reward_kwargs.scale=2",
+                         error("reward.custom_reward_function.reward_kwargs"),
+                         error("custom_reward_function.reward_kwargs"),
+                         extra={"guide": "custom_reward_function.path={reward} "
+                                         "+custom_reward_function.reward_kwargs.scale=2"}),
+    "reward_manager": Row("reward", "npu", "reward.reward_manager.name=nave", error("reward.reward_manager.name"),
+                          error("reward_model.reward_manager"), extra={"guide": "reward_model.reward_manager=nave"}),
+    "reward_source": Row("reward", "npu", "reward.reward_manager.source=registry",
+                         error("reward.reward_manager.source"), skip(NO_KEY_05)),
+    # The resume branch verl takes.
+    "resume_mode": Row("resume", "npu", "trainer.resume_mode=resume", error("trainer.resume_mode")),
+    "resume_path_unset": Row("resume", "npu", "trainer.resume_mode=resume_path", error("trainer.resume_from_path")),
+    "resume_path_malformed": Row("resume", "gpu", "trainer.resume_mode=resume_path trainer.resume_from_path=/tmp/ckpt",
+                                 error("trainer.resume_from_path")),
+    "resume_path_missing": Row("resume", "npu", "trainer.resume_mode=resume_path "
+                                                "trainer.resume_from_path=/nowhere/global_step_5",
+                               error("trainer.resume_from_path")),
+    "resume_hdfs": Row("resume", "npu", "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
+                       error("trainer.default_hdfs_dir")),
+}
+
+WARNINGS: dict[str, Row] = {
+    "lr_far": Row("warnings", "npu", f"{A}.optim.lr=0.1", warning(f"{A}.optim.lr")),
+    "greedy_group": Row("warnings", "gpu", f"{R}.temperature=0", warning(f"{R}.temperature")),
+    "clip_inverted": Row("warnings", "npu", f"{A}.clip_ratio_low=0.3 {A}.clip_ratio_high=0.2",
+                         warning(f"{A}.clip_ratio_low")),
+    "one_response_per_group": Row("warnings", "npu", f"{R}.n=1", warning(f"{R}.n")),
+    "save_contents_unknown": Row("warnings", "npu", f"{A}.checkpoint.save_contents=['model','optimizer','weights']",
+                                 warning(f"{A}.checkpoint.save_contents")),
+    "token_budget": Row("warnings", "npu", f"{A}.ppo_max_token_len_per_gpu=1024",
+                        warning(f"{A}.ppo_max_token_len_per_gpu")),
+    "prometheus": Row("warnings", "npu", f"{R}.prometheus.enable=True", warning(f"{R}.prometheus.enable"),
+                      skip(NO_KEY_05)),
+}
+
+LEGAL: dict[str, Row] = {
+    "guide_a3": Row("legal", "npu", "", PASS),
+    "guide_h20": Row("legal", "gpu", "", PASS),
+    "lora": Row("legal", "gpu", f"{M}.lora_rank=32 {M}.lora_alpha=32", PASS),
+    "gspo": Row("legal", "npu", f"{A}.policy_loss.loss_mode=gspo {A}.loss_agg_mode=seq-mean-token-mean", PASS,
+                skip("GSPO came after verl 0.5.0")),
+    "fsdp2": Row("legal", "npu", f"{A}.strategy=fsdp2 {REF}.strategy=fsdp2", PASS),
+    "validation_sampling": Row("legal", "gpu", f"{R}.val_kwargs.do_sample=true {R}.val_kwargs.temperature=0.6 "
+                                               f"{R}.val_kwargs.n=4", PASS),
+    "thinking_off": Row("legal", "npu", "+data.apply_chat_template_kwargs.enable_thinking=false", PASS),
+    "smaller_batches": Row("legal", "npu", f"data.train_batch_size=256 {A}.ppo_mini_batch_size=128", PASS),
+    "tp1": Row("legal", "gpu", f"{R}.tensor_model_parallel_size=1", PASS),
+    "tp4": Row("legal", "npu", f"{R}.tensor_model_parallel_size=4", PASS),
+    "no_kl_loss": Row("legal", "npu", f"{A}.use_kl_loss=False", PASS),
+    "eight_responses": Row("legal", "gpu", f"{R}.n=8", PASS),
+    "fixed_micro_batches": Row("legal", "npu", f"{MICRO_SET} {A}.ppo_micro_batch_size_per_gpu=4", PASS),
+    "rloo": Row("legal", "npu", "algorithm.adv_estimator=rloo", PASS),
+    "sequence_parallel_2": Row("legal", "npu", f"{A}.ulysses_sequence_parallel_size=2", PASS),
+    "sequence_parallel_kv": Row("legal", "npu", f"{A}.ulysses_sequence_parallel_size=4", PASS),
+    "four_devices": Row("legal", "gpu", "trainer.n_gpus_per_node=4", PASS),
+    "dapo_clip": Row("legal", "npu", f"{A}.clip_ratio_low=0.2 {A}.clip_ratio_high=0.28", PASS),
+    "resume_disabled": Row("legal", "npu", "trainer.resume_mode=disable", PASS),
+    "reward_function": Row("legal", "npu", "custom_reward_function.path={reward}", PASS),
+}
+
+ROWS: dict[str, Row] = {**MISTAKES, **WARNINGS, **LEGAL}
+
+# Runs every row in one process against one verl (in-process ``cli.main``), reporting exit code, output and
+# the status of the run each row left.
+DRIVER = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    from mlflow.tracking import MlflowClient
+    from verlflow import cli
+
+    jobs = json.loads(sys.argv[1])
+    client, seen, out = MlflowClient(), set(), {}
+    for name, job in jobs.items():
+        stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                cli.main(["train", "--device", job["device"], "--dry_run", "true", "--data_dir", job["data"],
+                          "--model", job["model"], "--overrides", job["overrides"]])
+            except SystemExit as exc:
+                code = exc.code
+        every = [e.experiment_id for e in client.search_experiments()]
+        runs = [r for r in client.search_runs(every) if r.info.run_id not in seen]
+        seen |= {r.info.run_id for r in runs}
+        out[name] = {"code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue(),
+                     "statuses": [r.info.status for r in runs]}
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def build_model(folder: Path) -> None:
+    """The tiny Qwen3 (architectures, chat template) with the guide's lengths in reach: 4096 positions."""
+    from verlflow.models.tinymodel import build_tiny_model
+
+    build_tiny_model(folder, max_position_embeddings=4096)
+
+
+def build_folders(model: Path, root: Path) -> dict[str, str]:
+    """The model and data variants and the helper files the rows name, under ``root``; name → path."""
+    import pandas as pd
+
+    from verlflow.data import gsm8k
+
+    full, small = root / "data", root / "data-small"
+    gsm8k.preprocess(str(REPO / "tests" / "fixtures" / "gsm8k"), full, 0, log_to_mlflow=False)
+    train = pd.read_parquet(full / "train.parquet")
+    pd.concat([train, train], ignore_index=True).to_parquet(full / "train.parquet")
+    small.mkdir()
+    train.head(100).to_parquet(small / "train.parquet")
+    shutil.copy(full / "test.parquet", small / "test.parquet")
+    variants = {"good": model, "missing": root / "nowhere-qwen"}
+    for name, damage in (("no_arch", _drop_architectures), ("no_template", _drop_chat_template),
+                         ("no_tokenizer", _drop_tokenizer)):
+        variants[name] = root / f"model-{name}"
+        shutil.copytree(model, variants[name])
+        damage(variants[name])
+    reward, broken, not_parquet = root / "reward.py", root / "reward_broken.py", root / "val.parquet"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(solution_str.strip().endswith(str(ground_truth)))\n")
+    broken.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n    return 0\n")
+    not_parquet.write_text("question,answer\n1+1,2\n")
+    return {"data:full": str(full), "data:small": str(small),
+            **{f"model:{k}": str(v) for k, v in variants.items()},
+            "reward": str(reward), "reward_broken": str(broken), "not_parquet": str(not_parquet)}
+
+
+def _drop_architectures(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("architectures", None)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _drop_chat_template(folder: Path) -> None:
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+
+
+def _drop_tokenizer(folder: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+
+
+def run_rows(which: str, folders: dict[str, str], tmp: Path, uri: str, guide_verl: Path | None) -> dict:
+    """Every row's dry run on one verl (``guide_verl`` first on the path, or the installed newest)."""
+    jobs = {}
+    for name, row in ROWS.items():
+        if row.expected(which)[0] == "skip":
+            continue
+        overrides = row.extra.get(which, row.overrides).format(**folders)
+        jobs[name] = {"device": row.device, "overrides": overrides, "data": folders[f"data:{row.data}"],
+                      "model": folders[f"model:{row.model}"]}
+    paths = [str(guide_verl)] if guide_verl else []
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": os.pathsep.join([*paths, str(REPO / "src")]),
+           "HF_HOME": str(tmp / "hf")}
+    env.pop("MLFLOW_RUN_ID", None)
+    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(jobs)], capture_output=True, text=True,
+                          timeout=1800, env=env, cwd=tmp)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.rpartition("RESULT ")[2])
