@@ -2,12 +2,18 @@
 
     python bench/dry_run_speed.py                    # A3 profile, 3 rounds, both timed alternately
     python bench/dry_run_speed.py --device gpu --rounds 5
+    python bench/dry_run_speed.py --model DIR --data DIR   # a local model: the whole rehearsal runs
 
 Round by round, alternately (so a busy machine slows both alike): ``verlflow train --device npu
 --dry_run true`` on a few synthetic GSM8K rows into a fresh SQLite store, and verl's ``python -m
 verl.trainer.main_ppo --cfg job`` with the very override words that dry run would launch. Prints both
 wall-clock medians and their ratio (the target is at most 1.5), plus the CPU seconds, which a loaded
 machine disturbs less. The first round of each warms the file cache and is not counted.
+
+With the guide's hub model id (the default) and no copy in the local hub cache, the dry run's rehearsal skips
+what reads the model (it says so); ``--model`` gives a local Hugging Face folder and ``--data`` a folder with
+``train.parquet``/``test.parquet`` (the guide's 512-row batch needs >= 512 training rows), so the model's
+config, the tokenized datasets, the first batch and the reward call are timed too.
 """
 
 from __future__ import annotations
@@ -25,14 +31,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def verl_words(device: str, data_dir: Path, out: Path) -> list[str]:
+def verl_words(device: str, data_dir: Path, out: Path, model: str | None) -> list[str]:
     """The Hydra override words the dry run would hand verl (its launch plan's, built without launching)."""
     from verlflow import config
     from verlflow.backends.train_setup import compose_train_config
     from verlflow.backends.verl import command
     from verlflow.config import PROFILE_FOR_DEVICE
 
-    cfg = compose_train_config("qwen3-4b-gsm8k-grpo", PROFILE_FOR_DEVICE[device], str(data_dir), "",
+    cfg = compose_train_config("qwen3-4b-gsm8k-grpo", PROFILE_FOR_DEVICE[device], str(data_dir), model or "",
                                f"verlflow.output_dir={out}", check_counts=False)
     plan = command.build_plan(cfg, run_id="0" * 32, experiment_name="Default", run_name="bench",
                               tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
@@ -55,18 +61,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("npu", "gpu"), default="npu")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up round (default 3)")
+    parser.add_argument("--model", help="a local Hugging Face model folder (default: the guide's hub id)")
+    parser.add_argument("--data", help="a folder with train.parquet and test.parquet (default: 8 synthetic rows)")
     args = parser.parse_args()
 
     from verlflow.data import gsm8k
 
     with tempfile.TemporaryDirectory(prefix="verlflow-bench-") as scratch:
         root = Path(scratch)
-        gsm8k.preprocess("synthetic", str(root / "data"), 8)
-        words = verl_words(args.device, root / "data", root / "outputs")
+        data = Path(args.data) if args.data else root / "data"
+        if not args.data:
+            gsm8k.preprocess("synthetic", str(data), 8)
+        words = verl_words(args.device, data, root / "outputs", args.model)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
         env.pop("MLFLOW_RUN_ID", None)
         ours = [sys.executable, "-m", "verlflow.cli", "train", "--device", args.device, "--dry_run", "true",
-                "--data_dir", str(root / "data"), "--overrides", f"verlflow.output_dir={root / 'outputs'}"]
+                "--data_dir", str(data), "--overrides", f"verlflow.output_dir={root / 'outputs'}",
+                *(["--model", args.model] if args.model else [])]
         theirs = [sys.executable, "-m", "verl.trainer.main_ppo", *words, "--cfg", "job"]
         results: dict[str, list[tuple[float, float]]] = {"verlflow dry run": [], "verl --cfg job": []}
         for round_no in range(args.rounds + 1):

@@ -77,6 +77,7 @@ MISTAKES: dict[str, Row] = {
     "kl_ctrl": Row("names", "npu", "algorithm.use_kl_in_reward=true algorithm.kl_ctrl.type=adaptve",
                    error("algorithm.kl_ctrl.type")),
     "policy_loss": Row("names", "npu", f"{A}.policy_loss.loss_mode=vanila", error(f"{A}.policy_loss.loss_mode")),
+    "clip_ratio_c": Row("names", "npu", f"{A}.clip_ratio_c=0.5", error(f"{A}.clip_ratio_c")),
     "optimizer": Row("names", "npu", f"{A}.optim.optimizer=adamw", error(f"{A}.optim.optimizer"),
                      skip("verl 0.5.0 builds AdamW in its worker; it has no optim.optimizer key")),
     "lr_scheduler": Row("names", "npu", f"{A}.optim.lr_scheduler_type=linear", error(f"{A}.optim.lr_scheduler_type"),

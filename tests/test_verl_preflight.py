@@ -66,8 +66,12 @@ def test_each_mistake_is_one_line_naming_key_value_and_fix(mistake, data_dir, tm
 def test_the_guide_recipe_passes_and_a_hub_model_is_a_note(data_dir, tmp_path):
     lines, notes, _ = _lines("", data_dir, tmp_path)
     assert lines == []
-    assert notes == ["actor_rollout_ref.model.path=Qwen/Qwen3-4B is a hub id: it will be downloaded on the "
-                     "cluster (no local folder here)"]
+    assert notes[0] == ("actor_rollout_ref.model.path=Qwen/Qwen3-4B is a hub id: it will be downloaded on the "
+                        "cluster (no local folder here)")
+    # Not in this machine's hub cache: what reads the model is not rehearsed, and the dry run says what.
+    assert ("not rehearsed: actor_rollout_ref.model.path=Qwen/Qwen3-4B is not on this machine (nor in its hub "
+            "cache): not rehearsed: the model's config and tokenizer, the datasets and dataloaders") in notes[1]
+    assert [n for n in notes if n.startswith("warning: ") and "is not installed on this machine" not in n] == []
 
 
 def test_model_and_data_must_be_usable(data_dir, tmp_path):
@@ -82,9 +86,12 @@ def test_model_and_data_must_be_usable(data_dir, tmp_path):
     lines, _, _ = _lines(f"data.train_files={wrong_columns / 'train.parquet'} "
                          f"data.val_files={tmp_path / 'absent.parquet'}", data_dir, tmp_path, model=str(no_tokenizer))
     assert lines[0].startswith(f"actor_rollout_ref.model.path={no_tokenizer}: the folder lacks a tokenizer file")
-    assert lines[1].endswith("lacks verl's column(s) prompt, data_source, reward_model: "
-                             "write it with `mlflow run . -e preprocess`")
-    assert lines[2].startswith(f"data.val_files={tmp_path / 'absent.parquet'}: file not found")
+    assert lines[1].startswith(f"data.prompt_key=prompt: {wrong_columns / 'train.parquet'} has no column 'prompt' "
+                               "(it has answer, question)")
+    assert lines[2].startswith("data.reward_fn_key=data_source: ")
+    assert lines[3] == (f"data.train_files={wrong_columns / 'train.parquet'}: lacks verl's column reward_model: "
+                        "write it with `mlflow run . -e preprocess`")
+    assert lines[4].startswith(f"data.val_files={tmp_path / 'absent.parquet'}: file not found")
     lines, _, _ = _lines("", data_dir, tmp_path, model="/nowhere/Qwen3-4B")
     assert lines == ["actor_rollout_ref.model.path=/nowhere/Qwen3-4B: no such folder and not a hub id (org/name): "
                      "pass -P model=<a Hugging Face folder or hub id>"]

@@ -80,7 +80,7 @@ def rollout_mesh_problems(cfg: DictConfig, world: int) -> list[Problem]:
     tp = _count(cfg, f"{ROLLOUT}.tensor_model_parallel_size") or 1
     dp = _count(cfg, f"{ROLLOUT}.data_parallel_size")
     pp = _count(cfg, f"{ROLLOUT}.pipeline_model_parallel_size") or 1
-    if dp is None or world % (tp * dp * pp) == 0:
+    if dp is None or world % (tp * pp) or world % (tp * dp * pp) == 0:  # tp itself is the size checks' to report
         return []
     fits = [d for d in range(1, world + 1) if world % (tp * d * pp) == 0]
     return [Problem(f"{ROLLOUT}.data_parallel_size", dp, (

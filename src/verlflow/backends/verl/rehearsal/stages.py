@@ -90,15 +90,19 @@ class Rehearsal:
             self.record(exc, stage, section=section, renamed=renamed)
             return False, None
 
+    def image_says(self, package: str) -> str:
+        """Whether the profile's cluster image has ``package``, in words."""
+        return _image_words(self.stack, self.stack_packages, package)
+
     def record(self, exc: BaseException, stage: str, *, section: str | None = None,
                renamed: dict[str, str] | None = None) -> None:
         """Add ``exc`` as a problem, or as a warning when a package this machine lacks caused it."""
         package = machine.missing_package(exc)
         if package and not machine.installed(package):
-            if machine.image_has(package, self.stack_packages):
+            if not self.stack_packages or machine.image_has(package, self.stack_packages):
                 self.findings.warnings.append(
-                    f"{stage}: not rehearsed here: {package} is not installed on this machine (the {self.stack} "
-                    f"image has it), and verl needs it for this check")
+                    f"{stage}: not rehearsed here: {package} is not installed on this machine "
+                    f"({self.image_says(package)}), and verl needs it for this check")
                 return
             blamed = to_problem(exc, self.cfg, stage=stage, section=section, nearest=NEAREST.get(stage, ()))
             self.findings.problems.append(Problem(blamed.key, blamed.value, (
@@ -165,6 +169,12 @@ def empty_data_problem(exc: BaseException, cfg: DictConfig) -> Problem | None:
             f"only {held} of {files} are left after verl's filter, fewer than one batch (verl drops the partial "
             f"one): use a train_batch_size <= {kept} or more rows"))
     return None
+
+
+def _image_words(stack: str, packages: frozenset[str], package: str) -> str:
+    if not packages:
+        return "no cluster image is named to tell whether it has it"
+    return f"the {stack} image has it" if machine.image_has(package, packages) else f"the {stack} image lacks it"
 
 
 class _Reached(Exception):
@@ -425,10 +435,10 @@ def lookups(rehearsal: Rehearsal) -> None:
     engine = str(value_of(cfg, f"{ROLLOUT}.name"))
     package = ENGINE_PACKAGES.get(engine)
     if package and not machine.installed(package):
-        if machine.image_has(package, rehearsal.stack_packages):
+        if not rehearsal.stack_packages or machine.image_has(package, rehearsal.stack_packages):
             rehearsal.findings.warnings.append(
-                f"{ROLLOUT}.name={engine}: {package} is not installed on this machine (the {rehearsal.stack} image "
-                "has it): the engine's own argument checks use a recorded table")
+                f"{ROLLOUT}.name={engine}: {package} is not installed on this machine "
+                f"({rehearsal.image_says(package)}): the engine's own argument checks use a recorded table")
         else:
             rehearsal.findings.problems.append(Problem(f"{ROLLOUT}.name", engine, (
                 f"verl's {engine} rollout imports {package}, which is neither installed here nor in the "
