@@ -205,13 +205,17 @@ def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_key
 
 @pytest.mark.slow
 def test_a_crashing_verl_run_fails_with_verls_error_and_leaves_no_ray_behind(verl_cpu):
-    # A valid value only verl can judge (the preflight has no tokenizer): every prompt is longer than 8 tokens,
-    # so verl filters them all out and its sampler refuses an empty dataset, after Ray has started.
+    # A fault only verl's training reaches (the dry run's rehearsal scores one exact answer, which passes): the
+    # reward function refuses the first real completion, after Ray and the workers have started.
+    reward = verl_cpu.workdir / "picky_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    if solution_str != f'#### {ground_truth}':\n"
+                      "        raise ValueError('picky reward: a real completion')\n"
+                      "    return 1.0\n")
     crash = _mlflow_train(verl_cpu.env, verl_cpu.workdir, verl_cpu.data_dir,
-                          f"{RECIPE_OVERRIDES} data.max_prompt_length=8")
+                          f"{RECIPE_OVERRIDES} reward.custom_reward_function.path={reward}")
     assert crash.returncode != 0, crash.stdout[-3000:]
-    run = next(r for r in _train_runs(verl_cpu.uri) if "max_prompt_length=8" in r.data.params.get("overrides", ""))
+    run = next(r for r in _train_runs(verl_cpu.uri) if "picky_reward" in r.data.params.get("overrides", ""))
     assert run.info.status == "FAILED"
-    assert run.data.tags["verlflow.verl_error"] == \
-        "ValueError: num_samples should be a positive integer value, but got num_samples=0"
+    assert run.data.tags["verlflow.verl_error"] == "ValueError: picky reward: a real completion"
     assert _ray_processes_of(run.info.run_id) == []

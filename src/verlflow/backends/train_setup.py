@@ -72,10 +72,10 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
     for split in ("train", "test"):
         path = Path(data_dir) / f"{split}.parquet"
         if path.exists():
-            prompt_key = str(cfg.resolved.data.prompt_key)
-            if prompt_key not in parquet_columns(path):
+            prompt_key, columns = str(cfg.resolved.data.prompt_key), parquet_columns(path)
+            if columns and prompt_key not in columns:
                 raise VerlflowError(f"data.prompt_key={prompt_key}: {path} has no such column (it has "
-                                    f"{', '.join(parquet_columns(path))}): name the column that holds the chat "
+                                    f"{', '.join(columns)}): name the column that holds the chat "
                                     "messages (prompt, as preprocess writes it)")
             check_parquet_split(path, required=("reward_model",))
         elif require_splits:
