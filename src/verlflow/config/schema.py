@@ -203,6 +203,9 @@ class VerlflowBlock(Mapping):
     rollout_traces: int = 2
     # Seconds between system-metric samples of a train run (0 = no system metrics).
     system_metrics_interval: float = 10.0
+    # Local trainer: one torch thread, deterministic algorithms, every generator seeded from the rollout seed, so
+    # two runs of one config are bit-identical (tag verlflow.deterministic; compare notes runs without it).
+    deterministic: bool = False
 
     def __getitem__(self, key: str) -> Any:
         """The field ``key`` (a ``KeyError`` for a name that is not a field)."""

@@ -39,6 +39,8 @@ from verlflow.backends.local.models import (
     build_optimizer_and_scheduler,
     load_model,
     load_tokenizer,
+    make_deterministic,
+    restore_determinism,
     torch_device,
 )
 from verlflow.backends.local.rollout import (
@@ -51,7 +53,7 @@ from verlflow.backends.local.rollout import (
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.errors import VerlflowError
 from verlflow.models import logged_models
-from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
+from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
@@ -128,6 +130,7 @@ class LocalTrainer:
         self.ref_model: Any = None
         self.last_saved: Path | None = None
         self.progress: Any = None
+        self.determinism_before: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -142,6 +145,10 @@ class LocalTrainer:
         self.device = torch_device(self.settings.device)
         apply_thread_count(self.cfg.profile.env)
         torch.manual_seed(self.settings.rollout_seed)
+        deterministic = bool(self.cfg.verlflow.deterministic)
+        retry_on_lock(mlflow.set_tag, DETERMINISTIC_TAG, str(deterministic).lower())
+        if deterministic:
+            self.determinism_before = make_deterministic(self.settings.rollout_seed)
         model_path = resolve_model_path(self.settings.model_path)
         self.tokenizer = load_tokenizer(self.settings.tokenizer_path or model_path, self.settings, self.cfg.resolved)
         self.train_prompts = self._prompts("train")
@@ -385,6 +392,9 @@ class LocalTrainer:
         if self.progress is not None:
             self.progress.close()
         self.model = self.ref_model = None
+        if self.determinism_before is not None:
+            restore_determinism(self.determinism_before)
+            self.determinism_before = None
         if getattr(self, "device", None) is not None and self.device.type == "cuda":
             torch.cuda.empty_cache()
 
