@@ -45,10 +45,10 @@ def _compare_runs() -> list:
     [
         ("0123456789abcdef0123456789abcdef", "train-b", "no run with id or name '0123456789abcdef"),
         ("train-a", "prep", "candidate run 'prep'"),
-        ("tags.verlflow.step = 'train'", "train-b", "matches several runs"),
+        ("tags.verlflow.step = 'train'", "train-b", "baseline and candidate share run(s) "),
         ("tags.device.type = 'npu'", "train-b", "matches no run"),
         ("tags.device.type == ", "train-b", "is not a valid MLflow filter"),
-        ("train-a", "train-a", "are the same run"),
+        ("train-a", "train-a", "baseline and candidate share run(s) "),
         ("", "train-b", "baseline is empty"),
     ],
 )

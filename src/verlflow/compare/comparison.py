@@ -3,7 +3,9 @@
     mlflow run . --env-manager local -e compare -P baseline=<h20 run> -P candidate=<a3 run>
     verlflow compare --baseline "tags.device.type = 'gpu'" --candidate "tags.device.type = 'npu'"
 
-A run is given by id, by run name, or by an MLflow filter string that selects exactly one run. The
+A side is one run or a set of runs: a run id or name, a comma list of them, or an MLflow filter string (every
+run it matches). With two or more runs (seeds) on a side, the report gives each figure's mean and 95% interval
+and judges differences against the seed-to-seed noise (:mod:`verlflow.compare.run_sets`). The
 report (``report.md``, ``comparison.json``, ``curves.png``, ``curves/<metric>.png``) is printed and
 logged under ``compare/`` of a comparison run tagged with both run ids; its figures are also metrics of
 that run (``compare/ratio/timing_s_mean/gen``, ``compare/parity/critic/score/mean`` …).
@@ -28,6 +30,7 @@ from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow.compare import run_sets
 from verlflow.compare.diff import (
     ConfigDiff,
     config_diff,
@@ -43,11 +46,11 @@ from verlflow.compare.report import (
     GRID_IMAGE,
     ParityRow,
     TimingRow,
+    comparison_warning,
     curve_filename,
+    not_judged_reason,
     parity_rows,
     parity_summary,
-    plain_label,
-    recipe_warning,
     render_markdown,
     timing_rows,
     version_rows,
@@ -83,6 +86,8 @@ _FILTER_RE = re.compile(r"(=|!=|<|>|\s(i?like|in)\s)", re.IGNORECASE)
 # The run's description in the MLflow UI; tag values are capped at 8000 characters.
 NOTE_TAG = "mlflow.note.content"
 NOTE_LIMIT = 7800
+# A tag filter naming a side selects at most this many runs.
+MAX_RUNS_PER_SIDE = 50
 
 
 @dataclass
@@ -99,6 +104,12 @@ class ComparisonResult:
     threshold: float
     report: str
     output_dir: str
+    # every run of each side (one each for a plain two-run comparison); ``baseline`` / ``candidate`` are their means
+    baseline_runs: list[RunSnapshot] = dataclasses.field(default_factory=list)
+    candidate_runs: list[RunSnapshot] = dataclasses.field(default_factory=list)
+    # accuracy, reward and timing figures per side: mean, 95% interval, noise floor, verdict
+    figures: list[run_sets.FigureRow] = dataclasses.field(default_factory=list)
+    judged: bool = True
 
     @property
     def recipes_differ(self) -> bool:
@@ -107,8 +118,8 @@ class ComparisonResult:
 
     @property
     def parity_passed(self) -> bool:
-        """Whether every comparable curve is within the threshold (False when not judged: recipes differ)."""
-        return not self.recipes_differ and all(r.passed for r in self.parity if r.passed is not None)
+        """Whether every comparable curve is within the noise floor or threshold (False when not judged)."""
+        return self.judged and all(r.passed for r in self.parity if r.passed is not None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,6 +161,28 @@ def resolve_run(ref: str, role: str = "run") -> Run:
             "(e.g. and tags.verlflow.step = 'train') or give a run id"
         )
     return runs[0]
+
+
+def resolve_runs(ref: str, role: str = "run") -> list[Run]:
+    """The runs a side names: a run id or name, a comma list of them, or a filter string (every run it matches)."""
+    ref = (ref or "").strip()
+    if ref and not is_filter(ref) and "," in ref:
+        return [resolve_run(part, role) for part in ref.split(",") if part.strip()]
+    if not ref or not is_filter(ref):
+        return [resolve_run(ref, role)]
+    client = MlflowClient()
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+    try:
+        runs = client.search_runs(experiments, filter_string=ref, max_results=MAX_RUNS_PER_SIDE,
+                                  order_by=["attributes.start_time ASC"])
+    except MlflowException as exc:
+        first = (str(exc.message).strip().splitlines() or ["(no detail)"])[0]
+        raise VerlflowError(f'{role} filter "{ref}" is not a valid MLflow filter: {first}') from None
+    if not runs:
+        raise VerlflowError(
+            f'{role} filter "{ref}" matches no run in the tracking store {mlflow.get_tracking_uri()}'
+        )
+    return list(runs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,9 +254,11 @@ def _has_timing(snap: RunSnapshot) -> bool:
     return any(k == TIMING_E2E or k.startswith((TIMING_MEAN_PREFIX, TIMING_PREFIX)) for k in snap.metrics)
 
 
-def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
-    """Both runs as snapshots, with the §6.2 curve histories the report needs."""
-    snaps = (snapshot(baseline, "baseline"), snapshot(candidate, "candidate"))
+def read_runs(baseline: Sequence[Run], candidate: Sequence[Run]) -> tuple[list[RunSnapshot], list[RunSnapshot]]:
+    """Every run of both sides as snapshots, with the §6.2 curve histories the report needs."""
+    sides = ([snapshot(r, "baseline") for r in baseline], [snapshot(r, "candidate") for r in candidate])
+    snaps = [*sides[0], *sides[1]]
+    runs = [*baseline, *candidate]
     for snap in snaps:
         if not _has_timing(snap):
             raise VerlflowError(
@@ -232,7 +267,7 @@ def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
             )
     present = {k for s in snaps for k in s.metrics}
     # A curve is read under every verl version's name for it, and kept under its canonical name.
-    logged = {k for run in (baseline, candidate) for k in run.data.metrics}
+    logged = {k for run in runs for k in run.data.metrics}
     keys = [name for k, _ in CURVES if k in present for name in metric_names(k) if name in logged]
     # Per-step timings only where a run lacks the end-of-run summaries (a run cut short).
     for snap in snaps:
@@ -243,10 +278,10 @@ def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
     # §6.4: device utilisation, memory and power, host CPU and memory (system/*), when a run has them.
     keys += [k for snap in snaps for k in needed_keys(snap) if k not in keys]
     histories = fetch_histories([s.run_id for s in snaps], keys)
-    for snap, run in zip(snaps, (baseline, candidate), strict=True):
+    for snap, run in zip(snaps, runs, strict=True):
         snap.histories = canonical_metrics(histories[snap.run_id])
         _fill_timing_summaries(snap, run)
-    return snaps
+    return sides
 
 
 # ----------------------------------------------------------------------------------------------
@@ -255,7 +290,8 @@ def read_runs(baseline: Run, candidate: Run) -> tuple[RunSnapshot, RunSnapshot]:
 
 
 def _metric_values(
-    timings: Sequence[TimingRow], parity: Sequence[ParityRow], diff: ConfigDiff
+    timings: Sequence[TimingRow], parity: Sequence[ParityRow], diff: ConfigDiff, judged: bool,
+    figures: Sequence[run_sets.FigureRow] = (),
 ) -> dict[str, float]:
     values: dict[str, float] = {}
     for row in timings:
@@ -265,11 +301,18 @@ def _metric_values(
     for row in parity:
         if row.mean_relative_difference is None:
             continue
-        if diff.recipes_differ:  # a difference between unlike runs, not a parity figure
+        if not judged:  # a difference between unlike runs (or one device), not a parity figure
             values[f"compare/mean_rel_diff/{row.key}"] = row.mean_relative_difference
             continue
         values[f"compare/parity/{row.key}"] = row.mean_relative_difference
         values[f"compare/parity_pass/{row.key}"] = float(bool(row.passed))
+        if row.noise_floor is not None:
+            values[f"compare/noise_floor/{row.key}"] = row.noise_floor
+    for fig in figures:
+        if fig.noise_floor is not None:
+            values[f"compare/noise_floor/{fig.key}"] = fig.noise_floor
+        if fig.difference is not None:
+            values[f"compare/difference/{fig.key}"] = fig.difference
     values["compare/config_diff/recipe"] = len(diff.recipe)
     values["compare/config_diff/profile"] = len(diff.profile)
     return {tracking.sanitize_metric_key(k): float(v) for k, v in values.items()}
@@ -294,35 +337,53 @@ def compare_link(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
                                        [baseline.run_id, candidate.run_id])
 
 
+@dataclass
+class ReportParts:
+    """What :func:`build_report` computed besides the Markdown: the tables, the verdicts and the figures."""
+
+    report: str
+    versions: list[tuple[str, str, str]]
+    timings: list[TimingRow]
+    diff: ConfigDiff
+    parity: list[ParityRow]
+    figures: list[run_sets.FigureRow]
+    judged: bool
+
+
 def build_report(
-    baseline: RunSnapshot,
-    candidate: RunSnapshot,
+    baseline: Sequence[RunSnapshot] | RunSnapshot,
+    candidate: Sequence[RunSnapshot] | RunSnapshot,
     out_dir: Path,
     *,
     threshold: float = DEFAULT_PARITY_THRESHOLD,
     eps: float = DEFAULT_EPS,
     plotter: CurvePlotter | None = None,
-) -> tuple[str, list[tuple[str, str, str]], list[TimingRow], ConfigDiff, list[ParityRow]]:
+) -> ReportParts:
     """Compute every part and write ``report.md``, ``comparison.json`` and the PNGs into ``out_dir``.
 
-    ``plotter`` draws the curves in its worker process while the rest is computed (a new one when None).
+    ``baseline`` / ``candidate``: one run or the runs of a side. ``plotter`` draws the curves in its worker
+    process while the rest is computed (a new one when None).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    base_set = [baseline] if isinstance(baseline, RunSnapshot) else list(baseline)
+    cand_set = [candidate] if isinstance(candidate, RunSnapshot) else list(candidate)
     with contextlib.nullcontext(plotter) if plotter else CurvePlotter() as plotter:
-        return _write_report(baseline, candidate, out_dir, threshold, eps, plotter)
+        return _write_report(base_set, cand_set, out_dir, threshold, eps, plotter)
 
 
 def _write_report(
-    baseline: RunSnapshot, candidate: RunSnapshot, out_dir: Path, threshold: float, eps: float,
+    base_set: list[RunSnapshot], cand_set: list[RunSnapshot], out_dir: Path, threshold: float, eps: float,
     plotter: CurvePlotter,
-) -> tuple[str, list[tuple[str, str, str]], list[TimingRow], ConfigDiff, list[ParityRow]]:
+) -> ReportParts:
+    baseline, candidate = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
     extra_profiles = {
         r.tags[PROFILE_TAG] for r in (baseline, candidate) if r.tags.get(PROFILE_TAG)
     }
     diff = config_diff(baseline, candidate, profile_param_keys(extra_profiles), launch_param_names())
+    judged = comparison_warning(diff, baseline, candidate) is None
     parity = parity_rows(baseline, candidate, threshold, eps)
-    if diff.recipes_differ:  # runs of different recipes: their differences, never a parity verdict
-        parity = without_verdict(parity)
+    # one device profile, or different recipes: their differences, never a parity verdict
+    parity = run_sets.judged_by_noise(parity, base_set, cand_set) if judged else without_verdict(parity)
     notes = {
         r.key: f"{r.mean_relative_difference:.2%} " + ("mean rel. diff" if r.passed is None
                                                        else "PASS" if r.passed else "FAIL")
@@ -332,9 +393,7 @@ def _write_report(
     plotter.submit(CURVES, baseline, candidate, out_dir, notes)
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
-    if diff.recipes_differ:
-        versions = [(plain_label(label), b, c) for label, b, c in versions]
-        timings = [dataclasses.replace(r, label=plain_label(r.label)) for r in timings]
+    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings])
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []
@@ -352,44 +411,51 @@ def _write_report(
         curve_images={key: f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES},
         utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),
         compare_link=link,
+        sections_after_runs=[run_sets.render_section(base_set, cand_set, figures)],
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
     summary = {
-        "baseline": {"run_id": baseline.run_id, "name": baseline.name},
-        "candidate": {"run_id": candidate.run_id, "name": candidate.name},
+        "baseline": {"run_id": baseline.run_id, "name": baseline.name, "runs": [s.run_id for s in base_set]},
+        "candidate": {"run_id": candidate.run_id, "name": candidate.name, "runs": [s.run_id for s in cand_set]},
         "versions": versions,
         "timings": [{**asdict(r), "ratio": r.ratio} for r in timings],
         "config_diff": asdict(diff),
         "recipes_differ": diff.recipes_differ,
+        "judged": judged,
         "parity": [asdict(r) for r in parity],
+        "figures": [{**asdict(r), "difference": r.difference} for r in figures],
         "threshold": threshold,
         "utilisation": [{**asdict(r), "ratio": r.ratio} for r in util_rows],
         "mlflow_compare": link,
     }
     (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
     plotter.wait()
-    return report, versions, timings, diff, parity
+    return ReportParts(report, versions, timings, diff, parity, figures, judged)
 
 
-def _checked_runs(baseline: str, candidate: str, output_dir: str, threshold: float) -> tuple[Run, Run]:
-    """The two runs the user named, after the parameters were checked: one line for any mistake."""
+def _checked_runs(baseline: str, candidate: str, output_dir: str,
+                  threshold: float) -> tuple[list[Run], list[Run]]:
+    """The runs of both sides the user named, after the parameters were checked: one line for any mistake."""
     if not 0 < threshold < 1:
         raise VerlflowError(f"parity threshold must be a fraction between 0 and 1 (0.02 = 2%), got {threshold}")
     if output_dir:
         check_output_dir(output_dir, "output_dir")
-    base_run, cand_run = resolve_run(baseline, "baseline"), resolve_run(candidate, "candidate")
-    if base_run.info.run_id == cand_run.info.run_id:
-        raise VerlflowError(f"baseline and candidate are the same run ({base_run.info.run_id}): give two runs")
-    return base_run, cand_run
+    base_runs, cand_runs = resolve_runs(baseline, "baseline"), resolve_runs(candidate, "candidate")
+    both = {r.info.run_id for r in base_runs} & {r.info.run_id for r in cand_runs}
+    if both:
+        raise VerlflowError(f"baseline and candidate share run(s) {', '.join(sorted(both))}: "
+                            "give each side its own runs")
+    return base_runs, cand_runs
 
 
-def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingRow], diff: ConfigDiff,
-                    parity: list[ParityRow], threshold: float) -> None:
+def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: float) -> None:
     """The comparison on its own run: verdict tags, the report as the run's note, files, ratio metrics."""
+    report, diff, parity = parts.report, parts.diff, parts.parity
     note = report if len(report) <= NOTE_LIMIT else report[:NOTE_LIMIT] + "\n\n… full report: compare/report.md"
     mlflow.set_tags({
         "compare.recipes_differ": str(diff.recipes_differ).lower(),
-        "compare.parity": parity_summary(parity, threshold, judged=not diff.recipes_differ),
+        "compare.judged": str(parts.judged).lower(),
+        "compare.parity": parity_summary(parity, threshold, judged=parts.judged, reason=not_judged_reason(diff)),
         NOTE_TAG: note,
         COMPARE_LINK_TAG: link,
     })
@@ -397,7 +463,7 @@ def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingR
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
     mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
-    mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
+    mlflow.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
 
 
 def compare_runs(
@@ -407,11 +473,12 @@ def compare_runs(
     *,
     threshold: float = DEFAULT_PARITY_THRESHOLD,
 ) -> ComparisonResult:
-    """Compare two runs (what step ``compare`` does): print the §6 report, log it under ``compare/`` of a new run.
+    """Compare two runs or two sets of runs (step ``compare``): print the report, log it under ``compare/``.
 
-    ``baseline`` / ``candidate``: run id, run name or a filter string selecting one run. ``output_dir``
-    also keeps the files locally ('' = only as artifacts). A recipe difference outside the device
-    profile is reported first and loudly, and the report still goes on.
+    ``baseline`` / ``candidate``: a run id or name, a comma list of them, or a filter string (every run it
+    matches). ``output_dir`` also keeps the files locally ('' = only as artifacts). A recipe difference outside
+    the device profile, or one device profile on both sides, is said first, and the report goes on without a
+    parity verdict.
     """
     # Started first: the worker loads matplotlib while the store opens and the runs are read.
     with CurvePlotter() as plotter:
@@ -421,34 +488,40 @@ def compare_runs(
 def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
              plotter: CurvePlotter) -> ComparisonResult:
     with gc_paused():  # opening the store imports SQLAlchemy's and MLflow's store modules
-        base_run, cand_run = _checked_runs(baseline, candidate, output_dir, threshold)
-        base, cand = read_runs(base_run, cand_run)
+        base_runs, cand_runs = _checked_runs(baseline, candidate, output_dir, threshold)
+        base_set, cand_set = read_runs(base_runs, cand_runs)
     tags = {
         STEP_TAG: "compare",
-        "compare.baseline_run_id": base.run_id,
-        "compare.candidate_run_id": cand.run_id,
+        "compare.baseline_run_id": base_set[0].run_id,
+        "compare.candidate_run_id": cand_set[0].run_id,
+        "compare.baseline_run_ids": ",".join(s.run_id for s in base_set)[:5000],
+        "compare.candidate_run_ids": ",".join(s.run_id for s in cand_set)[:5000],
     }
     with tempfile.TemporaryDirectory(prefix="verlflow-compare-") as tmp:
         out_dir = Path(output_dir) if output_dir else Path(tmp)
-        report, versions, timings, diff, parity = build_report(base, cand, out_dir, threshold=threshold,
-                                                               plotter=plotter)
+        parts = build_report(base_set, cand_set, out_dir, threshold=threshold, plotter=plotter)
+        base, cand = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
         with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags) as run:
-            warning = recipe_warning(diff)
+            warning = comparison_warning(parts.diff, base, cand)
             if warning:
                 print(warning)
-            print(report)
+            print(parts.report)
             link = compare_link(base, cand)
             print(f"MLflow compare-runs page: {link}")
-            _log_comparison(out_dir, report, link, timings, diff, parity, threshold)
+            _log_comparison(out_dir, link, parts, threshold)
         return ComparisonResult(
             run_id=run.info.run_id,
             baseline=base,
             candidate=cand,
-            versions=versions,
-            timings=timings,
-            diff=diff,
-            parity=parity,
+            versions=parts.versions,
+            timings=parts.timings,
+            diff=parts.diff,
+            parity=parts.parity,
             threshold=threshold,
-            report=report,
+            report=parts.report,
             output_dir=str(out_dir.resolve()) if output_dir else "",
+            baseline_runs=base_set,
+            candidate_runs=cand_set,
+            figures=parts.figures,
+            judged=parts.judged,
         )
