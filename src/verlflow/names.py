@@ -99,6 +99,7 @@ DATA_RUN_ID_TAG = "verlflow.data_run_id"  # the preprocess run a train run of ``
 CHECKPOINT_DIR_TAG = "verlflow.checkpoint_dir"  # a train run's final Hugging Face checkpoint folder
 CHECKPOINT_SOURCE_TAG = "verlflow.checkpoint_source"  # what the final checkpoint was made from
 IGNORED_KEYS_TAG = "verlflow.ignored_keys"  # recipe keys the local trainer does not use
+MODEL_PARAMS_TAG = "model.num_params"  # parameters of the trained model (compare's MFU and FLOPs arithmetic)
 DETERMINISTIC_TAG = "verlflow.deterministic"  # true: a local run that reruns bit-identically (one thread, seeded)
 RESUMED_FROM_TAG = "verlflow.resumed_from"  # the checkpoint a resumed local run continued from
 RESUMED_RUN_TAG = "verlflow.resumed_run"  # set on a run that was continued in place

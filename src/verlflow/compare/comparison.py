@@ -30,7 +30,7 @@ from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow.compare import run_sets
+from verlflow.compare import efficiency, run_sets
 from verlflow.compare.diff import (
     ConfigDiff,
     config_diff,
@@ -110,6 +110,8 @@ class ComparisonResult:
     # accuracy, reward and timing figures per side: mean, 95% interval, noise floor, verdict
     figures: list[run_sets.FigureRow] = dataclasses.field(default_factory=list)
     judged: bool = True
+    # both sides' throughput per device / chip / node, MFU per phase and cost
+    efficiency: tuple[efficiency.Efficiency, efficiency.Efficiency] | None = None
 
     @property
     def recipes_differ(self) -> bool:
@@ -269,6 +271,7 @@ def read_runs(baseline: Sequence[Run], candidate: Sequence[Run]) -> tuple[list[R
     # A curve is read under every verl version's name for it, and kept under its canonical name.
     logged = {k for run in runs for k in run.data.metrics}
     keys = [name for k, _ in CURVES if k in present for name in metric_names(k) if name in logged]
+    keys += [efficiency.TOKENS_KEY] if efficiency.TOKENS_KEY in logged else []
     # Per-step timings only where a run lacks the end-of-run summaries (a run cut short).
     for snap in snaps:
         if not any(k.startswith(TIMING_MEAN_PREFIX) for k in snap.metrics):
@@ -348,6 +351,7 @@ class ReportParts:
     parity: list[ParityRow]
     figures: list[run_sets.FigureRow]
     judged: bool
+    efficiency: tuple[efficiency.Efficiency, efficiency.Efficiency] | None = None
 
 
 def build_report(
@@ -358,22 +362,32 @@ def build_report(
     threshold: float = DEFAULT_PARITY_THRESHOLD,
     eps: float = DEFAULT_EPS,
     plotter: CurvePlotter | None = None,
+    prices: dict[str, tuple[float, str]] | None = None,
 ) -> ReportParts:
     """Compute every part and write ``report.md``, ``comparison.json`` and the PNGs into ``out_dir``.
 
     ``baseline`` / ``candidate``: one run or the runs of a side. ``plotter`` draws the curves in its worker
-    process while the rest is computed (a new one when None).
+    process while the rest is computed (a new one when None). ``prices``: :func:`efficiency.read_prices`.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     base_set = [baseline] if isinstance(baseline, RunSnapshot) else list(baseline)
     cand_set = [candidate] if isinstance(candidate, RunSnapshot) else list(candidate)
     with contextlib.nullcontext(plotter) if plotter else CurvePlotter() as plotter:
-        return _write_report(base_set, cand_set, out_dir, threshold, eps, plotter)
+        return _write_report(base_set, cand_set, out_dir, threshold, eps, plotter, prices)
+
+
+def _first_screen(baseline: RunSnapshot, candidate: RunSnapshot, effs: tuple[efficiency.Efficiency, ...],
+                  figures: list[run_sets.FigureRow], judged: bool, prices_given: bool) -> list[str]:
+    """The report's opening lines: the answer in words (speed per chip and node, accuracy vs noise, cost)."""
+    names_ = (efficiency.side_name(baseline), efficiency.side_name(candidate))
+    return [f"**The answer** (baseline {names_[0]}, candidate {names_[1]}):",
+            *efficiency.first_screen_lines(*effs, prices_given, *names_),
+            run_sets.accuracy_line(figures, judged)]
 
 
 def _write_report(
     base_set: list[RunSnapshot], cand_set: list[RunSnapshot], out_dir: Path, threshold: float, eps: float,
-    plotter: CurvePlotter,
+    plotter: CurvePlotter, prices: dict[str, tuple[float, str]] | None = None,
 ) -> ReportParts:
     baseline, candidate = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
     extra_profiles = {
@@ -399,6 +413,7 @@ def _write_report(
     util_rows = utilisation_rows(*used) if both else []
     util_image = plot_utilisation(baseline, candidate, used, out_dir / UTILISATION_IMAGE) if both else None
     link = compare_link(baseline, candidate)
+    effs = (efficiency.efficiency_of(baseline, prices), efficiency.efficiency_of(candidate, prices))
     report = render_markdown(
         baseline=baseline,
         candidate=candidate,
@@ -411,7 +426,9 @@ def _write_report(
         curve_images={key: f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES},
         utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),
         compare_link=link,
-        sections_after_runs=[run_sets.render_section(base_set, cand_set, figures)],
+        sections_after_runs=[run_sets.render_section(base_set, cand_set, figures),
+                             efficiency.render_section(*effs, prices is not None)],
+        first_screen=_first_screen(baseline, candidate, effs, figures, judged, prices is not None),
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
     summary = {
@@ -425,12 +442,17 @@ def _write_report(
         "parity": [asdict(r) for r in parity],
         "figures": [{**asdict(r), "difference": r.difference} for r in figures],
         "threshold": threshold,
+        "efficiency": {e.role: {**asdict(e), "tokens_per_s_per_device": e.tokens_per_s("device"),
+                                "tokens_per_s_per_chip": e.tokens_per_s("chip"),
+                                "tokens_per_s_per_node": e.tokens_per_s("node"),
+                                "cost_per_1k_samples": e.cost_per_1k_samples} for e in effs},
+        "work_time_ratios": efficiency.work_time_ratios(*effs),
         "utilisation": [{**asdict(r), "ratio": r.ratio} for r in util_rows],
         "mlflow_compare": link,
     }
     (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
     plotter.wait()
-    return ReportParts(report, versions, timings, diff, parity, figures, judged)
+    return ReportParts(report, versions, timings, diff, parity, figures, judged, effs)
 
 
 def _checked_runs(baseline: str, candidate: str, output_dir: str,
@@ -472,21 +494,23 @@ def compare_runs(
     output_dir: str = "",
     *,
     threshold: float = DEFAULT_PARITY_THRESHOLD,
+    prices: str = "",
 ) -> ComparisonResult:
     """Compare two runs or two sets of runs (step ``compare``): print the report, log it under ``compare/``.
 
     ``baseline`` / ``candidate``: a run id or name, a comma list of them, or a filter string (every run it
     matches). ``output_dir`` also keeps the files locally ('' = only as artifacts). A recipe difference outside
     the device profile, or one device profile on both sides, is said first, and the report goes on without a
-    parity verdict.
+    parity verdict. ``prices``: a YAML of prices per profile (:func:`efficiency.read_prices`; '' = no cost figures).
     """
+    price_table = efficiency.read_prices(prices) if prices else None
     # Started first: the worker loads matplotlib while the store opens and the runs are read.
     with CurvePlotter() as plotter:
-        return _compare(baseline, candidate, output_dir, threshold, plotter)
+        return _compare(baseline, candidate, output_dir, threshold, plotter, price_table)
 
 
 def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
-             plotter: CurvePlotter) -> ComparisonResult:
+             plotter: CurvePlotter, prices: dict[str, tuple[float, str]] | None) -> ComparisonResult:
     with gc_paused():  # opening the store imports SQLAlchemy's and MLflow's store modules
         base_runs, cand_runs = _checked_runs(baseline, candidate, output_dir, threshold)
         base_set, cand_set = read_runs(base_runs, cand_runs)
@@ -499,7 +523,7 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
     }
     with tempfile.TemporaryDirectory(prefix="verlflow-compare-") as tmp:
         out_dir = Path(output_dir) if output_dir else Path(tmp)
-        parts = build_report(base_set, cand_set, out_dir, threshold=threshold, plotter=plotter)
+        parts = build_report(base_set, cand_set, out_dir, threshold=threshold, plotter=plotter, prices=prices)
         base, cand = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
         with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags) as run:
             warning = comparison_warning(parts.diff, base, cand)
@@ -524,4 +548,5 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
             candidate_runs=cand_set,
             figures=parts.figures,
             judged=parts.judged,
+            efficiency=parts.efficiency,
         )

@@ -213,3 +213,21 @@ def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], row
     body = [(r.label, f"`{r.key}`", _with_interval(r.baseline), _with_interval(r.candidate), _signed(r.difference),
              MISSING if r.noise_floor is None else f"{r.noise_floor:.4g}", r.verdict) for r in rows]
     return "\n".join([*out, table(header, body), ""])
+
+
+def accuracy_line(rows: Sequence[FigureRow], judged: bool) -> str:
+    """The first screen's accuracy sentence: the difference in points and whether it exceeds the noise."""
+    row = next((r for r in rows if r.key in (OUTCOME_FIGURES[0][0], OUTCOME_FIGURES[1][0])
+                and r.difference is not None), None)
+    if row is None:
+        return "- accuracy: not compared (no run logged a validation or test accuracy)"
+    points = row.difference * 100
+    text = f"- accuracy ({row.label}): candidate {points:+.2f} points vs baseline"
+    if row.noise_floor is None:
+        return text + ": the noise could not be measured (one run per side: give two seeds or more per side)"
+    beyond = row.verdict == DEVICE_EFFECT
+    where = "beyond the noise floor" if beyond else "within the noise floor"
+    what = f"{where} of {row.noise_floor * 100:.2f} points"
+    if beyond and not judged:
+        return text + f": {what}, not a device effect (parity is not judged here)"
+    return text + f": {what}" + (" — a device effect" if beyond else " — no device effect shown")

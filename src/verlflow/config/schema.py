@@ -131,6 +131,7 @@ class Accelerator:
         return {"device.model": self.model, "device.node": self.node,
                 "device.devices_per_node": str(self.devices_per_node),
                 "device.peak_tflops": f"{self.peak_tflops:g} {self.peak_dtype}",
+                "device.dies_per_chip": str(self.dies_per_chip),
                 "device.interconnect": self.interconnect}
 
 

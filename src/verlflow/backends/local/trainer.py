@@ -53,7 +53,7 @@ from verlflow.backends.local.rollout import (
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.errors import VerlflowError
 from verlflow.models import logged_models
-from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
+from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
@@ -161,6 +161,7 @@ class LocalTrainer:
             )
         self.total_steps = self.settings.total_training_steps or self.steps_per_epoch * self.settings.total_epochs
         self.model = load_model(model_path, self.settings, self.device)
+        retry_on_lock(mlflow.set_tag, MODEL_PARAMS_TAG, str(sum(p.numel() for p in self.model.parameters())))
         if self.settings.use_ref:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.settings, self.total_steps)
