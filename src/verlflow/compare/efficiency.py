@@ -140,6 +140,13 @@ class Efficiency:
         count = self.hardware.devices if per == "device" else self.hardware.nodes
         return amount / self.step_s * 3600 / count
 
+    def run_hours(self, per: str) -> float | None:
+        """Hardware-hours the whole run took: end-to-end hours × ``device``s / ``chip``s / ``node``s booked."""
+        if not self.e2e_s:
+            return None
+        count = {"device": self.hardware.devices, "chip": self.hardware.chips, "node": self.hardware.nodes}[per]
+        return self.e2e_s / 3600 * count
+
     @property
     def cost_per_1k_samples(self) -> float | None:
         """The price of the booked hardware for the time 1000 samples take at the mean step time."""
@@ -226,6 +233,10 @@ def _num(value: float | None, digits: int = 4) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}"
 
 
+def _billions(value: float | None) -> str:
+    return MISSING if value is None else f"{value / 1e9:.3g} B parameters"
+
+
 def _pct(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2%}"
 
@@ -245,6 +256,24 @@ def work_time_ratios(base: Efficiency, cand: Efficiency) -> dict[str, float | No
         b, c = base.tokens_per_s(per), cand.tokens_per_s(per)
         out[per] = b / c if b and c else None
     return out
+
+
+def run_hour_ratios(base: Efficiency, cand: Efficiency) -> dict[str, float | None]:
+    """Hardware-hours of the whole runs, candidate / baseline, per device, chip and node.
+
+    For two runs of the same steps on one node of eight chips each (the guide's A3 and H20), per node and per
+    chip this is the guide's end-to-end 1.58x; per device it counts each A3 die, so twice that.
+    """
+    out: dict[str, float | None] = {}
+    for per in ("device", "chip", "node"):
+        b, c = base.run_hours(per), cand.run_hours(per)
+        out[per] = c / b if b and c else None
+    return out
+
+
+def _ratios_text(ratios: Mapping[str, float | None]) -> str:
+    return ", ".join(f"per {per} " + (f"{ratios[per]:.2f}×" if ratios[per] else MISSING)
+                     for per in ("chip", "node", "device"))
 
 
 def render_section(base: Efficiency, cand: Efficiency, prices_given: bool) -> str:
@@ -272,9 +301,11 @@ def render_section(base: Efficiency, cand: Efficiency, prices_given: bool) -> st
            "Throughput at the mean step time (`timing_s_mean/step`, `perf/total_num_tokens`); a sample is one "
            "generated response (`data.train_batch_size` × `rollout.n` per step).", "",
            table(["figure", base.role, cand.role, "candidate / baseline"], rows), "",
-           "Hardware-time for the same work, candidate / baseline: "
-           + ", ".join(f"per {per} {_num(ratios[per], 3)}×" if ratios[per] else f"per {per} {MISSING}"
-                       for per in ("chip", "node", "device")) + ".", ""]
+           f"Hardware-time per training step (the same work), candidate / baseline: {_ratios_text(ratios)}.", "",
+           f"Hardware-hours of the whole run (end-to-end time × what was booked), candidate / baseline: "
+           f"{_ratios_text(run_hour_ratios(base, cand))} (the guide's §6.3 end-to-end 1.58× is the per-node and "
+           "per-chip figure of two runs of the same steps on one node of eight chips; per device an A3 counts "
+           "each die).", ""]
     phases = [p for p in PHASE_FLOPS if p in base.mfu or p in cand.mfu]
     if phases:
         mfu_rows = [(f"`timing_s_mean/{p}`", _pct(base.mfu.get(p, (None, None))[0]),
@@ -284,7 +315,7 @@ def render_section(base: Efficiency, cand: Efficiency, prices_given: bool) -> st
                 f"Ours: {', '.join(f'{f} N' for f in sorted(set(PHASE_FLOPS.values())))} FLOPs per token "
                 "(forward phases 2 N, the actor update 6 N) × `perf/total_num_tokens` / (phase time × devices × "
                 "the profile's own peak); model size N: "
-                f"{_num(base.params_count, 3)} ({base.params_source}) / {_num(cand.params_count, 3)} "
+                f"{_billions(base.params_count)} ({base.params_source}) / {_billions(cand.params_count)} "
                 f"({cand.params_source}). verl's `perf/mfu/*` differ because verl uses one peak per device family "
                 "(354 TFLOPS for every Ascend 910 model, 148 for H20), counts attention FLOPs and divides by its own "
                 "device count.", "",
@@ -305,7 +336,7 @@ def render_section(base: Efficiency, cand: Efficiency, prices_given: bool) -> st
 def first_screen_lines(base: Efficiency, cand: Efficiency, prices_given: bool, baseline_name: str,
                        candidate_name: str) -> list[str]:
     """The answer in words: who is faster per chip and per node, by how much, and the cost per 1k samples."""
-    ratios = work_time_ratios(base, cand)
+    ratios, whole = work_time_ratios(base, cand), run_hour_ratios(base, cand)
     out = []
     for per in ("chip", "node"):
         r = ratios[per]
@@ -314,9 +345,11 @@ def first_screen_lines(base: Efficiency, cand: Efficiency, prices_given: bool, b
         elif abs(r - 1) < 0.005:
             out.append(f"- per {per}: {candidate_name} and {baseline_name} are equally fast")
         else:
-            faster, factor = (baseline_name, r) if r > 1 else (candidate_name, 1 / r)
-            out.append(f"- per {per}: {faster} is faster: the other needs {factor:.2f}× the {per}-time "
-                       "for the same work")
+            faster, slower, factor = (baseline_name, candidate_name, r) if r > 1 else (candidate_name, baseline_name,
+                                                                                      1 / r)
+            end_to_end = f" ({whole[per]:.2f}× {per}-hours end to end, candidate / baseline)" if whole[per] else ""
+            out.append(f"- per {per}: {faster} is faster: {slower} needs {factor:.2f}× the {per}-time per "
+                       f"training step{end_to_end}")
     if prices_given:
         costs = ", ".join(f"{name} {_num(e.cost_per_1k_samples)}" for name, e in
                           ((baseline_name, base), (candidate_name, cand)))

@@ -167,8 +167,9 @@ def judged_by_noise(rows: Sequence[ParityRow], base: Sequence[RunSnapshot],
 
 
 def seeds_of(snaps: Sequence[RunSnapshot]) -> list[str]:
-    """Each run's seeds as ``data/seed=1 rollout/seed=2`` (what tells the runs of a side apart)."""
-    return [" ".join(f"{k.rsplit('/', 2)[-2]}/seed={s.params.get(k, '-')}" for k in SEED_PARAMS) for s in snaps]
+    """Each run's seeds as ``data/seed=1 rollout/seed=2`` (what tells the runs of a side apart); '' without."""
+    return [" ".join(f"{k.rsplit('/', 2)[-2]}/seed={s.params[k]}" for k in SEED_PARAMS if k in s.params)
+            for s in snaps]
 
 
 def not_deterministic(snaps: Sequence[RunSnapshot]) -> list[RunSnapshot]:
@@ -176,18 +177,22 @@ def not_deterministic(snaps: Sequence[RunSnapshot]) -> list[RunSnapshot]:
     return [s for s in snaps if s.tags.get(DETERMINISTIC_TAG) != "true"]
 
 
+def _fmt(value: float, sign: str = "") -> str:
+    return f"{value:{sign},.1f}" if abs(value) >= 1000 else f"{value:{sign}.4g}"
+
+
 def _with_interval(figure: SideFigure | None) -> str:
     if figure is None:
         return MISSING
-    shown = f"{figure.mean:.4g}"
+    shown = _fmt(figure.mean)
     if figure.half_width is not None:
-        shown += f" ± {figure.half_width:.2g} [{figure.mean - figure.half_width:.4g}, " \
-                 f"{figure.mean + figure.half_width:.4g}]"
+        low, high = figure.mean - figure.half_width, figure.mean + figure.half_width
+        shown += f" ± {_fmt(figure.half_width)} [{_fmt(low)}, {_fmt(high)}]"
     return f"{shown} (n={len(figure.values)})"
 
 
 def _signed(value: float | None) -> str:
-    return MISSING if value is None else f"{value:+.4g}"
+    return MISSING if value is None else _fmt(value, "+")
 
 
 def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], rows: Sequence[FigureRow]) -> str:
@@ -195,7 +200,7 @@ def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], row
     noise = max(len(base), len(cand)) >= 2
     out = ["## Several runs: means, 95% intervals and the noise floor", ""]
     for role, snaps in (("baseline", base), ("candidate", cand)):
-        seeds = ", ".join(f"`{s.run_id[:8]}` {seed}" for s, seed in zip(snaps, seeds_of(snaps), strict=True))
+        seeds = ", ".join(f"`{s.run_id[:8]}` {seed}".rstrip() for s, seed in zip(snaps, seeds_of(snaps), strict=True))
         out.append(f"- {role}: {len(snaps)} run(s): {seeds}")
         loose = not_deterministic(snaps)
         if loose:
@@ -211,7 +216,7 @@ def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], row
                 "until then the curves are judged by verl's 2% rule.", ""]
     header = ["figure", "metric", "baseline", "candidate", "difference", "noise floor", "verdict"]
     body = [(r.label, f"`{r.key}`", _with_interval(r.baseline), _with_interval(r.candidate), _signed(r.difference),
-             MISSING if r.noise_floor is None else f"{r.noise_floor:.4g}", r.verdict) for r in rows]
+             MISSING if r.noise_floor is None else _fmt(r.noise_floor), r.verdict) for r in rows]
     return "\n".join([*out, table(header, body), ""])
 
 
