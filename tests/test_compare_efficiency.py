@@ -150,3 +150,11 @@ def test_the_cli_refuses_a_missing_prices_file_with_exit_2(store, capsys):
     assert info.value.code == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "prices=" in err[0] and "no such file" in err[0]
+
+
+def test_the_readme_shows_this_comparisons_first_screen(priced):
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("opens with the answer")[1].split("```")[1].strip().splitlines()
+    assert shown[0].startswith("**The answer**") and len(shown) >= 6
+    for line in shown:
+        assert line in priced.report.splitlines(), line
