@@ -30,7 +30,7 @@ from mlflow.entities import Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow.compare import efficiency, run_sets
+from verlflow.compare import efficiency, profiles, run_sets
 from verlflow.compare.diff import (
     ConfigDiff,
     config_diff,
@@ -75,7 +75,7 @@ from verlflow.names import (
     metric_names,
 )
 from verlflow.runs import naming as run_names
-from verlflow.runs import tracking
+from verlflow.runs import profiling, tracking
 from verlflow.util import check_output_dir, gc_paused
 
 ARTIFACT_DIR = "compare"
@@ -363,17 +363,19 @@ def build_report(
     eps: float = DEFAULT_EPS,
     plotter: CurvePlotter | None = None,
     prices: dict[str, tuple[float, str]] | None = None,
+    step_profiles: tuple[profiles.Summary, profiles.Summary] = ({}, {}),
 ) -> ReportParts:
     """Compute every part and write ``report.md``, ``comparison.json`` and the PNGs into ``out_dir``.
 
     ``baseline`` / ``candidate``: one run or the runs of a side. ``plotter`` draws the curves in its worker
     process while the rest is computed (a new one when None). ``prices``: :func:`efficiency.read_prices`.
+    ``step_profiles``: both sides' profiled steps (:func:`verlflow.runs.profiling.read_step_summaries`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     base_set = [baseline] if isinstance(baseline, RunSnapshot) else list(baseline)
     cand_set = [candidate] if isinstance(candidate, RunSnapshot) else list(candidate)
     with contextlib.nullcontext(plotter) if plotter else CurvePlotter() as plotter:
-        return _write_report(base_set, cand_set, out_dir, threshold, eps, plotter, prices)
+        return _write_report(base_set, cand_set, out_dir, threshold, eps, plotter, prices, step_profiles)
 
 
 def _first_screen(baseline: RunSnapshot, candidate: RunSnapshot, effs: tuple[efficiency.Efficiency, ...],
@@ -388,6 +390,7 @@ def _first_screen(baseline: RunSnapshot, candidate: RunSnapshot, effs: tuple[eff
 def _write_report(
     base_set: list[RunSnapshot], cand_set: list[RunSnapshot], out_dir: Path, threshold: float, eps: float,
     plotter: CurvePlotter, prices: dict[str, tuple[float, str]] | None = None,
+    step_profiles: tuple[profiles.Summary, profiles.Summary] = ({}, {}),
 ) -> ReportParts:
     baseline, candidate = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
     extra_profiles = {
@@ -427,7 +430,8 @@ def _write_report(
         utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),
         compare_link=link,
         sections_after_runs=[run_sets.render_section(base_set, cand_set, figures),
-                             efficiency.render_section(*effs, prices is not None)],
+                             efficiency.render_section(*effs, prices is not None),
+                             profiles.render_section(*step_profiles)],
         first_screen=_first_screen(baseline, candidate, effs, figures, judged, prices is not None),
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
@@ -447,6 +451,7 @@ def _write_report(
                                 "tokens_per_s_per_node": e.tokens_per_s("node"),
                                 "cost_per_1k_samples": e.cost_per_1k_samples} for e in effs},
         "work_time_ratios": efficiency.work_time_ratios(*effs),
+        "profiles": {"baseline": step_profiles[0], "candidate": step_profiles[1]},
         "utilisation": [{**asdict(r), "ratio": r.ratio} for r in util_rows],
         "mlflow_compare": link,
     }
@@ -514,6 +519,9 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
     with gc_paused():  # opening the store imports SQLAlchemy's and MLflow's store modules
         base_runs, cand_runs = _checked_runs(baseline, candidate, output_dir, threshold)
         base_set, cand_set = read_runs(base_runs, cand_runs)
+        # a side's first run stands for it in the profile tables
+        step_profiles = (profiling.read_step_summaries(base_set[0].run_id),
+                         profiling.read_step_summaries(cand_set[0].run_id))
     tags = {
         STEP_TAG: "compare",
         "compare.baseline_run_id": base_set[0].run_id,
@@ -523,7 +531,8 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
     }
     with tempfile.TemporaryDirectory(prefix="verlflow-compare-") as tmp:
         out_dir = Path(output_dir) if output_dir else Path(tmp)
-        parts = build_report(base_set, cand_set, out_dir, threshold=threshold, plotter=plotter, prices=prices)
+        parts = build_report(base_set, cand_set, out_dir, threshold=threshold, plotter=plotter, prices=prices,
+                             step_profiles=step_profiles)
         base, cand = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
         with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags) as run:
             warning = comparison_warning(parts.diff, base, cand)

@@ -207,6 +207,9 @@ class VerlflowBlock(Mapping):
     # Local trainer: one torch thread, deterministic algorithms, every generator seeded from the rollout seed, so
     # two runs of one config are bit-identical (tag verlflow.deterministic; compare notes runs without it).
     deterministic: bool = False
+    # Training steps to profile (e.g. [2]): the local trainer runs torch.profiler over them; the verl backend turns on
+    # verl's global_profiler with the tool that fits the profile. Traces and a summary table go to profile/step_<N>/.
+    profile_steps: tuple[int, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         """The field ``key`` (a ``KeyError`` for a name that is not a field)."""

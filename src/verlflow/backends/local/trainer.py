@@ -244,7 +244,10 @@ class LocalTrainer:
             self.global_step += 1
             step = self.global_step
             last = step >= self.total_steps
-            metrics, samples = self._train_step()
+            if step in self.cfg.verlflow.profile_steps:
+                metrics, samples = self._profiled_step(step)
+            else:
+                metrics, samples = self._train_step()
             if self.settings.test_freq > 0 and (last or step % self.settings.test_freq == 0):
                 timing: dict[str, float] = {}
                 with _timer("testing", timing):
@@ -323,6 +326,22 @@ class LocalTrainer:
         samples = {"step": [self.global_step] * len(rollout.response_texts), "prompt": rollout.prompt_texts,
                    "response": rollout.response_texts, "reward": rollout.scores.tolist()}
         return metrics, {k: v[:MAX_SAMPLE_ROWS] for k, v in samples.items()}
+
+    def _profiled_step(self, step: int) -> tuple[dict[str, float], dict[str, list]]:
+        """:meth:`_train_step` under ``torch.profiler``; its Chrome trace and summary go to ``profile/step_<N>/``."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from verlflow.runs.profiling import log_step_profile, summarize_trace
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            result = self._train_step()
+        folder = Path(self.settings.default_local_dir).parent / "profile" / f"step_{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        trace = folder / "trace.json.gz"  # torch gzips it (a tenth of the size)
+        prof.export_chrome_trace(str(trace))
+        retry_on_lock(log_step_profile, step, [trace], summarize_trace(trace, PHASES))
+        return result
 
     def _batch_rows(self, step: int) -> list[int]:
         """Prompt rows of a (1-based) step: epoch-seeded shuffles, so a resumed run sees the same order."""
@@ -403,12 +422,17 @@ class LocalTrainer:
 # ---------------------------------------------------------------------- helpers
 
 
+# verl's timer names of a step's phases: also the profiler's annotations (a profiled step's summary rows).
+PHASES = ("step", "gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
+
+
 @contextlib.contextmanager
 def _timer(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """verl's ``marked_timer``: seconds of the block into ``timing[name]``."""
+    """verl's ``marked_timer``: seconds of the block into ``timing[name]``, annotated for ``torch.profiler``."""
     start = time.perf_counter()
     try:
-        yield
+        with torch.profiler.record_function(name):
+            yield
     finally:
         timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
