@@ -20,8 +20,12 @@ from typing import Any
 
 PROFILE_ARTIFACT_DIR = "profile"
 SUMMARY_FILE = "summary.json"
-# Operators kept in a summary, the largest first.
+# Operators (and other annotations) kept in a summary, the largest first.
 TOP_OPERATORS = 30
+# verl's workers annotate their stages with these names; a summary names them as verl's timers do (timing_s/*).
+VERL_STAGES = {"generate_sequences": "gen", "actor_compute_log_prob": "old_log_prob",
+               "ref_compute_log_prob": "ref", "actor_update": "update_actor", "compute_values": "values",
+               "critic_update": "update_critic"}
 _STEP_DIR = re.compile(r"step_(\d+)$")
 
 
@@ -34,24 +38,36 @@ def _events(trace: Mapping[str, Any]) -> list[dict]:
     return [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
 
 
-def summarize_trace(path: str | Path, phases: Iterable[str]) -> list[dict[str, Any]]:
+def summarize_trace(path: str | Path, phases: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Rows ``{kind, name, time_ms, calls}`` of a Chrome trace: each phase's annotated time, then the top operators.
 
-    Phases are ``record_function`` annotations (category ``user_annotation``) named as ``phases``. Operators
+    Phases are ``record_function`` annotations (category ``user_annotation``) named as ``phases``; with None, verl's
+    stage annotations (:data:`VERL_STAGES`, named as verl's timers) and every other annotation as kind
+    ``annotation`` (FSDP hooks, mini-batches). Operators
     (category ``cpu_op``) are counted at the top level of their thread only, so a nested ``aten::addmm`` inside
     ``aten::linear`` is not counted twice; the sum over operators is then the time spent in operators.
     """
     raw = Path(path).read_bytes()
     trace = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
-    wanted = set(phases)
+    wanted = None if phases is None else set(phases)
     phase_ms: dict[str, float] = defaultdict(float)
     phase_calls: dict[str, int] = defaultdict(int)
+    other_ms: dict[str, float] = defaultdict(float)
+    other_calls: dict[str, int] = defaultdict(int)
     op_ms: dict[str, float] = defaultdict(float)
     op_calls: dict[str, int] = defaultdict(int)
     ops_by_thread: dict[tuple, list[dict]] = defaultdict(list)
     for event in _events(trace):
         category, name = event.get("cat", ""), str(event.get("name", ""))
-        if category == "user_annotation" and name in wanted:
+        if category == "user_annotation":
+            if wanted is None and name in VERL_STAGES:
+                name = VERL_STAGES[name]
+            elif wanted is None:
+                other_ms[name] += float(event["dur"]) / 1000
+                other_calls[name] += 1
+                continue
+            elif name not in wanted:
+                continue
             phase_ms[name] += float(event["dur"]) / 1000
             phase_calls[name] += 1
         elif category == "cpu_op":
@@ -69,6 +85,9 @@ def summarize_trace(path: str | Path, phases: Iterable[str]) -> list[dict[str, A
             for name, ms in sorted(phase_ms.items(), key=lambda kv: -kv[1])]
     top = sorted(op_ms.items(), key=lambda kv: -kv[1])[:TOP_OPERATORS]
     rows += [{"kind": "operator", "name": name, "time_ms": round(ms, 3), "calls": op_calls[name]} for name, ms in top]
+    others = sorted(other_ms.items(), key=lambda kv: -kv[1])[:TOP_OPERATORS]
+    rows += [{"kind": "annotation", "name": name, "time_ms": round(ms, 3), "calls": other_calls[name]}
+             for name, ms in others]
     return rows
 
 
@@ -102,3 +121,47 @@ def read_step_summaries(run_id: str) -> dict[int, list[dict[str, Any]]]:
         columns = table.get("columns", [])
         found[int(matched.group(1))] = [dict(zip(columns, row, strict=False)) for row in table.get("data", [])]
     return found
+
+
+def merged(summaries: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Several traces' rows of one step (one file per worker and stage) as one summary: times and calls added."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    for rows in summaries:
+        for row in rows:
+            entry = totals.setdefault((row["kind"], row["name"]), [0.0, 0])
+            entry[0] += float(row["time_ms"])
+            entry[1] += int(row["calls"])
+    ordered = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    kept = [(k, v) for k, v in ordered if k[0] == "phase"]
+    for kind in ("operator", "annotation"):
+        kept += [(k, v) for k, v in ordered if k[0] == kind][:TOP_OPERATORS]
+    return [{"kind": kind, "name": name, "time_ms": round(ms, 3), "calls": calls}
+            for (kind, name), (ms, calls) in kept]
+
+
+_TRACE_STEP = re.compile(r"step_?(\d+)")
+
+
+def log_profile_folder(folder: str | Path) -> list[int]:
+    """Log verl's profiler output in ``folder`` (``global_profiler.save_path``) by step; returns the steps logged.
+
+    Each file goes to ``profile/step_<N>/`` (N from verl's ``step<N>`` in its name, files without one to
+    ``profile/``); the torch traces of a step are summarized together into its summary table.
+    """
+    import mlflow
+
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    by_step: dict[int, list[Path]] = defaultdict(list)
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        found = _TRACE_STEP.search(file.name)
+        if found:
+            by_step[int(found.group(1))].append(file)
+        else:
+            mlflow.log_artifact(str(file), PROFILE_ARTIFACT_DIR)
+    for step, files in sorted(by_step.items()):
+        traces = [f for f in files if f.name.endswith((".json", ".json.gz"))]
+        summary = merged(summarize_trace(f) for f in traces)
+        log_step_profile(step, files, summary)
+    return sorted(by_step)

@@ -263,6 +263,10 @@ def train_verl(
                                               interval_s=system_metrics.sampling_interval(cfg.verlflow)):
             rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
     tracking.log_run_summaries(run_id, started_at)
+    if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
+        from verlflow.runs.profiling import log_profile_folder
+
+        log_profile_folder(plan.overrides["global_profiler.save_path"])
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():
         mlflow.log_artifacts(tensorboard, "logs/tensorboard")
