@@ -100,6 +100,7 @@ def test_two_sets_of_seeds_on_two_profiles_get_intervals_a_noise_floor_and_a_ver
     assert "## Several runs: means, 95% intervals and the noise floor" in report
     assert "curves within the seed-to-seed noise floor" in report and "noise not measured" not in report
     assert "the baseline was not deterministic" in report  # its runs did not set verlflow.deterministic
+    assert "differ in settings beyond their seeds" not in report
     logged = client.get_run(sets.run_id).data
     assert logged.tags["compare.baseline_run_ids"] == f"{runs['a1']},{runs['a2']}"
     assert logged.metrics["compare/noise_floor/timing_s/e2e"] == pytest.approx(figures["timing_s/e2e"].noise_floor)

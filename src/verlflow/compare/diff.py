@@ -60,6 +60,10 @@ BACKEND_PARAMS = (
     "reward/reward_model/n_gpus_per_node",
     "reward/reward_model/nnodes",
 )
+# verl's profiler settings (verlflow.profile_steps turns them on in a verl launch): what is recorded, not how it
+# trains; matched as prefixes, reported with the launch.
+PROFILER_PARAMS = ("global_profiler", "actor_rollout_ref/actor/profiler", "actor_rollout_ref/ref/profiler",
+                   "actor_rollout_ref/rollout/profiler", "critic/profiler")
 # Params that only seed a run: a set of runs of one setting differs in them, so they are not a recipe difference.
 SEED_PARAMS = ("data/seed", "actor_rollout_ref/rollout/seed")
 # Tags that belong to the device profile (profile name, env knobs) or to how a run was launched.
@@ -111,7 +115,7 @@ def classify_param(key: str, profile_keys: Iterable[str], launch_params: Iterabl
         return "seeds"
     if _matches(key, LOCATION_PARAMS):
         return "locations"
-    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS:
+    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS or _matches(key, PROFILER_PARAMS):
         return "launch"
     return "recipe"
 

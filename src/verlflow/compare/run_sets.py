@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verlflow import names
-from verlflow.compare.diff import SEED_PARAMS
+from verlflow.compare.diff import BACKEND_PARAMS, LOCATION_PARAMS, SEED_PARAMS
 from verlflow.compare.report import ParityRow, mean_relative_difference, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
 from verlflow.names import DETERMINISTIC_TAG
@@ -172,6 +172,13 @@ def seeds_of(snaps: Sequence[RunSnapshot]) -> list[str]:
             for s in snaps]
 
 
+def unlike_settings(snaps: Sequence[RunSnapshot]) -> list[str]:
+    """Params in which the runs of one side differ beyond seeds, paths and names (a set should be one setting)."""
+    ignored = {*SEED_PARAMS, *LOCATION_PARAMS, *BACKEND_PARAMS}
+    keys = {k for s in snaps for k in s.params if k not in ignored and "/" in k}
+    return sorted(k for k in keys if len({s.params.get(k) for s in snaps}) > 1)
+
+
 def not_deterministic(snaps: Sequence[RunSnapshot]) -> list[RunSnapshot]:
     """The runs that did not run with ``verlflow.deterministic=true`` (a rerun of them may differ)."""
     return [s for s in snaps if s.tags.get(DETERMINISTIC_TAG) != "true"]
@@ -202,6 +209,11 @@ def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], row
     for role, snaps in (("baseline", base), ("candidate", cand)):
         seeds = ", ".join(f"`{s.run_id[:8]}` {seed}".rstrip() for s, seed in zip(snaps, seeds_of(snaps), strict=True))
         out.append(f"- {role}: {len(snaps)} run(s): {seeds}")
+        unlike = unlike_settings(snaps)
+        if unlike:
+            shown = ", ".join(f"`{k}`" for k in unlike[:5]) + (" …" if len(unlike) > 5 else "")
+            out.append(f"  - ⚠ the {role}'s runs differ in settings beyond their seeds ({shown}): their spread is "
+                       "not only seed-to-seed noise")
         loose = not_deterministic(snaps)
         if loose:
             out.append(f"  - the {role} was not deterministic ({len(loose)} of {len(snaps)} run(s) without "
