@@ -41,34 +41,13 @@ def is_filter(ref: str) -> bool:
 
 
 def resolve_run(ref: str, role: str = "run") -> Run:
-    """The run a reference means: a run id, a run name, or a filter string matching exactly one run."""
+    """The run a run id or run name means (a filter string is :func:`resolve_runs`' to read)."""
     ref = (ref or "").strip()
     if not ref:
         raise VerlflowError(
             f"{role} is empty: give a run id, a run name, or a filter such as \"tags.device.type = 'npu'\""
         )
-    if not is_filter(ref):
-        return tracking.get_run(ref)
-    client = MlflowClient()
-    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
-    try:
-        runs = client.search_runs(
-            experiments, filter_string=ref, max_results=3, order_by=["attributes.start_time DESC"]
-        )
-    except MlflowException as exc:
-        first = (str(exc.message).strip().splitlines() or ["(no detail)"])[0]
-        raise VerlflowError(f'{role} filter "{ref}" is not a valid MLflow filter: {first}') from None
-    if not runs:
-        raise VerlflowError(
-            f'{role} filter "{ref}" matches no run in the tracking store {mlflow.get_tracking_uri()}'
-        )
-    if len(runs) > 1:
-        names = ", ".join(f"{r.info.run_name} ({r.info.run_id})" for r in runs[:2])
-        raise VerlflowError(
-            f'{role} filter "{ref}" matches several runs ({names}, …): add a condition '
-            "(e.g. and tags.verlflow.step = 'train') or give a run id"
-        )
-    return runs[0]
+    return tracking.get_run(ref)
 
 
 def resolve_runs(ref: str, role: str = "run") -> list[Run]:

@@ -273,9 +273,16 @@ def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device
                  "profile/step_<N>/"]
 
 
+# verl's own determinism switches (verl >= 0.9), set by verlflow.deterministic=true: deterministic FSDP kernels
+# and a batch-invariant, seeded rollout (main_ppo exports VERL_FULL_DETERMINISM to every worker).
+DETERMINISM_KEYS = ("actor_rollout_ref.actor.fsdp_config.full_determinism",
+                    "actor_rollout_ref.ref.fsdp_config.full_determinism",
+                    "actor_rollout_ref.rollout.full_determinism")
+
+
 def forced_overrides(
     overrides: dict[str, Any], *, project: str, experiment: str, run_dir: Path, traces: int = 0,
-    profile_steps: tuple[int, ...] = (), device: str = "",
+    profile_steps: tuple[int, ...] = (), device: str = "", deterministic: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """The overrides verl is launched with, and one note per key verlflow forced (see the module docstring)."""
     out = dict(overrides)
@@ -319,6 +326,12 @@ def forced_overrides(
         out.update({f"{TRACE}.backend": "mlflow", f"{TRACE}.token2text": True, sampled: traces})
         notes.append(f"{TRACE}.backend=mlflow: verl traces {traces} rollout(s) per step and worker into this "
                      "run's experiment (verlflow.rollout_traces=0 turns it off)")
+
+    if deterministic:
+        present = [key for key in DETERMINISM_KEYS if key in defaults and key not in overrides]
+        out.update(dict.fromkeys(present, True))
+        notes.append(f"{', '.join(present)}=True: verlflow.deterministic=true" if present
+                     else "verlflow.deterministic=true: this verl has no full_determinism keys (verl >= 0.9 has)")
 
     profiling, profiling_notes = profiler_overrides(overrides, tuple(profile_steps), device, run_dir, defaults)
     out.update({k: v for k, v in profiling.items() if k not in overrides or k == "global_profiler.tool"})
@@ -370,7 +383,8 @@ def build_plan(
     overrides, notes = forced_overrides(cfg.overrides, project=experiment_name, experiment=run_name or run_id,
                                         run_dir=run_dir, traces=traced_samples(cfg.verlflow),
                                         profile_steps=tuple(cfg.verlflow.profile_steps),
-                                        device=str(cfg.profile.device))
+                                        device=str(cfg.profile.device),
+                                        deterministic=bool(cfg.verlflow.deterministic))
     env = dict(cfg.profile.env)
     if "tensorboard" in overrides["trainer.logger"]:
         env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
