@@ -203,6 +203,8 @@ def _first_screen(baseline: RunSnapshot, candidate: RunSnapshot, effs: tuple[eff
                   figures: list[run_sets.FigureRow], judged: bool, prices_given: bool) -> list[str]:
     """The report's opening lines: the answer in words (speed per chip and node, accuracy vs noise, cost)."""
     names_ = (efficiency.side_name(baseline), efficiency.side_name(candidate))
+    if names_[0] == names_[1]:  # one profile on both sides: name them by role
+        names_ = (f"the baseline ({names_[0]})", f"the candidate ({names_[1]})")
     return [f"**The answer** (baseline {names_[0]}, candidate {names_[1]}):",
             *efficiency.first_screen_lines(*effs, prices_given, *names_),
             run_sets.accuracy_line(figures, judged)]
@@ -231,7 +233,7 @@ def _write_report(
     plotter.submit(CURVES, baseline, candidate, out_dir, notes)
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
-    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings])
+    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings], judged)
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []

@@ -33,6 +33,8 @@ OUTCOME_FIGURES = (
 )
 WITHIN_NOISE = "within noise"
 DEVICE_EFFECT = "device effect"
+# The same verdict where both sides ran on one device profile: beyond the noise, but not a device's doing.
+BEYOND_NOISE = "beyond noise"
 
 
 def interval(values: Sequence[float]) -> tuple[float, float | None]:
@@ -97,8 +99,12 @@ def noise_verdict(difference: float | None, floor: float | None) -> str:
 
 
 def figure_rows(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot],
-                timing_keys: Sequence[tuple[str, str]]) -> list[FigureRow]:
-    """Accuracy, reward and every timing figure: both sides' means and intervals, noise floor, verdict."""
+                timing_keys: Sequence[tuple[str, str]], judged: bool = True) -> list[FigureRow]:
+    """Accuracy, reward and every timing figure: both sides' means and intervals, noise floor, verdict.
+
+    ``judged``: the sides ran on two device profiles; otherwise a difference beyond the noise is not called a
+    device effect.
+    """
     rows = []
     for key, label in [*OUTCOME_FIGURES, *timing_keys]:
         b, c = side_figure(base, key), side_figure(cand, key)
@@ -108,6 +114,8 @@ def figure_rows(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot],
         floor = max(spreads) if spreads else None
         row = FigureRow(key, label, b, c, floor, "")
         row.verdict = noise_verdict(row.difference, floor)
+        if not judged and row.verdict == DEVICE_EFFECT:
+            row.verdict = BEYOND_NOISE
         rows.append(row)
     return rows
 
@@ -242,9 +250,9 @@ def accuracy_line(rows: Sequence[FigureRow], judged: bool) -> str:
     text = f"- accuracy ({row.label}): candidate {points:+.2f} points vs baseline"
     if row.noise_floor is None:
         return text + ": the noise could not be measured (one run per side: give two seeds or more per side)"
-    beyond = row.verdict == DEVICE_EFFECT
+    beyond = row.verdict in (DEVICE_EFFECT, BEYOND_NOISE)
     where = "beyond the noise floor" if beyond else "within the noise floor"
     what = f"{where} of {row.noise_floor * 100:.2f} points"
-    if beyond and not judged:
-        return text + f": {what}, not a device effect (parity is not judged here)"
+    if not judged:
+        return text + f": {what} (not a device question: parity is not judged here)"
     return text + f": {what}" + (" — a device effect" if beyond else " — no device effect shown")
