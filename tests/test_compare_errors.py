@@ -74,3 +74,9 @@ def test_cli_prints_one_line_and_exits_2(two_runs, capsys):
     assert len(err) == 1
     assert err[0].startswith("verlflow compare: error: no run with id or name 'no-such-run'")
     assert mlflow.active_run() is None
+
+
+def test_a_filter_side_keeps_its_train_runs_and_leaves_out_runs_that_trained_nothing(two_runs):
+    result = compare_runs("tags.device.type = 'cpu' and attributes.run_name != 'train-b'", "train-b", "")
+    assert [s.run_id for s in result.baseline_runs] == [two_runs["train-a"]]  # prep matched too, trained nothing
+    MlflowClient().delete_run(result.run_id)

@@ -69,7 +69,10 @@ def resolve_runs(ref: str, role: str = "run") -> list[Run]:
         raise VerlflowError(
             f'{role} filter "{ref}" matches no run in the tracking store {mlflow.get_tracking_uri()}'
         )
-    return list(runs)
+    # A filter may also match runs that trained nothing (evaluate, register, an earlier compare): a side is its
+    # train runs, as long as it has any (else read_runs names the run without timings).
+    trained = [r for r in runs if any(k == TIMING_E2E or k.startswith(TIMING_PREFIX) for k in r.data.metrics)]
+    return trained or list(runs)
 
 
 # ----------------------------------------------------------------------------------------------
