@@ -52,6 +52,8 @@ def make_deterministic(seed: int) -> dict[str, Any]:
     from transformers import set_seed
 
     before = {"threads": torch.get_num_threads(), "algorithms": torch.are_deterministic_algorithms_enabled()}
+    # cuBLAS refuses deterministic matmuls on a GPU without a fixed workspace (read when CUDA first starts).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     set_seed(seed)
