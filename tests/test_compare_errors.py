@@ -45,10 +45,10 @@ def _compare_runs() -> list:
     [
         ("0123456789abcdef0123456789abcdef", "train-b", "no run with id or name '0123456789abcdef"),
         ("train-a", "prep", "candidate run 'prep'"),
-        ("tags.verlflow.step = 'train'", "train-b", "matches several runs"),
+        ("tags.verlflow.step = 'train'", "train-b", "baseline and candidate share run(s) "),
         ("tags.device.type = 'npu'", "train-b", "matches no run"),
         ("tags.device.type == ", "train-b", "is not a valid MLflow filter"),
-        ("train-a", "train-a", "are the same run"),
+        ("train-a", "train-a", "baseline and candidate share run(s) "),
         ("", "train-b", "baseline is empty"),
     ],
 )
@@ -74,3 +74,9 @@ def test_cli_prints_one_line_and_exits_2(two_runs, capsys):
     assert len(err) == 1
     assert err[0].startswith("verlflow compare: error: no run with id or name 'no-such-run'")
     assert mlflow.active_run() is None
+
+
+def test_a_filter_side_keeps_its_train_runs_and_leaves_out_runs_that_trained_nothing(two_runs):
+    result = compare_runs("tags.device.type = 'cpu' and attributes.run_name != 'train-b'", "train-b", "")
+    assert [s.run_id for s in result.baseline_runs] == [two_runs["train-a"]]  # prep matched too, trained nothing
+    MlflowClient().delete_run(result.run_id)

@@ -136,8 +136,10 @@ def test_time_ratios_are_the_runs_own_metrics_divided(store, result):
     # the guide's four rows first, in its words, then every other timing_s_mean/*
     assert [r.key for r in result.timings][:4] == ["timing_s/e2e", "timing_s_mean/gen",
                                                    "timing_s_mean/update_actor", "timing_s_mean/step"]
-    for words in ("end-to-end time", "mean generation time", "mean actor update time", "mean step time"):
+    for words in ("end-to-end time", "mean generation (rollout) time", "mean actor (policy) update time",
+                  "mean step time"):
         assert words in result.report
+    assert not _has_cjk(result.report)  # English labels: the guide's 演员 ("stage actor") mistranslates verl's actor
     assert "| 0.80× |" in result.report and "| 1.58× |" in result.report
 
 
@@ -146,7 +148,7 @@ def test_versions_come_side_by_side_from_the_tags(result):
     assert rows["torch-npu"] == ("-", "2.5.1.post1")
     assert rows["CANN"] == ("-", "8.2.RC1")
     assert rows["CUDA"] == ("12.6", "-")
-    assert rows["cards (卡数)"] == ("8", "16")
+    assert rows["devices (as verl counts them: an A3 die is one)"] == ("8", "16")
     assert rows["vllm"] == ("0.9.2", "0.9.1")
     assert "| torch-npu | - | 2.5.1.post1 |" in result.report
 
@@ -234,16 +236,18 @@ def _has_cjk(text: str) -> bool:
 
 
 def test_two_seeds_of_one_recipe_get_a_plain_comparison_without_a_parity_verdict(store):
-    """The same recipe and profile, another data.seed: differences are reported, nothing is judged."""
+    """The same recipe and profile, another data.seed: differences are reported, nothing is judged (issue 36)."""
     recipe = "qwen3-4b-gsm8k-grpo"
     seed2 = log_train_run("grpo-a3 · seed=2", recipe=recipe, profile="a3", device_tags=A3_TAGS,
                           timings=A3_TIMINGS, curves=h20_curves(), e2e=150.0, overrides="data.seed=2")
     result = compare_runs(store["a3"], seed2)
 
-    assert [(r.key, r.baseline, r.candidate) for r in result.diff.recipe] == [("data/seed", "None", "2")]
+    assert [(r.key, r.baseline, r.candidate) for r in result.diff.seeds] == [("data/seed", "None", "2")]
+    assert result.diff.recipe == [] and not result.judged
     first_paragraph = result.report.split("\n\n")[1]
-    assert "data/seed: None → 2" in first_paragraph and "no parity verdict" in first_paragraph
-    assert "parity: not judged" in result.report
+    assert first_paragraph.startswith("**SAME DEVICE PROFILE: both sides ran on a3")
+    assert "no parity verdict" in first_paragraph
+    assert "parity: not judged (both sides ran on one device profile" in result.report
     assert "PASS" not in result.report and "FAIL" not in result.report and not _has_cjk(result.report)
     assert all(r.passed is None for r in result.parity) and not result.parity_passed
     # the differences themselves are still there, curve by curve

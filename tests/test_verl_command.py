@@ -175,3 +175,26 @@ def test_preflight_on_a_gpu_profile(fixtures_dir, tmp_path):
         preflight(cfg, plan, probe=Probe.recorded(table), environ={})
     with pytest.raises(VerlflowError, match=r"n_gpus_per_node=8 but only 3 CUDA GPU"):
         preflight(cfg, plan, probe=Probe.recorded(table, torch_cuda="12.6"), environ={})
+
+
+@pytest.mark.parametrize(("profile", "tool"), [("a3", "npu"), ("h20", "torch"), ("cpu-verl", "torch")])
+def test_profile_steps_turn_on_verls_profiler_with_the_tool_of_the_device(tmp_path, profile, tool):
+    _, plan = _plan(profile, tmp_path, "verlflow.profile_steps=[2,5]")
+    o = plan.overrides
+    assert (o["global_profiler.tool"], o["global_profiler.steps"]) == (tool, [2, 5])
+    assert o["global_profiler.save_path"] == str(plan.run_dir / "profile")
+    assert o["actor_rollout_ref.actor.profiler.enable"] is True and o["actor_rollout_ref.ref.profiler.enable"] is True
+    config.validate_against_verl(o)
+
+
+def test_an_explicit_profiler_tool_stands_and_no_steps_means_no_profiler(a3, tmp_path):
+    _, own = _plan("h20", tmp_path, "verlflow.profile_steps=[2] global_profiler.tool=nsys")
+    assert own.overrides["global_profiler.tool"] == "nsys"
+    assert not any(k.startswith("global_profiler") or ".profiler." in k for k in a3[1].overrides)
+
+
+def test_deterministic_turns_on_verls_full_determinism(a3, tmp_path):
+    _, plan = _plan("h20", tmp_path, "verlflow.deterministic=true")
+    assert all(plan.overrides[key] is True for key in verl_command.DETERMINISM_KEYS)
+    config.validate_against_verl(plan.overrides)
+    assert not any(key in a3[1].overrides for key in verl_command.DETERMINISM_KEYS)

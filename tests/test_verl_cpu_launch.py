@@ -4,13 +4,15 @@ One real launch of ``python -m verl.trainer.main_ppo`` (2 GRPO steps of the tiny
 profile, verlflow's CPU plugin loaded into every verl process) is shared by the tests below: the launch
 script and environment, Ray started and stopped, verl's MLflow logger writing into the run ``mlflow run``
 opened, verl's checkpoint merged by verl's model merger, registered and evaluated, and a ``compare`` with
-a local run of the same recipe. A second launch crashes on purpose (a value that only verl can judge).
+a local run of the same recipe; both profile step 2 (``verlflow.profile_steps=[2]``). A second launch
+crashes on purpose (a value that only verl can judge).
 The launch takes about two minutes on 2 cores, mostly Ray and worker start-up.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +31,8 @@ from verlflow.compare.comparison import compare_runs
 REPO = Path(__file__).resolve().parents[1]
 # Two steps, validating on the last: every per-step curve has two points; same values for both backends.
 RECIPE_OVERRIDES = "trainer.total_training_steps=2 trainer.test_freq=2"
+# verl's global_profiler (torch on the CPU) and the local trainer's torch.profiler over step 2.
+PROFILED = "verlflow.profile_steps=[2]"
 SHARED_CURVES = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "response_length/mean",
                  "timing_s/gen", "timing_s/update_actor", "timing_s/step")
 
@@ -94,7 +98,7 @@ def verl_cpu(tmp_path_factory, tiny_workdir) -> VerlCpuStore:
     data_dir = workdir / "data"
     _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, workdir)
     started = time.monotonic()
-    launch = _mlflow_train(env, workdir, data_dir, RECIPE_OVERRIDES)
+    launch = _mlflow_train(env, workdir, data_dir, f"{RECIPE_OVERRIDES} {PROFILED}")
     wall = time.monotonic() - started
     print(f"\nverl on the CPU: `mlflow run -e train -P backend=verl` took {wall:.0f} s")
     assert launch.returncode == 0, f"verl launch failed:\n{launch.stdout[-4000:]}\n{launch.stderr[-4000:]}"
@@ -191,7 +195,7 @@ def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
 @pytest.mark.slow
 def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_keys(verl_cpu, client, capsys):
     _cli(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(verl_cpu.data_dir),
-          "--overrides", RECIPE_OVERRIDES],
+          "--overrides", f"{RECIPE_OVERRIDES} {PROFILED}"],
          verl_cpu.env, verl_cpu.workdir)
     local = next(r for r in _train_runs(verl_cpu.uri) if r.data.tags["verlflow.backend"] == "local")
     result = compare_runs(local.info.run_id, verl_cpu.run_id, str(verl_cpu.workdir / "compare"))
@@ -201,6 +205,13 @@ def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_key
     curves = {r.key: r for r in result.parity}
     for name in ("critic/score/mean", "actor/pg_loss", "actor/entropy", "response_length/mean"):
         assert curves[name].passed is not None, name  # both runs have the curve under this name
+    # both runs profiled step 2: a trace and a summary table each, side by side in the report
+    for run_id in (local.info.run_id, verl_cpu.run_id):
+        files = {Path(f.path).name for f in client.list_artifacts(run_id, "profile/step_2")}
+        assert "summary.json" in files and any(f.endswith(".json.gz") for f in files), (run_id, files)
+    assert "## Profiles: where a step's time goes" in result.report
+    assert re.search(r"\| update_actor \| [\d,.]+ \| [\d,.]+ \| [\d.]+× \|", result.report), result.report[-3000:]
+    assert "The operators that differ most" in result.report
 
 
 @pytest.mark.slow

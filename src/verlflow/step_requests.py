@@ -113,10 +113,11 @@ class SearchRequest:
 class CompareRequest:
     """``compare``: the A3-vs-H20 report from two runs."""
 
-    baseline: str = _param("run id, run name or tag filter (e.g. the H20 run)")
-    candidate: str = _param("run id, run name or tag filter (e.g. the A3 run)")
+    baseline: str = _param("run id or name, a comma list of runs, or a tag filter (every run it matches; e.g. H20)")
+    candidate: str = _param("run id or name, a comma list of runs, or a tag filter (every run it matches; e.g. A3)")
     output_dir: str = _param("also write the report here ('' = only as run artifacts)", "")
     threshold: float = _param("parity threshold: mean relative difference of curves, 0.02 = 2%", 0.02)
+    prices: str = _param("YAML of prices per profile, e.g. h20: {node_hour: 20.0} ('' = no cost figures)", "")
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,12 @@ BACKEND_PARAMS = (
     "reward/reward_model/n_gpus_per_node",
     "reward/reward_model/nnodes",
 )
+# verl's profiler settings (verlflow.profile_steps turns them on in a verl launch): what is recorded, not how it
+# trains; matched as prefixes, reported with the launch.
+PROFILER_PARAMS = ("global_profiler", "actor_rollout_ref/actor/profiler", "actor_rollout_ref/ref/profiler",
+                   "actor_rollout_ref/rollout/profiler", "critic/profiler")
+# Params that only seed a run: a set of runs of one setting differs in them, so they are not a recipe difference.
+SEED_PARAMS = ("data/seed", "actor_rollout_ref/rollout/seed")
 # Tags that belong to the device profile (profile name, env knobs) or to how a run was launched.
 PROFILE_TAG_PREFIXES = ("env.",)
 PROFILE_TAGS = (PROFILE_TAG,)
@@ -78,10 +84,11 @@ class DiffRow:
 
 @dataclass
 class ConfigDiff:
-    """Differences grouped by what they mean: recipe (must not differ), profile, locations, launch."""
+    """Differences grouped by what they mean: recipe (must not differ), profile, seeds, locations, launch."""
 
     recipe: list[DiffRow] = field(default_factory=list)
     profile: list[DiffRow] = field(default_factory=list)
+    seeds: list[DiffRow] = field(default_factory=list)
     locations: list[DiffRow] = field(default_factory=list)
     launch: list[DiffRow] = field(default_factory=list)
 
@@ -96,7 +103,7 @@ def _matches(key: str, prefixes: Iterable[str]) -> bool:
 
 
 def classify_param(key: str, profile_keys: Iterable[str], launch_params: Iterable[str]) -> str:
-    """Which group a differing param belongs to: ``profile``, ``locations``, ``launch`` or ``recipe``.
+    """Which group a differing param belongs to: ``profile``, ``seeds``, ``locations``, ``launch`` or ``recipe``.
 
     ``profile_keys`` are verl keys in ``/`` form (``trainer/n_gpus_per_node``); a list param matches
     by prefix (``trainer/logger/0``). ``launch_params`` are the step parameters ``mlflow run`` logs
@@ -104,9 +111,11 @@ def classify_param(key: str, profile_keys: Iterable[str], launch_params: Iterabl
     """
     if _matches(key, profile_keys):
         return "profile"
+    if key in SEED_PARAMS:
+        return "seeds"
     if _matches(key, LOCATION_PARAMS):
         return "locations"
-    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS:
+    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS or _matches(key, PROFILER_PARAMS):
         return "launch"
     return "recipe"
 

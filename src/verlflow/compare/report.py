@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from verlflow import names
 from verlflow.compare.diff import ConfigDiff
-from verlflow.compare.snapshot import MISSING, RunSnapshot
+from verlflow.compare.snapshot import MISSING, RunSnapshot, same_device_profile
 from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG, VERSION_TAG
 
 # verl's NPU/GPU precision-alignment rule (docs/ascend_tutorial): a loss curve on Ascend is accepted
@@ -27,8 +26,8 @@ DEFAULT_EPS = 1e-8
 # §6.1 of the guide, row by row: (tag, label). The guide's own words are kept in brackets.
 VERSION_ROWS: list[tuple[str, str]] = [
     ("device.type", "device type"),
-    ("device.name", "machine / device (机器)"),
-    ("device.count", "cards (卡数)"),
+    ("device.name", "machine / device"),
+    ("device.count", "devices (as verl counts them: an A3 die is one)"),
     ("device.memory_gb", "memory per device (GiB)"),
     ("device.model", "accelerator (profile's record)"),
     ("device.node", "node (profile's record)"),
@@ -54,12 +53,13 @@ VERSION_ROWS: list[tuple[str, str]] = [
     (VERSION_TAG, "verlflow"),
 ]
 
-# §6.3 of the guide: the four figures it reports, in its words, then every other timing_s_mean/*.
+# §6.3 of the guide: the four figures it reports, then every other timing_s_mean/*. Labels are English with
+# verl's terms (the guide's 平均演员更新时间 translates verl's "actor" as a stage actor: it is the policy update).
 GUIDE_TIMINGS: list[tuple[str, str]] = [
-    (names.TIMING_E2E, "end-to-end time (端到端时间)"),
-    (f"{names.TIMING_MEAN_PREFIX}gen", "mean generation time (平均生成时间)"),
-    (f"{names.TIMING_MEAN_PREFIX}update_actor", "mean actor update time (平均演员更新时间)"),
-    (f"{names.TIMING_MEAN_PREFIX}step", "mean step time (平均步骤时间)"),
+    (names.TIMING_E2E, "end-to-end time"),
+    (f"{names.TIMING_MEAN_PREFIX}gen", "mean generation (rollout) time"),
+    (f"{names.TIMING_MEAN_PREFIX}update_actor", "mean actor (policy) update time"),
+    (f"{names.TIMING_MEAN_PREFIX}step", "mean step time"),
 ]
 
 # Where the report's curve images sit, relative to the report: the grid and one file per curve.
@@ -117,6 +117,8 @@ class ParityRow:
     max_absolute_difference: float | None
     passed: bool | None  # None: not comparable (missing in a run, or no common step)
     note: str = ""
+    # The largest difference between two runs of one side (None: one run per side, the threshold judges).
+    noise_floor: float | None = None
 
 
 def _fmt_number(value: float | None) -> str:
@@ -274,18 +276,21 @@ def _verdict(row: ParityRow) -> str:
     return "PASS" if row.passed else "FAIL"
 
 
-def parity_summary(rows: Sequence[ParityRow], threshold: float, *, judged: bool = True) -> str:
-    """One line: how many comparable curves are within the threshold (or that parity was not judged)."""
+def parity_summary(rows: Sequence[ParityRow], threshold: float, *, judged: bool = True,
+                   reason: str = "the runs differ in recipe settings") -> str:
+    """One line: how many comparable curves are within the noise floor or the threshold (or why not judged)."""
     if not judged:
-        return "parity: not judged (the runs differ in recipe settings: a plain run-vs-run comparison)"
+        return f"parity: not judged ({reason}: a plain run-vs-run comparison)"
     compared = [r for r in rows if r.passed is not None]
     passed = [r for r in compared if r.passed]
     if not compared:
         return "parity: no curve could be compared"
     word = "PASS" if len(passed) == len(compared) else "FAIL"
-    return (
-        f"parity {word}: {len(passed)}/{len(compared)} curves within {threshold:.0%} mean relative difference"
-    )
+    if any(r.noise_floor is not None for r in compared):
+        return (f"parity {word}: {len(passed)}/{len(compared)} curves within the seed-to-seed noise floor "
+                f"(a device effect on {len(compared) - len(passed)})")
+    return (f"parity {word}: {len(passed)}/{len(compared)} curves within {threshold:.0%} mean relative difference "
+            "(one run per side: verl's 2% rule; the noise between seeds was not measured)")
 
 
 def recipe_warning(diff: ConfigDiff, limit: int = 5) -> str | None:
@@ -301,12 +306,23 @@ def recipe_warning(diff: ConfigDiff, limit: int = 5) -> str | None:
     )
 
 
-_GUIDE_WORDS = re.compile(r"\s*\([^()]*[\u3000-\u9fff][^()]*\)")
+def same_device_warning(baseline: RunSnapshot, candidate: RunSnapshot) -> str | None:
+    """The first line when both sides ran on one device profile (a rerun, another seed), else None."""
+    if not same_device_profile(baseline, candidate):
+        return None
+    where = baseline.tags.get(PROFILE_TAG) or baseline.tags.get("device.name") or baseline.tags.get("device.type")
+    return (f"SAME DEVICE PROFILE: both sides ran on {where or 'the same device'}: a run-vs-run comparison follows "
+            "(curves and differences), no parity verdict — parity is judged only between two device profiles.")
 
 
-def plain_label(label: str) -> str:
-    """A label without the guide's Chinese words in brackets (``cards (卡数)`` → ``cards``)."""
-    return _GUIDE_WORDS.sub("", label)
+def comparison_warning(diff: ConfigDiff, baseline: RunSnapshot, candidate: RunSnapshot) -> str | None:
+    """Why no parity verdict is given (recipes differ, or one device profile on both sides); None: judged."""
+    return recipe_warning(diff) or same_device_warning(baseline, candidate)
+
+
+def not_judged_reason(diff: ConfigDiff) -> str:
+    """The reason :func:`parity_summary` gives when a comparison is not judged."""
+    return "the runs differ in recipe settings" if diff.recipes_differ else "both sides ran on one device profile"
 
 
 def render_markdown(
@@ -322,22 +338,24 @@ def render_markdown(
     curve_images: Mapping[str, str] | None = None,
     utilisation: str = "",
     compare_link: str = "",
+    first_screen: Sequence[str] = (),
+    sections_after_runs: Sequence[str] = (),
 ) -> str:
-    """The whole report as Markdown: warning, runs, §6.1, §6.3, §6.2 with parity, §6.4 (``utilisation``,
-    rendered by :mod:`verlflow.compare.utilisation`), config diff; ``compare_link``: MLflow's compare-runs page.
+    """The whole report as Markdown: the answer in words (``first_screen``), warning, runs, the sections made
+    elsewhere (``sections_after_runs``: several runs, efficiency), §6.1, §6.3, §6.2 with parity, §6.4
+    (``utilisation``, rendered by :mod:`verlflow.compare.utilisation`), config diff.
 
-    When the recipes differ (``diff.recipes_differ``) it is a plain run-vs-run report: the same parts
-    without the guide's numbering and words, and curve differences without a parity verdict.
+    When the recipes differ or both sides ran on one device profile it is a plain run-vs-run report: the same
+    parts without the guide's numbering, and curve differences without a parity verdict.
     """
-    judged = not diff.recipes_differ
-    versions = version_rows(baseline, candidate)
-    if not judged:
-        versions = [(plain_label(label), b, c) for label, b, c in versions]
+    warning = comparison_warning(diff, baseline, candidate)
+    judged = warning is None
     sections = [
-        _header(baseline, candidate, diff, parity, threshold, tracking_uri, compare_link),
+        _header(baseline, candidate, diff, parity, threshold, tracking_uri, compare_link, first_screen),
         _runs_section(baseline, candidate),
+        [part.rstrip() + "\n" for part in sections_after_runs if part],
         ["## 6.1 Versions" if judged else "## Versions", "",
-         table(["component", baseline.label, candidate.label], versions), ""],
+         table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)), ""],
         _timings_section(timings, judged),
         _curves_section(parity, threshold, grid_image, curve_images or {}, judged),
         [utilisation.rstrip(), ""] if utilisation else [],
@@ -347,16 +365,18 @@ def render_markdown(
 
 
 def _header(baseline: RunSnapshot, candidate: RunSnapshot, diff: ConfigDiff, parity: Sequence[ParityRow],
-            threshold: float, tracking_uri: str, compare_link: str) -> list[str]:
-    """Title, the loud recipe warning when recipes differ, the verdict and where the runs live."""
+            threshold: float, tracking_uri: str, compare_link: str, first_screen: Sequence[str]) -> list[str]:
+    """Title, the loud warning when parity is not judged, the answer in words, the verdict, where the runs live."""
     out = [f"# Comparison: {candidate.name} vs {baseline.name}", ""]
-    warning = recipe_warning(diff)
+    warning = comparison_warning(diff, baseline, candidate)
     if warning:
         out += [f"**{warning}**", ""]
+    if first_screen:
+        out += [*first_screen, ""]
     ratios = ("- ratios are candidate / baseline (the guide's §6.3 reads A3 relative to H20: >1 means slower)"
               if not warning else "- ratios are candidate / baseline (>1: the candidate took longer)")
     return out + [
-        f"- {parity_summary(parity, threshold, judged=not warning)}",
+        f"- {parity_summary(parity, threshold, judged=not warning, reason=not_judged_reason(diff))}",
         f"- tracking store: `{tracking_uri}`",
         *([f"- side by side in MLflow: {compare_link}"] if compare_link else []),
         ratios,
@@ -380,7 +400,7 @@ def _runs_section(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
 
 def _timings_section(timings: Sequence[TimingRow], judged: bool = True) -> list[str]:
     """§6.3: each timing figure of both runs and their ratio."""
-    rows = [(r.label if judged else plain_label(r.label), f"`{r.key}`", _fmt_seconds(r.baseline),
+    rows = [(r.label, f"`{r.key}`", _fmt_seconds(r.baseline),
              _fmt_seconds(r.candidate), _ratio(r)) for r in timings]
     return ["## 6.3 Performance (seconds)" if judged else "## Performance (seconds)", "",
             table(["figure", "metric", "baseline", "candidate", "candidate / baseline"], rows), ""]
@@ -399,10 +419,20 @@ def _curves_section(parity: Sequence[ParityRow], threshold: float, grid_image: s
         header = ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "note"]
         return out + ["Differences per curve over the common steps: mean of |candidate − baseline| / "
                       "max(|baseline|, ε), and the largest |candidate − baseline|.", "", table(header, rows), ""]
+    if any(r.noise_floor is not None for r in parity):
+        out += ["Verdict per curve: the mean relative difference of the two sides' mean curves against the noise "
+                "floor, the largest difference between two runs of one side; a device effect (FAIL) only beyond it.",
+                ""]
+        rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`",
+                 describe_steps(r.steps), _percent(r.mean_relative_difference), _percent(r.noise_floor),
+                 "n/a" if r.passed is None else "within noise" if r.passed else "device effect", r.note)
+                for r in parity]
+        header = ["curve", "metric", "steps compared", "mean rel. diff", "noise floor", "verdict", "note"]
+        return out + [table(header, rows), ""]
     out += [
-        f"Verdict per curve: mean over the common steps of |candidate − baseline| / max(|baseline|, ε), "
-        f"PASS at or under {threshold:.0%} (verl's NPU/GPU precision-alignment rule: loss ≤ 2%, "
-        f"GRPO reward ≤ 4%).",
+        f"Verdict per curve (one run per side, so the noise between seeds is not measured): mean over the common "
+        f"steps of |candidate − baseline| / max(|baseline|, ε), PASS at or under {threshold:.0%} (verl's NPU/GPU "
+        f"precision-alignment rule: loss ≤ 2%, GRPO reward ≤ 4%).",
         "",
     ]
     rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`", describe_steps(r.steps),
@@ -418,6 +448,7 @@ def _diff_section(diff: ConfigDiff) -> list[str]:
     groups = [
         ("Recipe (outside the device profile — should be empty)", diff.recipe),
         ("Device profile (expected to differ)", diff.profile),
+        ("Seeds (what tells two runs of one setting apart)", diff.seeds),
         ("Paths and names (machine-specific)", diff.locations),
         ("Launch parameters", diff.launch),
     ]

@@ -35,3 +35,12 @@ class RunSnapshot:
         """``baseline: <name> (<device>)`` — how the run is named in tables and legends."""
         device = self.tags.get("device.name") or self.tags.get("device.type") or "?"
         return f"{self.role}: {self.name} ({device})"
+
+
+# What says which device a run ran on: two runs that agree on all of these ran on the same device profile.
+DEVICE_IDENTITY_TAGS = ("verlflow.profile", "device.type", "device.name")
+
+
+def same_device_profile(baseline: RunSnapshot, candidate: RunSnapshot) -> bool:
+    """Whether both runs ran on one device profile (profile name, device type and device name all equal)."""
+    return all(baseline.tags.get(tag) == candidate.tags.get(tag) for tag in DEVICE_IDENTITY_TAGS)

@@ -131,6 +131,7 @@ class Accelerator:
         return {"device.model": self.model, "device.node": self.node,
                 "device.devices_per_node": str(self.devices_per_node),
                 "device.peak_tflops": f"{self.peak_tflops:g} {self.peak_dtype}",
+                "device.dies_per_chip": str(self.dies_per_chip),
                 "device.interconnect": self.interconnect}
 
 
@@ -203,6 +204,12 @@ class VerlflowBlock(Mapping):
     rollout_traces: int = 2
     # Seconds between system-metric samples of a train run (0 = no system metrics).
     system_metrics_interval: float = 10.0
+    # Local trainer: one torch thread, deterministic algorithms, every generator seeded from the rollout seed, so
+    # two runs of one config are bit-identical (tag verlflow.deterministic; compare notes runs without it).
+    deterministic: bool = False
+    # Training steps to profile (e.g. [2]): the local trainer runs torch.profiler over them; the verl backend turns on
+    # verl's global_profiler with the tool that fits the profile. Traces and a summary table go to profile/step_<N>/.
+    profile_steps: tuple[int, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         """The field ``key`` (a ``KeyError`` for a name that is not a field)."""

@@ -13,4 +13,5 @@ def run_compare(request: CompareRequest):
     """Compare the request's baseline and candidate runs (:func:`verlflow.compare.comparison.compare_runs`)."""
     from verlflow.compare.comparison import compare_runs
 
-    return compare_runs(request.baseline, request.candidate, request.output_dir, threshold=request.threshold)
+    return compare_runs(request.baseline, request.candidate, request.output_dir, threshold=request.threshold,
+                        prices=request.prices)

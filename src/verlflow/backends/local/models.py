@@ -42,6 +42,30 @@ def apply_thread_count(env: dict[str, str]) -> None:
         torch.set_num_threads(int(threads))
 
 
+def make_deterministic(seed: int) -> dict[str, Any]:
+    """One torch thread, deterministic algorithms, Python/NumPy/torch seeded: two runs become bit-identical.
+
+    Multi-threaded CPU kernels sum in an order that varies between runs, and GRPO's sampling amplifies the
+    last-bit differences into other tokens; one thread and verl-independent seeding remove both. Returns the
+    settings it changed, for :func:`restore_determinism` (this process may run other work afterwards).
+    """
+    from transformers import set_seed
+
+    before = {"threads": torch.get_num_threads(), "algorithms": torch.are_deterministic_algorithms_enabled()}
+    # cuBLAS refuses deterministic matmuls on a GPU without a fixed workspace (read when CUDA first starts).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    set_seed(seed)
+    return before
+
+
+def restore_determinism(before: dict[str, Any]) -> None:
+    """Put back the thread count and algorithm choice :func:`make_deterministic` changed."""
+    torch.set_num_threads(before["threads"])
+    torch.use_deterministic_algorithms(before["algorithms"])
+
+
 @functools.lru_cache(maxsize=8)
 def hub_load_kwargs(path: str) -> tuple[tuple[str, Any], ...]:
     """Extra ``from_pretrained`` arguments for a hub id, decided in seconds rather than after retries.

@@ -39,6 +39,8 @@ from verlflow.backends.local.models import (
     build_optimizer_and_scheduler,
     load_model,
     load_tokenizer,
+    make_deterministic,
+    restore_determinism,
     torch_device,
 )
 from verlflow.backends.local.rollout import (
@@ -51,7 +53,7 @@ from verlflow.backends.local.rollout import (
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.errors import VerlflowError
 from verlflow.models import logged_models
-from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG, RESUMED_FROM_TAG
+from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
@@ -128,6 +130,7 @@ class LocalTrainer:
         self.ref_model: Any = None
         self.last_saved: Path | None = None
         self.progress: Any = None
+        self.determinism_before: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -142,6 +145,10 @@ class LocalTrainer:
         self.device = torch_device(self.settings.device)
         apply_thread_count(self.cfg.profile.env)
         torch.manual_seed(self.settings.rollout_seed)
+        deterministic = bool(self.cfg.verlflow.deterministic)
+        retry_on_lock(mlflow.set_tag, DETERMINISTIC_TAG, str(deterministic).lower())
+        if deterministic:
+            self.determinism_before = make_deterministic(self.settings.rollout_seed)
         model_path = resolve_model_path(self.settings.model_path)
         self.tokenizer = load_tokenizer(self.settings.tokenizer_path or model_path, self.settings, self.cfg.resolved)
         self.train_prompts = self._prompts("train")
@@ -154,6 +161,7 @@ class LocalTrainer:
             )
         self.total_steps = self.settings.total_training_steps or self.steps_per_epoch * self.settings.total_epochs
         self.model = load_model(model_path, self.settings, self.device)
+        retry_on_lock(mlflow.set_tag, MODEL_PARAMS_TAG, str(sum(p.numel() for p in self.model.parameters())))
         if self.settings.use_ref:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.settings, self.total_steps)
@@ -236,7 +244,10 @@ class LocalTrainer:
             self.global_step += 1
             step = self.global_step
             last = step >= self.total_steps
-            metrics, samples = self._train_step()
+            if step in self.cfg.verlflow.profile_steps:
+                metrics, samples = self._profiled_step(step)
+            else:
+                metrics, samples = self._train_step()
             if self.settings.test_freq > 0 and (last or step % self.settings.test_freq == 0):
                 timing: dict[str, float] = {}
                 with _timer("testing", timing):
@@ -316,6 +327,22 @@ class LocalTrainer:
                    "response": rollout.response_texts, "reward": rollout.scores.tolist()}
         return metrics, {k: v[:MAX_SAMPLE_ROWS] for k, v in samples.items()}
 
+    def _profiled_step(self, step: int) -> tuple[dict[str, float], dict[str, list]]:
+        """:meth:`_train_step` under ``torch.profiler``; its Chrome trace and summary go to ``profile/step_<N>/``."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from verlflow.runs.profiling import log_step_profile, summarize_trace
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            result = self._train_step()
+        folder = Path(self.settings.default_local_dir).parent / "profile" / f"step_{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        trace = folder / "trace.json.gz"  # torch gzips it (a tenth of the size)
+        prof.export_chrome_trace(str(trace))
+        retry_on_lock(log_step_profile, step, [trace], summarize_trace(trace, PHASES))
+        return result
+
     def _batch_rows(self, step: int) -> list[int]:
         """Prompt rows of a (1-based) step: epoch-seeded shuffles, so a resumed run sees the same order."""
         epoch, position = divmod(step - 1, self.steps_per_epoch)
@@ -385,6 +412,9 @@ class LocalTrainer:
         if self.progress is not None:
             self.progress.close()
         self.model = self.ref_model = None
+        if self.determinism_before is not None:
+            restore_determinism(self.determinism_before)
+            self.determinism_before = None
         if getattr(self, "device", None) is not None and self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -392,12 +422,17 @@ class LocalTrainer:
 # ---------------------------------------------------------------------- helpers
 
 
+# verl's timer names of a step's phases: also the profiler's annotations (a profiled step's summary rows).
+PHASES = ("step", "gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
+
+
 @contextlib.contextmanager
 def _timer(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """verl's ``marked_timer``: seconds of the block into ``timing[name]``."""
+    """verl's ``marked_timer``: seconds of the block into ``timing[name]``, annotated for ``torch.profiler``."""
     start = time.perf_counter()
     try:
-        yield
+        with torch.profiler.record_function(name):
+            yield
     finally:
         timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 

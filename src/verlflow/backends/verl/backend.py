@@ -56,6 +56,7 @@ from verlflow.names import (
     ATTEMPT_TAG,
     CHECKPOINT_DIR_TAG,
     CHECKPOINT_SOURCE_TAG,
+    DETERMINISTIC_TAG,
     DEVICE_PROFILE_HOST_TAG,
     DRY_RUN_TAG,
     EXIT_CODE_TAG,
@@ -186,6 +187,8 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
         LAUNCHER_TAG: f"ray:{ray_address}" if ray_address else "local",
         "verlflow.launch_module": plan.launch_module,
         "verlflow.output_dir": str(plan.run_dir),
+        # verl's determinism switches on (verlflow.deterministic=true), as compare reads it
+        DETERMINISTIC_TAG: str(any(plan.overrides.get(k) is True for k in verl_command.DETERMINISM_KEYS)).lower(),
     }
     if ray_address:
         tags[DEVICE_PROFILE_HOST_TAG] = "the submitting host, not the Ray cluster"
@@ -264,6 +267,10 @@ def train_verl(
                                               interval_s=system_metrics.sampling_interval(cfg.verlflow)):
             rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
     tracking.log_run_summaries(run_id, started_at)
+    if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
+        from verlflow.runs.profiling import log_profile_folder
+
+        log_profile_folder(plan.overrides["global_profiler.save_path"])
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():
         mlflow.log_artifacts(tensorboard, "logs/tensorboard")

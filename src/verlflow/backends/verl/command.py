@@ -248,8 +248,41 @@ def traced_samples(block: dict[str, Any]) -> int:
     return raw
 
 
+# verl's profiler tool for a device (verlflow.profile_steps): Ascend's profiler on an NPU, torch's elsewhere (its
+# Chrome traces summarize the same way on every device; pass global_profiler.tool=nsys for Nsight on a GPU).
+PROFILER_TOOLS = {"npu": "npu", "gpu": "torch", "cpu": "torch"}
+# The workers whose stages verl profiles (the rollout's engine has its own profiler settings).
+PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
+
+
+def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device: str, run_dir: Path,
+                       defaults: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """verl's ``global_profiler`` for ``verlflow.profile_steps``: tool, steps, save path, the workers' switches."""
+    if not steps:
+        return {}, []
+    if "global_profiler.steps" not in defaults:
+        return {}, ["verlflow.profile_steps: this verl has no global_profiler (verl >= 0.6): steps not profiled"]
+    tool = overrides.get("global_profiler.tool") or PROFILER_TOOLS.get(str(device), "torch")
+    out: dict[str, Any] = {"global_profiler.tool": tool, "global_profiler.steps": list(steps),
+                           "global_profiler.save_path": str(run_dir / "profile")}
+    for role in PROFILED_ROLES:
+        if f"{role}.profiler.enable" in defaults:
+            out[f"{role}.profiler.enable"] = True
+            out[f"{role}.profiler.all_ranks"] = True
+    return out, [f"global_profiler.tool={tool} steps={list(steps)}: verlflow.profile_steps, traces logged under "
+                 "profile/step_<N>/"]
+
+
+# verl's own determinism switches (verl >= 0.9), set by verlflow.deterministic=true: deterministic FSDP kernels
+# and a batch-invariant, seeded rollout (main_ppo exports VERL_FULL_DETERMINISM to every worker).
+DETERMINISM_KEYS = ("actor_rollout_ref.actor.fsdp_config.full_determinism",
+                    "actor_rollout_ref.ref.fsdp_config.full_determinism",
+                    "actor_rollout_ref.rollout.full_determinism")
+
+
 def forced_overrides(
-    overrides: dict[str, Any], *, project: str, experiment: str, run_dir: Path, traces: int = 0
+    overrides: dict[str, Any], *, project: str, experiment: str, run_dir: Path, traces: int = 0,
+    profile_steps: tuple[int, ...] = (), device: str = "", deterministic: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """The overrides verl is launched with, and one note per key verlflow forced (see the module docstring)."""
     out = dict(overrides)
@@ -293,6 +326,16 @@ def forced_overrides(
         out.update({f"{TRACE}.backend": "mlflow", f"{TRACE}.token2text": True, sampled: traces})
         notes.append(f"{TRACE}.backend=mlflow: verl traces {traces} rollout(s) per step and worker into this "
                      "run's experiment (verlflow.rollout_traces=0 turns it off)")
+
+    if deterministic:
+        present = [key for key in DETERMINISM_KEYS if key in defaults and key not in overrides]
+        out.update(dict.fromkeys(present, True))
+        notes.append(f"{', '.join(present)}=True: verlflow.deterministic=true" if present
+                     else "verlflow.deterministic=true: this verl has no full_determinism keys (verl >= 0.9 has)")
+
+    profiling, profiling_notes = profiler_overrides(overrides, tuple(profile_steps), device, run_dir, defaults)
+    out.update({k: v for k, v in profiling.items() if k not in overrides or k == "global_profiler.tool"})
+    notes += profiling_notes
 
     for key in ("data.train_files", "data.val_files", *REWARD_FILE_KEYS):
         if key in out:
@@ -338,7 +381,10 @@ def build_plan(
     """The launch of ``cfg`` for the MLflow run ``run_id``: forced overrides, env and folders (nothing runs)."""
     run_dir = run_dir_of(cfg, run_id)
     overrides, notes = forced_overrides(cfg.overrides, project=experiment_name, experiment=run_name or run_id,
-                                        run_dir=run_dir, traces=traced_samples(cfg.verlflow))
+                                        run_dir=run_dir, traces=traced_samples(cfg.verlflow),
+                                        profile_steps=tuple(cfg.verlflow.profile_steps),
+                                        device=str(cfg.profile.device),
+                                        deterministic=bool(cfg.verlflow.deterministic))
     env = dict(cfg.profile.env)
     if "tensorboard" in overrides["trainer.logger"]:
         env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
