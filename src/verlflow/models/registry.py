@@ -7,7 +7,9 @@
 (:mod:`verlflow.models.logged_models`, ``models:/<model_id>``): the version's source run is the train run,
 and nothing is copied again. A run trained before models were recorded gets that LoggedModel now, from the
 Hugging Face folder it ended with (tag ``verlflow.checkpoint_dir``). Its lineage is on the version as tags:
-source run, recipe, profile, backend, data digest. A train run registered before keeps its version.
+source run, recipe, profile, backend, data digest, and the digest of its weights (``weights.digest``). A train
+run registered before keeps its version, and weights identical to an existing version's (another run of the
+same recipe, data and seed, in whatever experiment) are that version: it is returned, no copy is added.
 
 ``promote`` ranks versions by a metric, read from a version tag (``eval/gsm8k/accuracy`` →
 ``eval.gsm8k.accuracy``, written by evaluate) or else from the version's source run, and moves an alias
@@ -35,6 +37,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
+from verlflow.models.weights_digest import WEIGHTS_DIGEST_TAG, weights_digest
 from verlflow.names import (
     BACKEND_TAG,
     CHECKPOINT_DIR_TAG,
@@ -170,6 +173,18 @@ def existing_version(client: MlflowClient, name: str, run_id: str) -> ModelVersi
     return min(versions, key=lambda mv: int(mv.version), default=None)
 
 
+def identical_version(client: MlflowClient, name: str, digest: str | None) -> ModelVersion | None:
+    """The lowest version of ``name`` whose weights have this digest (tag ``weights.digest``), if any."""
+    if not digest:
+        return None
+    query = f"name='{filter_quote(name)}' and tags.`{WEIGHTS_DIGEST_TAG}` = '{filter_quote(digest)}'"
+    try:
+        versions = client.search_model_versions(query)
+    except MlflowException:
+        return None
+    return min(versions, key=lambda mv: int(mv.version), default=None)
+
+
 def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *,
                         step_run_id: str | None = None) -> ModelVersion:
     """Register a train run's final checkpoint as a model version with lineage; ``alias`` (challenger) → it.
@@ -187,14 +202,23 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     check_alias(alias)
     client = LockRetryingClient()
     tags = {STEP_TAG: "register", SOURCE_RUN_TAG: run_id, MODEL_NAME_TAG: name}
-    if (known := existing_version(client, name, run_id)) is not None:
+    digest = None
+    known = existing_version(client, name, run_id)
+    if known is None:
+        digest = weights_digest(checkpoint)
+        known = identical_version(client, name, digest)
+    if known is not None:
         with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
             point_alias(client, name, alias, known.version)
             mlflow.set_tags({MODEL_VERSION_TAG: str(known.version), REUSED_VERSION_TAG: "true"})
-        print(f"register: run {run_id} is already {name} version {known.version}: not registered again; "
+        why = (f"run {run_id} is already" if digest is None
+               else f"run {run_id}'s weights are identical to those of")
+        print(f"register: {why} {name} version {known.version}: not registered again; "
               f"alias {alias} → {known.version}")
         return known
     lineage = {"source_run_id": run_id}
+    if digest:
+        lineage[WEIGHTS_DIGEST_TAG] = digest
     lineage.update({k: train_run.data.tags[k] for k in LINEAGE_TAGS if train_run.data.tags.get(k)})
     if digest := data_digest_of(train_run):
         lineage[DATA_DIGEST_TAG] = digest
