@@ -59,7 +59,7 @@ from verlflow.names import (
     SOURCE_RUN_TAG,
     STEP_TAG,
 )
-from verlflow.runs import tracking
+from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.reuse import StepRunner, checkpoint_current, code_version, data_present
 from verlflow.runs.store_retry import LockRetryingClient
@@ -210,6 +210,13 @@ def run_main(request: MainRequest) -> PipelineResult:
     print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version}: "
           f"{_accuracy_line(base_accuracy, accuracy, num_samples)}; "
           f"{_champion_line(decision)}; reused steps: {reused}")
+    experiment = client.get_experiment(runner.experiment_id)
+    ui_links.print_links("main", [
+        (f"runs of {experiment.name}", ui_links.experiment_route(runner.experiment_id)),
+        ("this pipeline", ui_links.run_route(runner.experiment_id, active.info.run_id)),
+        ("its train run", ui_links.run_route(train.info.experiment_id, train.info.run_id)),
+        (f"{plan.model_name} v{version}", ui_links.model_version_route(plan.model_name, version)),
+    ])
     return PipelineResult(
         parent_run_id=active.info.run_id, step_run_ids=dict(runner.runs), reused=dict(runner.reused),
         model_name=plan.model_name, model_version=version, accuracy=accuracy, accuracy_base=base_accuracy,
