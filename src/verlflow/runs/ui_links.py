@@ -9,6 +9,10 @@ usage) instead of the runs table. The routes are the UI's own (its ``Routes`` in
 ``#/experiments/<id>/runs``, ``#/experiments/<id>/runs/<run>``, ``#/compare-runs?runs=[…]&experiments=[…]``,
 ``#/models/<name>/versions/<n>``.
 
+MLflow itself prints ``View run … at`` / ``View experiment at`` for every run that ends on a tracking server:
+two lines per child run, to pages without the view, so the experiment opens on the GenAI *Overview*. A step
+prints its own links instead (:func:`replace_mlflow_links`, called when a step starts).
+
 On an http(s) tracking server the links are full URLs on the server's address (any password in it masked).
 On any other store (the SQLite default) nothing serves the UI yet: the lines start with the ``mlflow ui``
 command that serves that store, and the URLs are those it serves (127.0.0.1, port 5000, which the command
@@ -18,6 +22,7 @@ names).
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from collections.abc import Sequence
 
@@ -27,6 +32,8 @@ from verlflow.util import mask_url_password
 
 # The query that opens the Model-training view whatever the browser chose last.
 TRAINING_VIEW = "workflowType=machine_learning"
+# MLflow's switch for its own run/experiment links on stdout.
+MLFLOW_LINKS_OFF = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 # Where `mlflow ui` serves a local store (its defaults, also named in the printed command).
 LOCAL_UI = "http://127.0.0.1:5000"
 
@@ -76,3 +83,9 @@ def print_links(step: str, pages: Sequence[tuple[str, str]], tracking_uri: str |
     """Print :func:`link_lines` (what a step ends with, so a user can open its result)."""
     for line in link_lines(step, pages, tracking_uri):
         print(line, flush=True)
+
+
+def replace_mlflow_links() -> None:
+    """Stop MLflow printing its own run and experiment links (they open the GenAI view), unless the user set
+    the switch; the step prints :func:`link_lines` instead."""
+    os.environ.setdefault(MLFLOW_LINKS_OFF, "true")

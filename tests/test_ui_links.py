@@ -1,0 +1,144 @@
+"""Every link a step prints opens its page: main, train, search, compare and register on a real `mlflow server`.
+
+One module-scoped session on a real server (the tiny recipe: main, a standalone train, a 2-trial search, a
+compare of two train runs, a register) collects what each step printed; each URL is then fetched (the UI
+answers it) and the run, experiment or model version its route names is read back from the same server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import MlflowServer
+from mlflow.tracking import MlflowClient
+
+from verlflow.runs import ui_links
+from verlflow.step_requests import CompareRequest, MainRequest, RegisterRequest, SearchRequest, TrainRequest
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = ("main", "train", "search", "compare", "register")
+URL = re.compile(r"http://127\.0\.0\.1:\d+/#\S+")
+
+
+def _short_search(tmp_path: Path) -> Path:
+    data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
+    data["trial"] = {"overrides": {"trainer.total_training_steps": 2, "trainer.total_epochs": 2,
+                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 30}
+    data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory, tiny_workdir):
+    """(server, {step: what it printed}) after each step ran once against the server."""
+    from verlflow.steps.compare import run_compare
+    from verlflow.steps.main import run_main
+    from verlflow.steps.register import run_register
+    from verlflow.steps.search import run_search
+    from verlflow.steps.train import run_train
+
+    root = tmp_path_factory.mktemp("ui-links")
+    server = MlflowServer(root)
+    server.start()
+    out: dict[str, str] = {}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(root)
+            patch.setenv("MLFLOW_TRACKING_URI", server.url)
+            patch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
+            patch.setenv(ui_links.MLFLOW_LINKS_OFF, "true")  # as every step started by the CLI does
+            for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+                patch.delenv(name, raising=False)
+            import mlflow
+
+            mlflow.set_tracking_uri(server.url)
+
+            def capture(step: str, call) -> object:
+                buffer = io.StringIO()
+                with contextlib.redirect_stdout(buffer):
+                    value = call()
+                out[step] = buffer.getvalue()
+                return value
+
+            pipeline = capture("main", lambda: run_main(MainRequest("tiny", "cpu", "", "", "")))
+            data_dir = str(root / "data" / "synthetic")
+            capture("train", lambda: run_train(TrainRequest("tiny", "cpu", data_dir=data_dir,
+                                                            overrides="trainer.total_training_steps=2")))
+            capture("search", lambda: run_search(SearchRequest(
+                "tiny", "cpu", 2, data_dir=data_dir, study_name="links", storage=str(root / "study.journal"),
+                pruner="none", search_config=str(_short_search(root)))))
+            client = MlflowClient()
+            trains = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                        "tags.`verlflow.step` = 'train'")
+            (standalone,) = [r for r in trains if "mlflow.parentRunId" not in r.data.tags]
+            capture("compare", lambda: run_compare(CompareRequest(pipeline.step_run_ids["train"],
+                                                                  standalone.info.run_id)))
+            capture("register", lambda: run_register(RegisterRequest(run_id=standalone.info.run_id)))
+        yield server, out
+    finally:
+        server.stop()
+
+
+def _check_route(client: MlflowClient, route: str) -> str:
+    """Read back what the UI route names; returns the kind of page."""
+    path, _, query = route.partition("?")
+    params = urllib.parse.parse_qs(query)
+    parts = path.strip("/").split("/")
+    if parts[0] == "experiments" and len(parts) == 3:
+        assert params.get("workflowType") == ["machine_learning"], route
+        assert client.get_experiment(parts[1]).lifecycle_stage == "active"
+        return "runs table"
+    if parts[0] == "experiments" and len(parts) == 4:
+        assert client.get_run(parts[3]).info.experiment_id == parts[1], route
+        return "run"
+    if parts == ["compare-runs"]:
+        runs, experiments = json.loads(params["runs"][0]), json.loads(params["experiments"][0])
+        assert len(runs) == 2 and {client.get_run(r).info.experiment_id for r in runs} <= set(experiments)
+        return "compare runs"
+    if parts[0] == "models" and parts[2] == "versions":
+        assert client.get_model_version(urllib.parse.unquote(parts[1]), parts[3]).status == "READY"
+        return "model version"
+    raise AssertionError(f"a printed link to no known page: {route}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_printed_link_opens_a_page_that_names_what_exists(printed):
+    server, out = printed
+    client = MlflowClient(server.url)
+    kinds: dict[str, set[str]] = {}
+    for step in STEPS:
+        urls = URL.findall(out[step])
+        assert urls, f"{step} printed no link:\n{out[step][-2000:]}"
+        for url in urls:
+            base, _, route = url.partition("/#")
+            assert base == server.url
+            with urllib.request.urlopen(base + "/", timeout=30) as page:  # the fragment is the UI's to route
+                assert page.status == 200 and b"<div id=\"root\"" in page.read()
+            kinds.setdefault(step, set()).add(_check_route(client, route))
+    assert kinds["main"] == {"runs table", "run", "model version"}
+    assert {"run", "runs table"} <= kinds["train"]
+    assert {"runs table", "run", "model version"} <= kinds["search"]
+    assert {"run", "compare runs"} <= kinds["compare"]
+    assert kinds["register"] == {"model version", "run"}
+    # On a server, no step asks the user to start a UI of their own.
+    assert not any("mlflow ui" in text for text in out.values())
+
+
+def test_a_file_store_gets_the_command_that_serves_the_links_first():
+    lines = ui_links.link_lines("main", [("runs", ui_links.experiment_route("3"))], "sqlite:///mlflow.db")
+    assert lines[0] == "main: open in the MLflow UI after starting it with: mlflow ui --backend-store-uri " \
+                       "'sqlite:///mlflow.db' --port 5000"
+    assert lines[1] == "main: runs: http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
+    secret = ui_links.link_lines("x", [("run", ui_links.run_route("1", "r"))], "http://u:pw@host:5000/")
+    assert secret == ["x: run: http://***@host:5000/#/experiments/1/runs/r?workflowType=machine_learning"]
