@@ -142,3 +142,27 @@ def test_a_file_store_gets_the_command_that_serves_the_links_first():
     assert lines[1] == "main: runs: http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
     secret = ui_links.link_lines("x", [("run", ui_links.run_route("1", "r"))], "http://u:pw@host:5000/")
     assert secret == ["x: run: http://***@host:5000/#/experiments/1/runs/r?workflowType=machine_learning"]
+
+
+def _artifact_files(client: MlflowClient, run_id: str, path: str = "") -> list[str]:
+    files = []
+    for item in client.list_artifacts(run_id, path):
+        files += _artifact_files(client, run_id, item.path) if item.is_dir else [item.path]
+    return files
+
+
+@pytest.mark.slow
+def test_every_html_artifact_renders_offline(printed, tmp_path):
+    """Search plots and the compare report: no script from the web, images inside the page."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    pages = [(run.info.run_id, path) for run in runs for path in _artifact_files(client, run.info.run_id)
+             if path.endswith((".html", ".htm"))]
+    assert {path for _, path in pages} >= {"search/plots/interactive.html", "compare/report.html"}
+    for run_id, path in pages:
+        text = Path(client.download_artifacts(run_id, path, str(tmp_path))).read_text()
+        assert not re.search(r"<script[^>]*\bsrc=", text), (path, "loads a script from elsewhere")
+        assert not re.search(r"<img[^>]*\bsrc=\"(?!data:)", text), (path, "an image outside the page")
+        if path == "compare/report.html":
+            assert "<table>" in text and 'src="data:image/png;base64,' in text and "![" not in text

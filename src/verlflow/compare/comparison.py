@@ -53,6 +53,7 @@ from verlflow.compare.report import (
     version_rows,
     without_verdict,
 )
+from verlflow.compare.report_html import report_page
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import (
     needed_keys,
@@ -396,6 +397,7 @@ def _log_comparison(out_dir: Path, report: str, link: str, timings: list[TimingR
     for name in ("report.md", "comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
+    mlflow.log_text(report_page(report, out_dir, "compare"), f"{ARTIFACT_DIR}/report.html")  # images embedded
     mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
     mlflow.log_metrics(_metric_values(timings, parity, diff), step=0)
 
