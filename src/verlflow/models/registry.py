@@ -13,10 +13,11 @@ same recipe, data and seed, in whatever experiment) are that version: it is retu
 
 ``promote`` ranks versions by a metric, read from a version tag (``eval/gsm8k/accuracy`` →
 ``eval.gsm8k.accuracy``, written by evaluate) or else from the version's source run, and moves an alias
-(``champion``) only to a strictly better version unless forced. MLflow has no compare-and-set for
-aliases, so after every move it re-reads the registry and repairs the alias until a read confirms it:
-whichever of two racing promotions writes last also checks last, so the alias never stays on the worse
-version. Aliases only; stages are deprecated in MLflow and never used here.
+(``champion``) only to a version better beyond the evaluation's noise (a paired test on the same problems,
+:mod:`verlflow.models.promotion_noise`; the gain and its interval are printed and tagged) unless forced.
+MLflow has no compare-and-set for aliases, so after every move it re-reads the registry and repairs the
+alias until a read confirms it: whichever of two racing promotions writes last also checks last, so the
+alias never stays on the worse version. Aliases only; stages are deprecated in MLflow and never used here.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
+from verlflow.models.promotion_noise import Gain, measure_gain
 from verlflow.models.weights_digest import WEIGHTS_DIGEST_TAG, weights_digest
 from verlflow.names import (
     BACKEND_TAG,
@@ -256,6 +258,7 @@ class PromotionDecision:
     previous_value: float | None
     reason: str
     run_id: str | None = None
+    gain: Gain | None = None  # the best version's gain over the previous holder, with its noise
 
 
 def check_alias(alias: str) -> None:
@@ -318,6 +321,7 @@ class _State:
     holder_value: float | None
     best: ModelVersion | None
     best_value: float | None
+    gain: Gain | None = None  # the best's gain over the holder with its noise, where it can be measured
 
 
 def _read_state(client: MlflowClient, name: str, alias: str, scorer: _Scorer) -> _State:
@@ -331,7 +335,11 @@ def _read_state(client: MlflowClient, name: str, alias: str, scorer: _Scorer) ->
     if not scored:
         return _State(holder, holder_value, None, None)
     best_value, _, best = max(scored, key=lambda item: (item[0], item[1]))  # ties: the newest version
-    return _State(holder, holder_value, best, best_value)
+    gain = None
+    if holder is not None and holder_value is not None and str(holder.version) != str(best.version) \
+            and best_value > holder_value:
+        gain = measure_gain(client, scorer.metric, best, best_value, holder, holder_value)
+    return _State(holder, holder_value, best, best_value, gain)
 
 
 def _should_move(state: _State, force: bool) -> tuple[bool, str]:
@@ -346,7 +354,13 @@ def _should_move(state: _State, force: bool) -> tuple[bool, str]:
     if state.holder_value is None:
         return True, f"the holder, version {state.holder.version}, has no value of the metric"
     if state.best_value > state.holder_value:
-        return True, f"{state.best_value:g} is better than {state.holder_value:g} of version {state.holder.version}"
+        than = f"{state.best_value:g} is better than {state.holder_value:g} of version {state.holder.version}"
+        if state.gain is None:
+            return True, f"{than} (no per-problem scores or sample counts to measure the noise)"
+        if state.gain.beyond_noise:
+            return True, f"{than}, beyond the noise: {state.gain.describe()}"
+        return False, (f"version {state.best.version}'s {state.best_value:g} against {state.holder_value:g} of "
+                       f"version {state.holder.version} is within the noise: {state.gain.describe()}")
     return False, (f"the best, {state.best_value:g} of version {state.best.version}, is not strictly better than "
                    f"{state.holder_value:g} of version {state.holder.version}")
 
@@ -390,12 +404,13 @@ def promote_alias(
         model_name=name, alias=alias, metric=metric, moved=moved,
         version=str(final.version) if final else None, value=state.holder_value,
         previous_version=str(previous.version) if previous else None, previous_value=previous_value, reason=reason,
+        gain=first.gain,
     )
 
 
 def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
                  run_id: str | None = None) -> PromotionDecision:
-    """Move ``alias`` (champion) to the best version by ``metric`` if strictly better, in a ``promote`` run.
+    """Move ``alias`` (champion) to the best version by ``metric`` if better beyond the noise, in a ``promote`` run.
 
     ``run_id``: the run to log into, already created (``main``'s child); else a new one.
     """
@@ -415,6 +430,10 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
             "promote.version": decision.version or "", "promote.previous_version": decision.previous_version or "",
             "promote.reason": decision.reason[:5000],
         })
+        if (gain := decision.gain) is not None:
+            retry_on_lock(mlflow.set_tags, {"promote.gain": f"{gain.gain:.6g}", "promote.gain_low": f"{gain.low:.6g}",
+                                            "promote.gain_high": f"{gain.high:.6g}",
+                                            "promote.problems": str(gain.problems), "promote.test": gain.method})
     print(describe(decision))
     return decision
 
