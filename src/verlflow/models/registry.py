@@ -23,6 +23,7 @@ alias never stays on the worse version. Aliases only; stages are deprecated in M
 from __future__ import annotations
 
 import contextlib
+import io
 import re
 import time
 from collections.abc import Callable
@@ -227,7 +228,8 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
 
     with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
         model = checkpoint_model(client, train_run, checkpoint)
-        mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
+        with contextlib.redirect_stderr(io.StringIO()):  # MLflow's "Created version …": the line below says it
+            mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
         point_alias(client, name, alias, mv.version)
         retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
