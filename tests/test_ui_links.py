@@ -166,3 +166,36 @@ def test_every_html_artifact_renders_offline(printed, tmp_path):
         assert not re.search(r"<img[^>]*\bsrc=\"(?!data:)", text), (path, "an image outside the page")
         if path == "compare/report.html":
             assert "<table>" in text and 'src="data:image/png;base64,' in text and "![" not in text
+
+
+def test_the_search_run_shows_its_best_models_full_evaluation(printed):
+    server, _ = printed
+    client = MlflowClient(server.url)
+    (search,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                   "tags.`verlflow.step` = 'search'")
+    (evaluation,) = client.search_runs([search.info.experiment_id],
+                                       f"tags.`mlflow.parentRunId` = '{search.info.run_id}' "
+                                       "and tags.`verlflow.step` = 'evaluate'")
+    assert search.data.metrics["eval/gsm8k/accuracy"] == evaluation.data.metrics["eval/gsm8k/accuracy"]
+    assert search.data.metrics["eval/gsm8k/num_samples"] == 128  # the whole test split, not the trials' 64
+    assert "test problems; registered as tiny-qwen3-gsm8k-tiny version" in search.data.tags["mlflow.note.content"]
+
+
+def test_the_local_trainers_completions_are_traces_of_its_run(printed):
+    """The default trainer fills the run's Traces tab, as verl >= 0.9 does: prompt in, response and reward out."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    train = _main_train_run(client)
+    traces = client.search_traces(locations=[train.info.experiment_id], run_id=train.info.run_id)
+    # verlflow.rollout_traces (2) per step that logged its samples table.
+    logged = sorted(a.path.removeprefix("samples/step_").removesuffix(".json")
+                    for a in client.list_artifacts(train.info.run_id, "samples"))
+    assert logged and sorted(t.info.tags["step"] for t in traces) == sorted(logged * 2)
+    span = traces[0].data.spans[0]
+    assert set(span.inputs) == {"prompt"} and set(span.outputs) == {"response", "reward"}
+
+
+def _main_train_run(client: MlflowClient):
+    (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                 "tags.`verlflow.step` = 'main'")
+    return client.get_run(main.data.tags["verlflow.run_id.train"])

@@ -41,6 +41,8 @@ KNOWN: tuple[Known, ...] = (
           "the same sampler ending with its run"),
     Known("mlflow.system_metrics.system_metrics_monitor", "Successfully terminated system metrics monitoring",
           "the same sampler ending with its run"),
+    Known("mlflow.tracing.export.async_export_queue", "Flushing the async trace logging queue",
+          "the train run's sampled completions are written as traces before the step exits, as they should"),
     Known("mlflow.store.model_registry.abstract_store", "Waiting up to 300 seconds for model version",
           "register waits for the version as MLflow does; register prints the version it made"),
 )

@@ -22,7 +22,9 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
+from verlflow import names
 from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.search.space import SearchConfig
@@ -209,6 +211,13 @@ def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
                                     backend="auto", run_name=f"evaluate · {SEARCH_BEST}")
     registered = register_checkpoint(best_run_id, "", alias=SEARCH_BEST)
     version = getattr(registered, "version", None)
+    if evaluation is not None:  # the best model's full evaluation, on the search's own run too
+        client.log_metric(run_id, names.EVAL_ACCURACY, evaluation.accuracy)
+        client.log_metric(run_id, names.EVAL_NUM_SAMPLES, evaluation.num_samples)
+        client.set_tag(run_id, MLFLOW_RUN_NOTE, (
+            f"Best trial's model (run {best_run_id}): accuracy {evaluation.accuracy:.4f} on "
+            f"{evaluation.num_samples} test problems; registered as {getattr(registered, 'name', '')} "
+            f"version {version} (alias {SEARCH_BEST})."))
     if evaluation is not None and version is not None:
         tag_version(registered.name, str(version), evaluation)
     if version is not None:
