@@ -199,3 +199,16 @@ def _main_train_run(client: MlflowClient):
     (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
                                  "tags.`verlflow.step` = 'main'")
     return client.get_run(main.data.tags["verlflow.run_id.train"])
+
+
+def test_main_and_its_model_version_describe_their_result_in_one_line(printed):
+    server, _ = printed
+    client = MlflowClient(server.url)
+    (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                 "tags.`verlflow.step` = 'main'")
+    note = main.data.tags["mlflow.note.content"]
+    assert note.startswith("tiny-qwen3-gsm8k-tiny v1: accuracy ") and "champion = version 1 (" in note
+    assert "device cpu, recipe tiny" in note
+    described = client.get_model_version("tiny-qwen3-gsm8k-tiny", "1").description
+    assert described.startswith("accuracy ") and "on 128 test problems" in described
+    assert f"from train run {main.data.tags['verlflow.run_id.train']}" in described

@@ -237,6 +237,27 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     return mv
 
 
+def describe_version(client: MlflowClient, name: str, version: str) -> str:
+    """Give a version its one-line description from its tags (result, data, device, source run); returns it.
+
+    ``accuracy 0.4375 on 512 test problems · data 3f2a… · cpu (recipe smoke) · from train run 5d1e…``
+    """
+    mv = client.get_model_version(name, version)
+    tags = mv.tags
+    parts = []
+    if tags.get(VERSION_ACCURACY_TAG):
+        parts.append(f"accuracy {float(tags[VERSION_ACCURACY_TAG]):.4f} on {tags.get('eval.gsm8k.num_samples', '?')} "
+                     "test problems")
+    if tags.get(DATA_DIGEST_TAG):
+        parts.append(f"data {tags[DATA_DIGEST_TAG]}")
+    if tags.get("device.type"):
+        parts.append(f"{tags['device.type']} (recipe {tags.get(RECIPE_TAG, '?')})")
+    parts.append(f"from train run {tags.get('source_run_id') or mv.run_id}")
+    text = " · ".join(parts)
+    client.update_model_version(name, version, description=text)
+    return text
+
+
 def check_model_name(name: str) -> None:
     """A name MLflow's registry accepts (no '/', ':' or blanks), checked before any work."""
     if not name.strip() or "/" in name or ":" in name:

@@ -193,7 +193,7 @@ def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
     """Evaluate the best trial's checkpoint (on ``data_dir``'s test split, when given), register it with
     alias ``search-best`` and its score on the version; tag the outcome on the search run ``run_id``."""
     from verlflow.models.evaluate import evaluate_model, tag_version
-    from verlflow.models.registry import SEARCH_BEST, register_checkpoint
+    from verlflow.models.registry import SEARCH_BEST, describe_version, register_checkpoint
 
     client = LockRetryingClient()
     # Workers of one study each summarise at their end: register the best run once, not once per worker.
@@ -220,6 +220,7 @@ def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
             f"version {version} (alias {SEARCH_BEST})."))
     if evaluation is not None and version is not None:
         tag_version(registered.name, str(version), evaluation)
+        describe_version(client, registered.name, str(version))
     if version is not None:
         kept = keep_first_registration(client, registered, best_run_id)
         if kept.version != version:

@@ -42,10 +42,12 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
 from verlflow import config, names
 from verlflow.config import Device, VerlflowBlock
 from verlflow.errors import VerlflowError
-from verlflow.models.registry import CHAMPION, PromotionDecision
+from verlflow.models.registry import CHAMPION, PromotionDecision, describe_version
 from verlflow.names import (
     CHAMPION_VERSION_TAG,
     CODE_VERSION_TAG,
@@ -205,6 +207,11 @@ def run_main(request: MainRequest) -> PipelineResult:
                         names.EVAL_ACCURACY_GAIN: accuracy - base_accuracy}
         for key, value in outcome.items():
             client.log_metric(active.info.run_id, key, value)
+        describe_version(client, plan.model_name, version)
+        client.set_tag(active.info.run_id, MLFLOW_RUN_NOTE, (
+            f"{plan.model_name} v{version}: {_accuracy_line(base_accuracy, accuracy, num_samples)}; "
+            f"{_champion_line(decision)}. Data {pre.data.tags.get(DATA_DIGEST_TAG, '?')} ({plan.source}), "
+            f"device {plan.device}, recipe {plan.recipe}."))
 
     reused = ", ".join(runner.reused) or "none"
     print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version}: "
