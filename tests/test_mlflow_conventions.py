@@ -75,7 +75,7 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tr
     # Names that say what each run is: the evaluated model, the overrides of the recipe.
     assert runs[pipeline.BASE_EVAL].info.run_name == "evaluate · base"
     assert runs["evaluate"].info.run_name == "evaluate · trained"
-    assert train.info.run_name == "tiny · cpu · seed=2"
+    assert train.info.run_name == "seed=2 · tiny · cpu"  # what tells it apart first
     assert "- `data.seed=2`" in train.data.tags[MLFLOW_RUN_NOTE]
 
     # The datasets preprocess produced are the train and evaluate runs' inputs (same names and digests).
@@ -193,8 +193,10 @@ def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
 
 
 def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_full():
-    assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "smoke · cpu · seed=2"
-    assert train_run_name("recipes/smoke.yaml", "a3", overrides="").startswith("smoke · a3 · ")
+    assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "seed=2 · smoke · cpu"
+    assert train_run_name("recipes/smoke.yaml", "a3", overrides="") == "smoke · a3"
+    long = train_run_name("smoke", "cpu", overrides=" ".join(f"data.k{i}={'x' * 20}" for i in range(20)))
+    assert len(long) == naming.MAX_NAME_CHARS and long.endswith("… · smoke · cpu")  # overrides cut, not these
     # Keys that would read alike keep one more segment; Hydra's prefixes stay.
     assert short_overrides("actor_rollout_ref.rollout.n=4 algorithm.x.n=3 actor_rollout_ref.actor.optim.lr=1e-6 "
                            "+trainer.foo=1 ~data.seed") == ["rollout.n=4", "x.n=3", "lr=1e-6", "+foo=1", "~seed"]
