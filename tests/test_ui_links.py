@@ -212,3 +212,14 @@ def test_main_and_its_model_version_describe_their_result_in_one_line(printed):
     described = client.get_model_version("tiny-qwen3-gsm8k-tiny", "1").description
     assert described.startswith("accuracy ") and "on 128 test problems" in described
     assert f"from train run {main.data.tags['verlflow.run_id.train']}" in described
+
+
+def test_register_and_compare_runs_are_filed_with_the_runs_they_act_on(printed):
+    """Not in Default, where they took the chart view's slots without the train runs they relate to."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    recipe = client.get_experiment_by_name("verlflow/tiny").experiment_id
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    filed = {(r.data.tags.get("verlflow.step"), r.info.experiment_id) for r in runs}
+    assert {step for step, _ in filed} >= {"register", "compare", "train", "main"}
+    assert {experiment for _, experiment in filed} == {recipe}

@@ -434,7 +434,10 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
         out_dir = Path(output_dir) if output_dir else Path(tmp)
         report, versions, timings, diff, parity = build_report(base, cand, out_dir, threshold=threshold,
                                                                plotter=plotter)
-        with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags) as run:
+        # Filed with the runs it compares (unless the caller chose an experiment), not in Default.
+        beside = MlflowClient().get_experiment(cand.experiment_id).name if cand.experiment_id else None
+        with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags,
+                                  experiment=beside) as run:
             warning = recipe_warning(diff)
             if warning:
                 print(warning)

@@ -205,13 +205,15 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     check_alias(alias)
     client = LockRetryingClient()
     tags = {STEP_TAG: "register", SOURCE_RUN_TAG: run_id, MODEL_NAME_TAG: name}
+    # Filed with the train run (unless the caller chose an experiment), not in Default among nothing it relates to.
+    beside = client.get_experiment(train_run.info.experiment_id).name
     digest = None
     known = existing_version(client, name, run_id)
     if known is None:
         digest = weights_digest(checkpoint)
         known = identical_version(client, name, digest)
     if known is not None:
-        with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
+        with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id, experiment=beside):
             point_alias(client, name, alias, known.version)
             mlflow.set_tags({MODEL_VERSION_TAG: str(known.version), REUSED_VERSION_TAG: "true"})
         why = (f"run {run_id} is already" if digest is None
@@ -226,7 +228,7 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     if digest := data_digest_of(train_run):
         lineage[DATA_DIGEST_TAG] = digest
 
-    with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
+    with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id, experiment=beside):
         model = checkpoint_model(client, train_run, checkpoint)
         with contextlib.redirect_stderr(io.StringIO()):  # MLflow's "Created version …": the line below says it
             mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
