@@ -6,6 +6,7 @@ search, all in process on one SQLite store, then what a user opening the MLflow 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tr
     # Names that say what each run is: the evaluated model, the overrides of the recipe.
     assert runs[pipeline.BASE_EVAL].info.run_name == "evaluate · base"
     assert runs["evaluate"].info.run_name == "evaluate · trained"
-    assert train.info.run_name == "tiny · cpu · seed=2"
+    assert train.info.run_name == "seed=2 · tiny · cpu"  # what tells it apart first
     assert "- `data.seed=2`" in train.data.tags[MLFLOW_RUN_NOTE]
 
     # The datasets preprocess produced are the train and evaluate runs' inputs (same names and digests).
@@ -192,8 +193,10 @@ def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
 
 
 def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_full():
-    assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "smoke · cpu · seed=2"
-    assert train_run_name("recipes/smoke.yaml", "a3", overrides="").startswith("smoke · a3 · ")
+    assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "seed=2 · smoke · cpu"
+    assert train_run_name("recipes/smoke.yaml", "a3", overrides="") == "smoke · a3"
+    long = train_run_name("smoke", "cpu", overrides=" ".join(f"data.k{i}={'x' * 20}" for i in range(20)))
+    assert len(long) == naming.MAX_NAME_CHARS and long.endswith("… · smoke · cpu")  # overrides cut, not these
     # Keys that would read alike keep one more segment; Hydra's prefixes stay.
     assert short_overrides("actor_rollout_ref.rollout.n=4 algorithm.x.n=3 actor_rollout_ref.actor.optim.lr=1e-6 "
                            "+trainer.foo=1 ~data.seed") == ["rollout.n=4", "x.n=3", "lr=1e-6", "+foo=1", "~seed"]
@@ -202,24 +205,38 @@ def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_ful
     assert train_run_description("smoke", "cpu", "").endswith("no overrides.")
 
 
-def test_search_plots_are_logged_as_png_and_interactive_html_with_short_parameter_labels(tracking_uri):
+def test_search_plots_are_logged_as_png_and_one_offline_page_with_short_parameter_labels(tracking_uri):
     import optuna
 
-    from verlflow.search.results import log_plots
+    from verlflow.search.results import INTERACTIVE_PAGE, log_plots
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize")
-    study.optimize(lambda t: t.suggest_float("actor_rollout_ref.actor.optim.lr", 1e-6, 1e-4, log=True)
-                   + t.suggest_categorical("actor_rollout_ref.rollout.n", [2, 4]), n_trials=4)
+
+    def objective(t):
+        return (t.suggest_float("actor_rollout_ref.actor.optim.lr", 1e-6, 1e-4, log=True)
+                + t.suggest_categorical("actor_rollout_ref.rollout.n", [2, 4]))
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=6)
     with mlflow.start_run() as run:
         pass
     logged = log_plots(study, run.info.run_id)
-    assert {"search/plots/parallel_coordinate.png", "search/plots/parallel_coordinate.html",
-            "search/plots/optimization_history.html"} <= set(logged)
-    page = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id,
-                                                    artifact_path="search/plots/parallel_coordinate.html"))
+    assert {"search/plots/parallel_coordinate.png", "search/plots/param_importances.png", INTERACTIVE_PAGE} <= set(
+        logged)
+    page = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=INTERACTIVE_PAGE))
     html = page.read_text()
     assert '"lr"' in html and '"n"' in html and "actor_rollout_ref" not in html
+    # plotly inlined once, nothing loaded from the web: the page renders on an air-gapped cluster.
+    assert not re.search(r"<script[^>]*\bsrc=", html) and html.count("<h2>") == 4
+
+    # Two trials cannot say which parameter matters: no importances, and the run says why.
+    few = optuna.create_study(direction="maximize")
+    few.optimize(objective, n_trials=2)
+    with mlflow.start_run() as run:
+        pass
+    assert not any("param_importances" in path for path in log_plots(few, run.info.run_id))
+    skipped = MlflowClient().get_run(run.info.run_id).data.tags["search.plots_skipped"]
+    assert "param_importances: 2 finished trials, importances need at least 6" in skipped
 
 
 def test_the_private_mlflow_rules_verlflow_leans_on_are_in_this_mlflow(tracking_uri):

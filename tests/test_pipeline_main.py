@@ -2,7 +2,8 @@
 
 The README's command on the embedded default (the smoke recipe: a warm-started tiny Qwen3, GRPO on the
 CPU) must make the model measurably better, promote it because it is better, reuse what it can on a
-rerun, and keep the alias when a worse setting is tried.
+rerun, and keep the alias when a worse setting is tried. The first run is the plain `mlflow run .` (MLflow
+files it in Default); the rerun follows the README and names the experiment, and still redoes nothing.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ def _mlflow_run(workdir: Path, cache: Path, *params: str) -> subprocess.Complete
     return proc
 
 
-def _children(client: MlflowClient, parent_id: str) -> dict[str, object]:
+def _children(client: MlflowClient, parent_id: str, experiment_id: str = "0") -> dict[str, object]:
     """A parent's child runs by step (``evaluate_base`` for the starting model's evaluation)."""
-    runs = client.search_runs(["0"], f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    runs = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'")
     base = {metrics.EVAL_ROLE_TAG: "base"}.items()
     return {pipeline.BASE_EVAL if base <= r.data.tags.items() else r.data.tags["verlflow.step"]: r for r in runs}
 
@@ -100,31 +101,32 @@ def test_main_on_the_embedded_default_learns_promotes_and_reuses(tmp_path, monke
     generator = mlflow.transformers.load_model(f"models:/{MODEL_NAME}@champion")
     assert generator("Ava has 3 apples.", max_new_tokens=3, do_sample=False)[0]["generated_text"]
 
-    second = _mlflow_run(work, warm_model_cache)
-    assert f"preprocess: reusing FINISHED run {children['preprocess'].info.run_id}" in second.stdout
-    assert f"train: reusing FINISHED run {children['train'].info.run_id}" in second.stdout
-    assert f"{pipeline.BASE_EVAL}: reusing FINISHED run {children[pipeline.BASE_EVAL].info.run_id}" in second.stdout
-    parents = client.search_runs(["0"], "tags.`verlflow.step` = 'main'", order_by=["attributes.start_time DESC"])
-    rerun = parents[0]
-    assert len(parents) == 2 and rerun.info.status == "FINISHED"
+    # The README's command names the experiment: the rerun is filed there and reuses every step run in Default.
+    second = _mlflow_run(work, warm_model_cache, "--experiment-name", "verlflow/smoke")
+    for step in ("preprocess", "train", pipeline.BASE_EVAL, "evaluate"):
+        assert f"{step}: reusing FINISHED run {children[step].info.run_id}" in second.stdout, step
+    named = client.get_experiment_by_name("verlflow/smoke").experiment_id
+    (rerun,) = client.search_runs([named], "tags.`verlflow.step` = 'main'")
+    assert rerun.info.status == "FINISHED"
     assert rerun.data.tags["verlflow.reused_run_id.preprocess"] == children["preprocess"].info.run_id
     assert rerun.data.tags["verlflow.reused_run_id.train"] == children["train"].info.run_id
-    assert sorted(_children(client, rerun.info.run_id)) == ["evaluate", "promote", "register"]
+    assert sorted(_children(client, rerun.info.run_id, named)) == ["promote", "register"]
     # The same train run again: its version is returned, not registered twice; champion does not move.
     assert [v.version for v in client.search_model_versions(f"name='{MODEL_NAME}'")] == [champion.version]
     assert client.get_model_version_by_alias(MODEL_NAME, "challenger").version == champion.version
     assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == champion.version
     assert f"already {MODEL_NAME} version {champion.version}: not registered again" in second.stdout
     assert "stays on version" in second.stdout
+    assert f"champion = version {champion.version} (kept: " in second.stdout  # which version, and why
 
     # A worse setting (no learning at all) trains and registers a new version that does not take the alias.
     worse_setting = "overrides=actor_rollout_ref.actor.optim.lr=0 trainer.total_training_steps=4"
-    third = _mlflow_run(work, warm_model_cache, "-P", worse_setting)
+    third = _mlflow_run(work, warm_model_cache, "--experiment-name", "verlflow/smoke", "-P", worse_setting)
     assert "train: run " in third.stdout and "stays on version" in third.stdout
     assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == champion.version
     worse = client.get_model_version_by_alias(MODEL_NAME, "challenger")
     assert float(worse.tags["eval.gsm8k.accuracy"]) < float(champion.tags["eval.gsm8k.accuracy"])
-    assert client.search_runs(["0"], "attributes.status = 'RUNNING'") == []
+    assert client.search_runs(["0", named], "attributes.status = 'RUNNING'") == []
 
 
 @pytest.mark.parametrize("recipe, overrides, message", [

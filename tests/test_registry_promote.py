@@ -48,6 +48,18 @@ def _version(client: MlflowClient, accuracy: float | None = None, *, score_mean:
     return str(mv.version)
 
 
+def _evaluated_version(client: MlflowClient, right: list[bool]) -> str:
+    """A real version whose evaluation run logged every problem's score, as ``evaluate`` does."""
+    with mlflow.start_run() as run:
+        mlflow.log_table({"question": [f"problem {i}" for i in range(len(right))], "correct": right},
+                         artifact_file="eval/gsm8k_predictions.json")
+    tags = {"source_run_id": run.info.run_id, "eval.run_id": run.info.run_id,
+            "eval.gsm8k.accuracy": str(sum(right) / len(right)), "eval.gsm8k.num_samples": str(len(right))}
+    mv = client.create_model_version(NAME, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
+                                     tags=tags)
+    return str(mv.version)
+
+
 def _holder(client: MlflowClient, alias: str = "champion") -> str:
     return str(client.get_model_version_by_alias(NAME, alias).version)
 
@@ -70,6 +82,29 @@ def test_champion_moves_only_to_a_strictly_better_version(client, capsys):
     run = client.get_run(better.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags["promote.moved"] == "true"
+
+
+def test_champion_moves_only_when_the_gain_on_the_same_problems_exceeds_the_noise(client, capsys):
+    """0.441 → 0.459 on 512 problems (40 won, 31 lost: 9 net) is noise; 80 won, 10 lost is not."""
+    champion = [i < 226 for i in range(512)]  # 226/512 = 0.441
+    v1 = _evaluated_version(client, champion)
+    client.set_registered_model_alias(NAME, "champion", v1)
+    close = [not right if (i < 31 or 226 <= i < 266) else right for i, right in enumerate(champion)]
+    _evaluated_version(client, close)  # 235/512 = 0.459
+    kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert (kept.moved, _holder(client)) == (False, v1)
+    out = capsys.readouterr().out
+    assert "is within the noise: +1.8 points, 95% interval [" in out and "over 512 paired problems" in out
+    tags = client.get_run(kept.run_id).data.tags
+    assert float(tags["promote.gain_low"]) < 0 < float(tags["promote.gain_high"])
+    assert tags["promote.test"] == "paired" and tags["promote.problems"] == "512"
+
+    clear = [not right if (i < 10 or 226 <= i < 306) else right for i, right in enumerate(champion)]
+    v3 = _evaluated_version(client, clear)  # 296/512 = 0.578
+    moved = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert (moved.moved, moved.previous_version, _holder(client)) == (True, v1, v3)
+    assert "beyond the noise: +13.7 points, 95% interval [" in capsys.readouterr().out
+    assert float(client.get_run(moved.run_id).data.tags["promote.gain_low"]) > 0
 
 
 def test_force_moves_to_the_best_even_when_only_equal(client):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,16 +14,18 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.models import registry
+from verlflow.models.weights_digest import weights_digest
 
 
-def _train_like_run(checkpoint: str | None, *, status: str = "FINISHED", **extra_tags: str) -> str:
+def _train_like_run(checkpoint: str | None, *, status: str = "FINISHED", experiment_id: str | None = None,
+                    **extra_tags: str) -> str:
     """A real run carrying the tags a train run of the smoke recipe carries."""
     tags = {"verlflow.step": "train", "verlflow.recipe": "smoke", "verlflow.backend": "local",
             "verlflow.profile": "cpu", "device.type": "cpu", "device.name": "test cpu", "data.digest": "d1g35t",
             **extra_tags}
     if checkpoint:
         tags["verlflow.checkpoint_dir"] = checkpoint
-    with mlflow.start_run(tags=tags) as run:
+    with mlflow.start_run(tags=tags, experiment_id=experiment_id) as run:
         mlflow.log_param("data/max_response_length", "16")
     if status != "FINISHED":
         MlflowClient().set_terminated(run.info.run_id, status)
@@ -49,7 +52,7 @@ def checkpoint() -> str:
 
 
 @pytest.mark.slow
-def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipeline(store, checkpoint):
+def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipeline(store, checkpoint, tmp_path):
     run_id = _train_like_run(checkpoint)
     mv = registry.register_checkpoint(run_id, "")  # '' → the recipe's model name
 
@@ -60,6 +63,7 @@ def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipel
     assert version.tags == {
         "source_run_id": run_id, "device.type": "cpu", "device.name": "test cpu", "verlflow.recipe": "smoke",
         "verlflow.profile": "cpu", "verlflow.backend": "local", "data.digest": "d1g35t",
+        "weights.digest": weights_digest(checkpoint),
     }
     assert client.get_model_version_by_alias(name, "challenger").version == mv.version
     # The version is made from a LoggedModel of the train run itself: its source run is the train run.
@@ -73,6 +77,13 @@ def test_registered_version_has_lineage_and_champion_loads_as_a_generating_pipel
     assert register_run.data.tags["verlflow.source_run_id"] == run_id
     # Registering the same train run again returns its version: no copy, no new version.
     assert registry.register_checkpoint(run_id, "").version == mv.version
+    assert len(client.search_model_versions(f"name='{name}'")) == 1
+    # Another train run, in another experiment, that ended with the same weights (in its own folder) is that
+    # version too: the registry holds one copy of a model, whichever experiment its runs were filed in.
+    twin = tmp_path / "twin"
+    shutil.copytree(checkpoint, twin)
+    elsewhere = _train_like_run(str(twin), experiment_id=client.create_experiment("another-experiment"))
+    assert registry.register_checkpoint(elsewhere, "").version == mv.version
     assert len(client.search_model_versions(f"name='{name}'")) == 1
     requirements = mlflow.pyfunc.get_model_dependencies(f"models:/{name}/{mv.version}")
     pinned = open(requirements).read()

@@ -125,7 +125,7 @@ def test_verl_trains_in_the_run_mlflow_run_opened_with_the_local_trainers_metric
     assert run.data.params["actor_rollout_ref/rollout/name"] == "hf"
     assert run.data.params["actor_rollout_ref/actor/optim/lr"] == "0.001"
     assert run.data.tags["verlflow.backend"] == "verl" and run.data.tags["verlflow.profile"] == "cpu-verl"
-    assert run.info.run_name.startswith("tiny · cpu-verl · ")
+    assert run.info.run_name.endswith(" · tiny · cpu-verl")  # its overrides first
     # sampled by verlflow's process while verl ran (MLflow's CPU monitor; verl's own process samples nothing)
     assert "system/cpu_utilization_percentage" in run.data.metrics
     runs = client.search_runs([run.info.experiment_id])

@@ -50,13 +50,14 @@ def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
     with gc_paused():  # start-up: the step's imports
         from verlflow import known_warnings, progress
-        from verlflow.runs import lifecycle, probe
+        from verlflow.runs import lifecycle, probe, ui_links
 
         step = STEPS[name]
         request = parse_request(step.request, values)
     check_env_numbers()  # settings read at import: a bad one is one line here, before any run opens
     known_warnings.install()
     progress.quiet_library_bars()
+    ui_links.replace_mlflow_links()
     probe.use_default_store()
     probe.check_tracking_server()
     lifecycle.die_with_launcher()

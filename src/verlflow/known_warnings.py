@@ -29,6 +29,22 @@ KNOWN: tuple[Known, ...] = (
           "train (or register) logs a local checkpoint, which has no hub model card"),
     Known("mlflow.transformers", "Unable to find license information for this model",
           "a local checkpoint has no hub licence file; its base model's licence applies"),
+    Known("mlflow.store.db.utils", "Creating initial MLflow database tables",
+          "the first step in a folder creates mlflow.db, as the README says; nothing to act on"),
+    Known("mlflow.store.db.utils", "Updating database tables",
+          "MLflow brings the schema up to date itself (on creation, after an upgrade): nothing to act on"),
+    Known("mlflow.system_metrics.system_metrics_monitor", "Skip logging GPU metrics",
+          "a machine without NVIDIA GPUs; verlflow samples NPUs itself and says when a device is missing"),
+    Known("mlflow.system_metrics.system_metrics_monitor", "Started monitoring system metrics",
+          "every train run samples system/* (README, What a run holds); said for each run, no news"),
+    Known("mlflow.system_metrics.system_metrics_monitor", "Stopping system metrics monitoring",
+          "the same sampler ending with its run"),
+    Known("mlflow.system_metrics.system_metrics_monitor", "Successfully terminated system metrics monitoring",
+          "the same sampler ending with its run"),
+    Known("mlflow.tracing.export.async_export_queue", "Flushing the async trace logging queue",
+          "the train run's sampled completions are written as traces before the step exits, as they should"),
+    Known("mlflow.store.model_registry.abstract_store", "Waiting up to 300 seconds for model version",
+          "register waits for the version as MLflow does; register prints the version it made"),
 )
 
 

@@ -74,3 +74,11 @@ def quiet_library_bars() -> None:
     """
     if not is_terminal():
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def say(line: str) -> None:
+    """Print ``line`` on stdout above any open bar (in a terminal the bar is cleared and redrawn below it), so a
+    message in the middle of training does not land on the bar's line."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stdout)

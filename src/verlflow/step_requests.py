@@ -92,7 +92,7 @@ class PromoteRequest:
     model_name: str = _param("registered model name")
     metric: str = _param("metric to maximise (version tag or source-run metric)", "eval/gsm8k/accuracy")
     alias: str = _param("alias to move", "champion")
-    force: bool = _param("move even when not strictly better", False)
+    force: bool = _param("move even when not better beyond the noise", False)
 
 
 @dataclass(frozen=True)

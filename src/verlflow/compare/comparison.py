@@ -25,6 +25,7 @@ from pathlib import Path
 
 import mlflow
 from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
 
 from verlflow.compare import efficiency, profiles, run_sets
 from verlflow.compare.diff import (
@@ -53,6 +54,7 @@ from verlflow.compare.report import (
     version_rows,
     without_verdict,
 )
+from verlflow.compare.report_html import report_page
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import (
     plot_utilisation,
@@ -312,6 +314,7 @@ def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: flo
     for name in ("report.md", "comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
+    mlflow.log_text(report_page(report, out_dir, "compare"), f"{ARTIFACT_DIR}/report.html")  # images embedded
     mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
     mlflow.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
 
@@ -357,7 +360,10 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
         parts = build_report(base_set, cand_set, out_dir, threshold=threshold, plotter=plotter, prices=prices,
                              step_profiles=step_profiles)
         base, cand = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
-        with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags) as run:
+        # Filed with the runs it compares (unless the caller chose an experiment), not in Default.
+        beside = MlflowClient().get_experiment(cand.experiment_id).name if cand.experiment_id else None
+        with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags,
+                                  experiment=beside) as run:
             warning = comparison_warning(parts.diff, base, cand)
             if warning:
                 print(warning)

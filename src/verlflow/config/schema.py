@@ -200,7 +200,8 @@ class VerlflowBlock(Mapping):
     skip_preflight: bool = False
     # Local trainer: validation rows used (None = the recipe's data.val_max_samples).
     val_limit: int | None = None
-    # verl backend: rollouts traced into MLflow per training step and agent-loop worker (0 = off).
+    # Rollouts traced into MLflow (the run's Traces tab; 0 = off): verl backend, per training step and
+    # agent-loop worker; local trainer, per step that logs its samples table.
     rollout_traces: int = 2
     # Seconds between system-metric samples of a train run (0 = no system metrics).
     system_metrics_interval: float = 10.0

@@ -145,7 +145,9 @@ def record_final_model(run_id: str, checkpoint: str | Path, step: int) -> Logged
         log.warning("final checkpoint %s of run %s not recorded as an MLflow LoggedModel (%s); register will "
                     "make it", checkpoint, run_id, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return None
-    print(f"verlflow: final checkpoint (step {step}) logged as MLflow model {model.model_id} of run {run_id}")
+    from verlflow.progress import say
+
+    say(f"verlflow: final checkpoint (step {step}) logged as MLflow model {model.model_id} of run {run_id}")
     return model
 
 

@@ -42,7 +42,7 @@ def resolve_model_path(path_or_id: str, cache_dir: str | os.PathLike[str] | None
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         target = root / f"{path_or_id}-v{BUILD_VERSION}-seed{seed}"
         if not (target / "config.json").is_file():
-            how = f" with a warm start of {SFT_STEPS} steps (about a minute)" if path_or_id == SFT_SENTINEL else ""
+            how = f" with a warm start of {SFT_STEPS} steps (minutes on a CPU)" if path_or_id == SFT_SENTINEL else ""
             print(f"model: building {path_or_id} once{how}; cached in {target}", flush=True)
             root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))

@@ -22,6 +22,7 @@ import os
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.default_experiment import DEFAULT_EXPERIMENT_ID
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from verlflow.util import first_line
 
@@ -77,10 +78,11 @@ def _hint_when_in_default(name: str) -> None:
         return
     _HINTED.add(run_id)  # once per run: main's train step enters the experiment again
     try:
-        in_default = MlflowClient().get_run(run_id).info.experiment_id == DEFAULT_EXPERIMENT_ID
+        run = MlflowClient().get_run(run_id)
     except MlflowException:  # the run's own step reports a missing run; a hint is never worth failing for
         return
-    if in_default:
+    # A nested run (a search trial, in its own process) follows its parent, whose step said it already.
+    if run.info.experiment_id == DEFAULT_EXPERIMENT_ID and MLFLOW_PARENT_RUN_ID not in run.data.tags:
         log.warning("run %s is in MLflow's Default experiment, where `mlflow run` puts it without "
                     "--experiment-name; pass --experiment-name %s to keep it with the recipe's runs", run_id, name)
 

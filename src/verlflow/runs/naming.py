@@ -2,10 +2,12 @@
 
     python -c "from verlflow.runs.naming import train_run_name; print(train_run_name('qwen3-4b-gsm8k-grpo', 'a3'))"
 
-A train run is named ``<recipe> · <profile> · <overrides, short>`` (``smoke · cpu · seed=2 lr=1e-05``: each
-override's last key segment, more segments where two would read alike), or ``<recipe> · <profile> · <MMDD-HHMM>``
-(``qwen3-4b-gsm8k-grpo · a3 · 1202-1416``) when it has no overrides; its description (``mlflow.note.content``)
-lists the overrides in full. That is, unless someone named it: ``mlflow run --run-name`` (MLflow sets the
+A train run is named ``<overrides, short> · <recipe> · <profile>`` (``seed=2 lr=1e-05 · smoke · cpu``: each
+override's last key segment, more segments where two would read alike), or ``<recipe> · <profile>``
+(``qwen3-4b-gsm8k-grpo · a3``) when it has no overrides: what tells two runs apart comes first, where the
+runs table's narrow name column still shows it, and a long list of overrides is cut, never the recipe and
+profile. The start time is the table's own column. Its description (``mlflow.note.content``) lists the
+overrides in full. That is, unless someone named it: ``mlflow run --run-name`` (MLflow sets the
 name tag itself, before or after the step starts — either way a real name is kept) or a caller such as a
 search trial. Only the names
 MLflow makes up (``bold-cat-123``) and the pipeline's bare step name ``train`` are replaced.
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 import urllib.parse
 from collections.abc import Sequence
 
@@ -32,15 +33,18 @@ STEP_PLACEHOLDERS = {"train"}
 MAX_NAME_CHARS = 160
 
 
-def train_run_name(recipe: str, profile: str, started_at: float | None = None, overrides: str = "") -> str:
-    """``<recipe> · <profile> · <short overrides>``, or ``… · <MMDD-HHMM>`` (local time) without overrides.
+def train_run_name(recipe: str, profile: str, overrides: str = "") -> str:
+    """``<short overrides> · <recipe> · <profile>``, or ``<recipe> · <profile>`` without overrides.
 
-    Recipe/profile paths are shortened to their stem.
+    Recipe/profile paths are shortened to their stem; only the overrides are cut (with "…") to fit.
     """
+    tail = SEPARATOR.join((_stem(recipe), _stem(profile)))
     short = " ".join(short_overrides(overrides))
-    tail = short or time.strftime("%m%d-%H%M", time.localtime(started_at))
-    name = SEPARATOR.join((_stem(recipe), _stem(profile), tail))
-    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
+    if not short:
+        return tail
+    room = MAX_NAME_CHARS - len(SEPARATOR) - len(tail)
+    head = short if len(short) <= room else short[:max(room - 1, 0)] + "…"
+    return f"{head}{SEPARATOR}{tail}"
 
 
 def override_tokens(overrides: str) -> list[str]:
@@ -107,8 +111,7 @@ def is_generated_name(name: str | None) -> bool:
     return parts[0] in words[0] and parts[1] in words[1]
 
 
-def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | None = None,
-                   overrides: str = "") -> str:
+def name_train_run(run_id: str, recipe: str, profile: str, overrides: str = "") -> str:
     """Give a train run its descriptive name (unless it has a real one) and description; return its name."""
     client = LockRetryingClient()
     run = client.get_run(run_id)
@@ -117,7 +120,7 @@ def name_train_run(run_id: str, recipe: str, profile: str, started_at: float | N
     current = run.info.run_name
     if not (is_generated_name(current) or current in STEP_PLACEHOLDERS):
         return current
-    name = train_run_name(recipe, profile, started_at, overrides)
+    name = train_run_name(recipe, profile, overrides)
     client.update_run(run_id, name=name)
     return name
 

@@ -6,8 +6,11 @@ The engine behind ``verlflow main`` (the MLflow multistep example's ``_already_r
 reused only when its params (compared as strings, as MLflow's example does), its code version (tag
 ``verlflow.code_version``: the git commit of the package plus a hash of uncommitted edits, else the package
 version) and the tags the caller matches on (``data.digest``) agree, and its output still exists
-(:func:`data_present`, :func:`checkpoint_current`). A step it runs gets a child run created the way ``mlflow
-run`` creates one, and that run is never left RUNNING.
+(:func:`data_present`, :func:`checkpoint_current`). The match is looked for in every active experiment of
+the store, not only the parent's: the same inputs and code give the same output whichever experiment the
+first run was filed in (a plain ``mlflow run`` files it in Default, a rerun with ``--experiment-name`` in
+the recipe's), so following the advice to name the experiment redoes nothing. A step it runs gets a child
+run created the way ``mlflow run`` creates one, and that run is never left RUNNING.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Param, Run
+from mlflow.entities import Param, Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -77,8 +80,8 @@ class StepRunner:
         """The newest FINISHED run of ``step`` with these params (as strings), code version and tags."""
         query = (f"tags.`{STEP_TAG}` = '{step}' and attributes.status = 'FINISHED' "
                  f"and tags.`{CODE_VERSION_TAG}` = '{self.code}'")
-        candidates = self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"],
-                                             max_results=200)
+        candidates = self.client.search_runs(store_experiment_ids(self.client, first=self.experiment_id), query,
+                                             order_by=["attributes.start_time DESC"], max_results=200)
         for run in candidates:
             if run.info.run_id == self.parent_id:
                 continue
@@ -145,15 +148,29 @@ def data_present(run: Run) -> bool:
     return bool(folder) and all((Path(folder) / f"{s}.parquet").is_file() for s in ("train", "test"))
 
 
-def checkpoint_current(client: MlflowClient, experiment_id: str) -> Callable[[Run], bool]:
-    """A train run's checkpoint is still its own: present, and no later run wrote the same folder."""
+def store_experiment_ids(client: MlflowClient, first: str = "") -> list[str]:
+    """The ids of every active experiment of the store (``first``, when given, leads), where reuse looks."""
+    ids, token = [], None
+    while True:
+        page = client.search_experiments(view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+        ids.extend(e.experiment_id for e in page)
+        token = page.token
+        if not token:
+            break
+    return list(dict.fromkeys([first, *ids] if first else ids))
+
+
+def checkpoint_current(client: MlflowClient, experiment_id: str = "") -> Callable[[Run], bool]:
+    """A train run's checkpoint is still its own: present, and no later run (in any experiment) wrote the
+    same folder."""
 
     def check(run: Run) -> bool:
         folder = run.data.tags.get(CHECKPOINT_DIR_TAG)
         if not folder or not (Path(folder) / "config.json").is_file():
             return False
         escaped = filter_quote(folder)
-        newest = client.search_runs([experiment_id], f"tags.`{CHECKPOINT_DIR_TAG}` = '{escaped}'",
+        newest = client.search_runs(store_experiment_ids(client, first=experiment_id),
+                                    f"tags.`{CHECKPOINT_DIR_TAG}` = '{escaped}'",
                                     order_by=["attributes.start_time DESC"], max_results=1)
         return bool(newest) and newest[0].info.run_id == run.info.run_id
 

@@ -22,7 +22,9 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
+from verlflow import names
 from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.search.space import SearchConfig
@@ -31,6 +33,10 @@ from verlflow.search.study import RUN_ID_ATTR
 log = logging.getLogger(__name__)
 
 PLOTS = ("optimization_history", "parallel_coordinate", "param_importances", "intermediate_values")
+# The one interactive page holding every plot (plotly inlined once, so it renders offline).
+INTERACTIVE_PAGE = "search/plots/interactive.html"
+# Fewest finished trials whose parameter importances are shown (fewer: a fit on noise, e.g. 0.33 each).
+IMPORTANCE_MIN_TRIALS = 6
 
 
 @dataclass
@@ -94,7 +100,12 @@ def readable_study(study: optuna.Study) -> optuna.Study:
     keys = sorted({key for t in study.get_trials(deepcopy=False) for key in t.params})
     labels = dict(zip(keys, (short.split("=", 1)[0] for short in short_overrides(" ".join(f"{k}=" for k in keys))),
                       strict=True))
-    copy = optuna.create_study(directions=study.directions, study_name=study.study_name)
+    quiet = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "A new study created in memory": a copy, for plots
+    try:
+        copy = optuna.create_study(directions=study.directions, study_name=study.study_name)
+    finally:
+        optuna.logging.set_verbosity(quiet)
     for trial in study.get_trials(deepcopy=True):
         trial.params = {labels[k]: v for k, v in trial.params.items()}
         trial.distributions = {labels[k]: d for k, d in trial.distributions.items()}
@@ -103,9 +114,14 @@ def readable_study(study: optuna.Study) -> optuna.Study:
 
 
 def log_plots(study: optuna.Study, run_id: str) -> list[str]:
-    """Log Optuna's plots, each as a PNG (matplotlib) and an interactive HTML page (plotly) beside it, with
-    short parameter labels; a plot Optuna cannot draw yet (importances need two finished trials that
-    differ) is skipped with its reason in the tag ``search.plots_skipped``."""
+    """Log Optuna's plots with short parameter labels: each as a PNG (matplotlib), and all of them on one
+    interactive page, ``search/plots/interactive.html`` (plotly), that renders offline.
+
+    MLflow's ``log_figure`` writes a plotly figure as HTML that loads plotly from a CDN, which an air-gapped
+    cluster cannot reach (the page stays blank); here plotly is inlined, once for all the plots (~5 MB).
+    A plot Optuna cannot draw, or that the study cannot support yet (importances, see
+    :func:`importances_unsupported`), is skipped with its reason in the tag ``search.plots_skipped``.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,21 +129,26 @@ def log_plots(study: optuna.Study, run_id: str) -> list[str]:
     from optuna import visualization as interactive
     from optuna.visualization import matplotlib as ovm
 
-    client, logged, skipped = LockRetryingClient(), [], []
+    client, logged, skipped, pages = LockRetryingClient(), [], [], {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study = readable_study(study)
     for name in PLOTS:
+        if name == "param_importances" and (why := importances_unsupported(study)):
+            skipped.append(f"{name}: {why}")
+            continue
         for kind, draw in (("png", getattr(ovm, f"plot_{name}")), ("html", getattr(interactive, f"plot_{name}"))):
-            path = f"search/plots/{name}.{kind}"
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     drawn = draw(study)
-                if kind == "png":
-                    drawn = (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
-                    drawn.set_size_inches(10, 6)
-                    drawn.tight_layout()
+                if kind == "html":
+                    pages[name] = drawn
+                    continue
+                drawn = (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
+                drawn.set_size_inches(10, 6)
+                drawn.tight_layout()
+                path = f"search/plots/{name}.png"
                 client.log_figure(run_id, drawn, path)
                 logged.append(path)
             except Exception as exc:  # noqa: BLE001 - Optuna raises several kinds for a study it cannot plot
@@ -136,16 +157,43 @@ def log_plots(study: optuna.Study, run_id: str) -> list[str]:
                 log.warning("search: plot %s.%s skipped: %s", name, kind, reason)
             finally:
                 plt.close("all")
+    if pages:
+        client.log_text(run_id, offline_page(study.study_name, pages), INTERACTIVE_PAGE)
+        logged.append(INTERACTIVE_PAGE)
     if skipped:
         client.set_tag(run_id, "search.plots_skipped", "; ".join(skipped)[:5000])
     return logged
+
+
+def importances_unsupported(study: optuna.Study) -> str:
+    """Why parameter importances would mislead for this study ('' when they can be shown): they need at least
+    :data:`IMPORTANCE_MIN_TRIALS` finished trials, and two per parameter, whose objective values differ."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    needed = max(IMPORTANCE_MIN_TRIALS, 2 * len({k for t in done for k in t.params}))
+    if len(done) < needed:
+        return f"{len(done)} finished trials, importances need at least {needed}"
+    if len({t.value for t in done}) < 2:
+        return "every finished trial has the same objective value"
+    return ""
+
+
+def offline_page(title: str, figures: dict[str, Any]) -> str:
+    """One HTML page holding plotly figures, with plotly's JavaScript inlined once (no script from the web)."""
+    import html
+
+    parts = []
+    for i, (name, figure) in enumerate(figures.items()):
+        parts.append(f"<h2>{html.escape(name.replace('_', ' '))}</h2>")
+        parts.append(figure.to_html(full_html=False, include_plotlyjs=i == 0, default_height="520px"))
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>"
+            f"<body style=\"font-family: sans-serif\">\n{chr(10).join(parts)}\n</body></html>\n")
 
 
 def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
     """Evaluate the best trial's checkpoint (on ``data_dir``'s test split, when given), register it with
     alias ``search-best`` and its score on the version; tag the outcome on the search run ``run_id``."""
     from verlflow.models.evaluate import evaluate_model, tag_version
-    from verlflow.models.registry import SEARCH_BEST, register_checkpoint
+    from verlflow.models.registry import SEARCH_BEST, describe_version, register_checkpoint
 
     client = LockRetryingClient()
     # Workers of one study each summarise at their end: register the best run once, not once per worker.
@@ -163,8 +211,16 @@ def register_best(best_run_id: str, run_id: str, *, data_dir: str = "") -> Any:
                                     backend="auto", run_name=f"evaluate · {SEARCH_BEST}")
     registered = register_checkpoint(best_run_id, "", alias=SEARCH_BEST)
     version = getattr(registered, "version", None)
+    if evaluation is not None:  # the best model's full evaluation, on the search's own run too
+        client.log_metric(run_id, names.EVAL_ACCURACY, evaluation.accuracy)
+        client.log_metric(run_id, names.EVAL_NUM_SAMPLES, evaluation.num_samples)
+        client.set_tag(run_id, MLFLOW_RUN_NOTE, (
+            f"Best trial's model (run {best_run_id}): accuracy {evaluation.accuracy:.4f} on "
+            f"{evaluation.num_samples} test problems; registered as {getattr(registered, 'name', '')} "
+            f"version {version} (alias {SEARCH_BEST})."))
     if evaluation is not None and version is not None:
         tag_version(registered.name, str(version), evaluation)
+        describe_version(client, registered.name, str(version))
     if version is not None:
         kept = keep_first_registration(client, registered, best_run_id)
         if kept.version != version:

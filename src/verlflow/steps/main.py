@@ -16,9 +16,12 @@ FINISHED earlier with the same step parameters (compared as strings, as MLflow's
 does) and the same code version (tag ``verlflow.code_version``: the git commit of the package, plus a
 hash of uncommitted changes; the package version outside git) is reused instead of redone; the parent
 then carries ``verlflow.reused_run_id.<step>`` and the log says so. Train runs are matched on their
-data's digest as well, so new data means a new training. register, evaluate and promote always run:
-they are cheap and act on the registry as it is now (a reused train run keeps the version it was
-registered as, no duplicate; promote moves ``champion`` only to a strictly better version).
+data's digest as well, so new data means a new training; the trained model's evaluation on the trained
+version's source run (an unchanged model is not measured again). Runs are matched in every experiment of the
+store, so a rerun filed in another experiment (``--experiment-name``) redoes nothing. register and promote
+always run: they are cheap and act on the registry as it is now (a reused train run keeps the version it was
+registered as, no duplicate; promote moves ``champion`` only to a version better beyond the evaluation's
+noise), and the last line says which version is champion and why.
 
 The reuse engine (child runs, what counts as the same run, what must still exist) is
 :mod:`verlflow.runs.reuse`; this module only chains the steps.
@@ -39,10 +42,12 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
 from verlflow import config, names
 from verlflow.config import Device, VerlflowBlock
 from verlflow.errors import VerlflowError
-from verlflow.models.registry import CHAMPION, PromotionDecision
+from verlflow.models.registry import CHAMPION, PromotionDecision, describe_version
 from verlflow.names import (
     CHAMPION_VERSION_TAG,
     CODE_VERSION_TAG,
@@ -53,9 +58,10 @@ from verlflow.names import (
     MODEL_NAME_TAG,
     MODEL_VERSION_TAG,
     RECIPE_TAG,
+    SOURCE_RUN_TAG,
     STEP_TAG,
 )
-from verlflow.runs import tracking
+from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.reuse import StepRunner, checkpoint_current, code_version, data_present
 from verlflow.runs.store_retry import LockRetryingClient
@@ -177,12 +183,17 @@ def run_main(request: MainRequest) -> PipelineResult:
         version = reg.data.tags[MODEL_VERSION_TAG]
 
         model_uri = f"models:/{plan.model_name}/{version}"
-        _, result = runner.run(
+        # The same version (same train run) on the same data with the same code: its evaluation is reused.
+        evaluation, result = runner.run(
             "evaluate", EvaluateRequest(model_uri=model_uri, data_dir=data_dir),
             lambda req, run_id: evaluate_model(req.model_uri, req.data_dir, req.split, req.limit, req.backend,
                                                run_name=TRAINED_EVAL_RUN_NAME, run_id=run_id),
-            tags={EVAL_ROLE_TAG: "trained"}, run_name=TRAINED_EVAL_RUN_NAME,
+            reusable=True, match_tags={EVAL_ROLE_TAG: "trained", SOURCE_RUN_TAG: train.info.run_id},
+            run_name=TRAINED_EVAL_RUN_NAME,
         )
+        accuracy = result.accuracy if result is not None else evaluation.data.metrics[names.EVAL_ACCURACY]
+        num_samples = (result.num_samples if result is not None
+                       else int(evaluation.data.metrics.get(names.EVAL_NUM_SAMPLES, 0)))
 
         _, decision = runner.run(
             "promote", PromoteRequest(model_name=plan.model_name, metric=PROMOTE_METRIC, alias=CHAMPION),
@@ -190,20 +201,32 @@ def run_main(request: MainRequest) -> PipelineResult:
         )
         client.set_tag(active.info.run_id, MODEL_VERSION_TAG, version)
         client.set_tag(active.info.run_id, CHAMPION_VERSION_TAG, decision.version or "")
-        outcome = {names.EVAL_ACCURACY: result.accuracy}
+        outcome = {names.EVAL_ACCURACY: accuracy}
         if base_accuracy is not None:
             outcome |= {names.EVAL_ACCURACY_BASE: base_accuracy,
-                        names.EVAL_ACCURACY_GAIN: result.accuracy - base_accuracy}
+                        names.EVAL_ACCURACY_GAIN: accuracy - base_accuracy}
         for key, value in outcome.items():
             client.log_metric(active.info.run_id, key, value)
+        describe_version(client, plan.model_name, version)
+        client.set_tag(active.info.run_id, MLFLOW_RUN_NOTE, (
+            f"{plan.model_name} v{version}: {_accuracy_line(base_accuracy, accuracy, num_samples)}; "
+            f"{_champion_line(decision)}. Data {pre.data.tags.get(DATA_DIGEST_TAG, '?')} ({plan.source}), "
+            f"device {plan.device}, recipe {plan.recipe}."))
 
     reused = ", ".join(runner.reused) or "none"
     print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version}: "
-          f"{_accuracy_line(base_accuracy, result.accuracy, result.num_samples)}; "
-          f"champion = version {decision.version}; reused steps: {reused}")
+          f"{_accuracy_line(base_accuracy, accuracy, num_samples)}; "
+          f"{_champion_line(decision)}; reused steps: {reused}")
+    experiment = client.get_experiment(runner.experiment_id)
+    ui_links.print_links("main", [
+        (f"runs of {experiment.name}", ui_links.experiment_route(runner.experiment_id)),
+        ("this pipeline", ui_links.run_route(runner.experiment_id, active.info.run_id)),
+        ("its train run", ui_links.run_route(train.info.experiment_id, train.info.run_id)),
+        (f"{plan.model_name} v{version}", ui_links.model_version_route(plan.model_name, version)),
+    ])
     return PipelineResult(
         parent_run_id=active.info.run_id, step_run_ids=dict(runner.runs), reused=dict(runner.reused),
-        model_name=plan.model_name, model_version=version, accuracy=result.accuracy, accuracy_base=base_accuracy,
+        model_name=plan.model_name, model_version=version, accuracy=accuracy, accuracy_base=base_accuracy,
         promotion=decision,
     )
 
@@ -226,6 +249,14 @@ def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_di
         run_name=BASE_EVAL_RUN_NAME, extra_params={"max_new_tokens": plan.max_response_length},
     )
     return result.accuracy if result is not None else run.data.metrics.get(names.EVAL_ACCURACY)
+
+
+def _champion_line(decision: PromotionDecision) -> str:
+    """``champion = version 2 (kept: …)`` / ``(moved from version 1: …)``: which version holds it and why."""
+    if decision.moved:
+        before = f"from version {decision.previous_version}" if decision.previous_version else "to it"
+        return f"champion = version {decision.version} (moved {before}: {decision.reason})"
+    return f"champion = version {decision.version} (kept: {decision.reason})"
 
 
 def _accuracy_line(base: float | None, trained: float, problems: int) -> str:

@@ -1,4 +1,5 @@
-"""Step ``promote``: move an alias (``champion``) to the best version when it is strictly better.
+"""Step ``promote``: move an alias (``champion``) to the best version when it is better beyond the
+evaluation's noise (a paired test on the same problems).
 
     mlflow run . --env-manager local -e promote -P model_name=verlflow-smoke
 """

@@ -12,4 +12,13 @@ def run_register(request: RegisterRequest, *, run_id: str | None = None):
     """Register the request's train run; ``run_id``: a ``register`` run already created for it (``main``'s child)."""
     from verlflow.models.registry import register_checkpoint
 
-    return register_checkpoint(request.run_id, request.model_name, step_run_id=run_id)
+    version = register_checkpoint(request.run_id, request.model_name, step_run_id=run_id)
+    if run_id is None:  # main's register child: main prints the links
+        from verlflow.runs import tracking, ui_links
+
+        source = tracking.get_run(version.run_id or request.run_id)
+        ui_links.print_links("register", [
+            (f"{version.name} v{version.version}", ui_links.model_version_route(version.name, version.version)),
+            ("its train run", ui_links.run_route(source.info.experiment_id, source.info.run_id)),
+        ])
+    return version

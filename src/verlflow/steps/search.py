@@ -31,7 +31,7 @@ from verlflow.backends.registry import get_backend
 from verlflow.backends.train_setup import choose_train_setup, compose_train_config
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
-from verlflow.runs import tracking
+from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.step_requests import SearchRequest
@@ -149,3 +149,13 @@ def _print_result(result: SearchResult, search: SearchConfig) -> None:
         print(f"best {search.metric}={result.best_value:g}: trial {result.best_trial_number}, "
               f"run {result.best_run_id}, {params}")
     print(f"search run: {result.parent_run_id}")
+    parent = tracking.get_run(result.parent_run_id)
+    experiment_id = parent.info.experiment_id
+    pages = [("runs of its experiment", ui_links.experiment_route(experiment_id)),
+             ("the search (trials as child runs)", ui_links.run_route(experiment_id, result.parent_run_id))]
+    if result.best_run_id:
+        pages.append(("its best trial", ui_links.run_route(experiment_id, result.best_run_id)))
+    if result.registered is not None:
+        mv = result.registered
+        pages.append((f"{mv.name} v{mv.version}", ui_links.model_version_route(mv.name, mv.version)))
+    ui_links.print_links("search", pages)

@@ -15,6 +15,8 @@ import os
 import time
 from pathlib import Path
 
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
 from verlflow import config
 from verlflow.backends.registry import TrainLaunch, get_backend
 from verlflow.backends.train_setup import check_train_inputs, choose_train_setup, compose_train_config
@@ -22,7 +24,7 @@ from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG, MODEL_NAME_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
-from verlflow.runs import tracking
+from verlflow.runs import tracking, ui_links
 from verlflow.step_requests import TrainRequest
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,13 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
                     interval if backend.samples_system_metrics(launch) else None,
                     spill_root=backend.spill_root(cfg), overrides=overrides, data_dir=data_dir,
                     run_id=run_id) as (run, since):
-        return backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared)
+        result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared)
+    if MLFLOW_PARENT_RUN_ID not in run.data.tags:  # a nested run (main's, a search trial's): its parent links it
+        ui_links.print_links("train", [
+            ("this run", ui_links.run_route(run.info.experiment_id, run.info.run_id)),
+            ("runs of its experiment", ui_links.experiment_route(run.info.experiment_id)),
+        ])
+    return result
 
 
 @contextlib.contextmanager
@@ -104,7 +112,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
             (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
              else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run(run.info.run_id, recipe, profile, started_at, overrides)
+        run_names.name_train_run(run.info.run_id, recipe, profile, overrides)
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}

@@ -51,6 +51,7 @@ from verlflow.backends.local.rollout import (
     score,
 )
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
+from verlflow.backends.local.traces import trace_samples
 from verlflow.errors import VerlflowError
 from verlflow.models import logged_models
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
@@ -395,6 +396,7 @@ class LocalTrainer:
 
         if step <= self.logged_through:
             return
+        trace_samples(samples, step, self.cfg.verlflow.rollout_traces)  # the run's Traces tab, as verl's
         if metric_buffer.log_table(self.run_id, samples, f"samples/step_{step}.json"):
             return  # queued for the writer process: an outage keeps it in the spill file
         try:

@@ -1,0 +1,225 @@
+"""Every link a step prints opens its page: main, train, search, compare and register on a real `mlflow server`.
+
+One module-scoped session on a real server (the tiny recipe: main, a standalone train, a 2-trial search, a
+compare of two train runs, a register) collects what each step printed; each URL is then fetched (the UI
+answers it) and the run, experiment or model version its route names is read back from the same server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import MlflowServer
+from mlflow.tracking import MlflowClient
+
+from verlflow.runs import ui_links
+from verlflow.step_requests import CompareRequest, MainRequest, RegisterRequest, SearchRequest, TrainRequest
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = ("main", "train", "search", "compare", "register")
+URL = re.compile(r"http://127\.0\.0\.1:\d+/#\S+")
+
+
+def _short_search(tmp_path: Path) -> Path:
+    data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
+    data["trial"] = {"overrides": {"trainer.total_training_steps": 2, "trainer.total_epochs": 2,
+                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 30}
+    data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory, tiny_workdir):
+    """(server, {step: what it printed}) after each step ran once against the server."""
+    from verlflow.steps.compare import run_compare
+    from verlflow.steps.main import run_main
+    from verlflow.steps.register import run_register
+    from verlflow.steps.search import run_search
+    from verlflow.steps.train import run_train
+
+    root = tmp_path_factory.mktemp("ui-links")
+    server = MlflowServer(root)
+    server.start()
+    out: dict[str, str] = {}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(root)
+            patch.setenv("MLFLOW_TRACKING_URI", server.url)
+            patch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
+            patch.setenv(ui_links.MLFLOW_LINKS_OFF, "true")  # as every step started by the CLI does
+            for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
+                patch.delenv(name, raising=False)
+            import mlflow
+
+            mlflow.set_tracking_uri(server.url)
+
+            def capture(step: str, call) -> object:
+                buffer = io.StringIO()
+                with contextlib.redirect_stdout(buffer):
+                    value = call()
+                out[step] = buffer.getvalue()
+                return value
+
+            pipeline = capture("main", lambda: run_main(MainRequest("tiny", "cpu", "", "", "")))
+            data_dir = str(root / "data" / "synthetic")
+            capture("train", lambda: run_train(TrainRequest("tiny", "cpu", data_dir=data_dir,
+                                                            overrides="trainer.total_training_steps=2")))
+            capture("search", lambda: run_search(SearchRequest(
+                "tiny", "cpu", 2, data_dir=data_dir, study_name="links", storage=str(root / "study.journal"),
+                pruner="none", search_config=str(_short_search(root)))))
+            client = MlflowClient()
+            trains = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                        "tags.`verlflow.step` = 'train'")
+            (standalone,) = [r for r in trains if "mlflow.parentRunId" not in r.data.tags]
+            capture("compare", lambda: run_compare(CompareRequest(pipeline.step_run_ids["train"],
+                                                                  standalone.info.run_id)))
+            capture("register", lambda: run_register(RegisterRequest(run_id=standalone.info.run_id)))
+        yield server, out
+    finally:
+        server.stop()
+
+
+def _check_route(client: MlflowClient, route: str) -> str:
+    """Read back what the UI route names; returns the kind of page."""
+    path, _, query = route.partition("?")
+    params = urllib.parse.parse_qs(query)
+    parts = path.strip("/").split("/")
+    if parts[0] == "experiments" and len(parts) == 3:
+        assert params.get("workflowType") == ["machine_learning"], route
+        assert client.get_experiment(parts[1]).lifecycle_stage == "active"
+        return "runs table"
+    if parts[0] == "experiments" and len(parts) == 4:
+        assert client.get_run(parts[3]).info.experiment_id == parts[1], route
+        return "run"
+    if parts == ["compare-runs"]:
+        runs, experiments = json.loads(params["runs"][0]), json.loads(params["experiments"][0])
+        assert len(runs) == 2 and {client.get_run(r).info.experiment_id for r in runs} <= set(experiments)
+        return "compare runs"
+    if parts[0] == "models" and parts[2] == "versions":
+        assert client.get_model_version(urllib.parse.unquote(parts[1]), parts[3]).status == "READY"
+        return "model version"
+    raise AssertionError(f"a printed link to no known page: {route}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_printed_link_opens_a_page_that_names_what_exists(printed):
+    server, out = printed
+    client = MlflowClient(server.url)
+    kinds: dict[str, set[str]] = {}
+    for step in STEPS:
+        urls = URL.findall(out[step])
+        assert urls, f"{step} printed no link:\n{out[step][-2000:]}"
+        for url in urls:
+            base, _, route = url.partition("/#")
+            assert base == server.url
+            with urllib.request.urlopen(base + "/", timeout=30) as page:  # the fragment is the UI's to route
+                assert page.status == 200 and b"<div id=\"root\"" in page.read()
+            kinds.setdefault(step, set()).add(_check_route(client, route))
+    assert kinds["main"] == {"runs table", "run", "model version"}
+    assert {"run", "runs table"} <= kinds["train"]
+    assert {"runs table", "run", "model version"} <= kinds["search"]
+    assert {"run", "compare runs"} <= kinds["compare"]
+    assert kinds["register"] == {"model version", "run"}
+    # On a server, no step asks the user to start a UI of their own.
+    assert not any("mlflow ui" in text for text in out.values())
+
+
+def test_a_file_store_gets_the_command_that_serves_the_links_first():
+    lines = ui_links.link_lines("main", [("runs", ui_links.experiment_route("3"))], "sqlite:///mlflow.db")
+    assert lines[0] == "main: open in the MLflow UI after starting it with: mlflow ui --backend-store-uri " \
+                       "'sqlite:///mlflow.db' --port 5000"
+    assert lines[1] == "main: runs: http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
+    secret = ui_links.link_lines("x", [("run", ui_links.run_route("1", "r"))], "http://u:pw@host:5000/")
+    assert secret == ["x: run: http://***@host:5000/#/experiments/1/runs/r?workflowType=machine_learning"]
+
+
+def _artifact_files(client: MlflowClient, run_id: str, path: str = "") -> list[str]:
+    files = []
+    for item in client.list_artifacts(run_id, path):
+        files += _artifact_files(client, run_id, item.path) if item.is_dir else [item.path]
+    return files
+
+
+@pytest.mark.slow
+def test_every_html_artifact_renders_offline(printed, tmp_path):
+    """Search plots and the compare report: no script from the web, images inside the page."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    pages = [(run.info.run_id, path) for run in runs for path in _artifact_files(client, run.info.run_id)
+             if path.endswith((".html", ".htm"))]
+    assert {path for _, path in pages} >= {"search/plots/interactive.html", "compare/report.html"}
+    for run_id, path in pages:
+        text = Path(client.download_artifacts(run_id, path, str(tmp_path))).read_text()
+        assert not re.search(r"<script[^>]*\bsrc=", text), (path, "loads a script from elsewhere")
+        assert not re.search(r"<img[^>]*\bsrc=\"(?!data:)", text), (path, "an image outside the page")
+        if path == "compare/report.html":
+            assert "<table>" in text and 'src="data:image/png;base64,' in text and "![" not in text
+
+
+def test_the_search_run_shows_its_best_models_full_evaluation(printed):
+    server, _ = printed
+    client = MlflowClient(server.url)
+    (search,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                   "tags.`verlflow.step` = 'search'")
+    (evaluation,) = client.search_runs([search.info.experiment_id],
+                                       f"tags.`mlflow.parentRunId` = '{search.info.run_id}' "
+                                       "and tags.`verlflow.step` = 'evaluate'")
+    assert search.data.metrics["eval/gsm8k/accuracy"] == evaluation.data.metrics["eval/gsm8k/accuracy"]
+    assert search.data.metrics["eval/gsm8k/num_samples"] == 128  # the whole test split, not the trials' 64
+    assert "test problems; registered as tiny-qwen3-gsm8k-tiny version" in search.data.tags["mlflow.note.content"]
+
+
+def test_the_local_trainers_completions_are_traces_of_its_run(printed):
+    """The default trainer fills the run's Traces tab, as verl >= 0.9 does: prompt in, response and reward out."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    train = _main_train_run(client)
+    traces = client.search_traces(locations=[train.info.experiment_id], run_id=train.info.run_id)
+    # verlflow.rollout_traces (2) per step that logged its samples table.
+    logged = sorted(a.path.removeprefix("samples/step_").removesuffix(".json")
+                    for a in client.list_artifacts(train.info.run_id, "samples"))
+    assert logged and sorted(t.info.tags["step"] for t in traces) == sorted(logged * 2)
+    span = traces[0].data.spans[0]
+    assert set(span.inputs) == {"prompt"} and set(span.outputs) == {"response", "reward"}
+
+
+def _main_train_run(client: MlflowClient):
+    (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                 "tags.`verlflow.step` = 'main'")
+    return client.get_run(main.data.tags["verlflow.run_id.train"])
+
+
+def test_main_and_its_model_version_describe_their_result_in_one_line(printed):
+    server, _ = printed
+    client = MlflowClient(server.url)
+    (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                 "tags.`verlflow.step` = 'main'")
+    note = main.data.tags["mlflow.note.content"]
+    assert note.startswith("tiny-qwen3-gsm8k-tiny v1: accuracy ") and "champion = version 1 (" in note
+    assert "device cpu, recipe tiny" in note
+    described = client.get_model_version("tiny-qwen3-gsm8k-tiny", "1").description
+    assert described.startswith("accuracy ") and "on 128 test problems" in described
+    assert f"from train run {main.data.tags['verlflow.run_id.train']}" in described
+
+
+def test_register_and_compare_runs_are_filed_with_the_runs_they_act_on(printed):
+    """Not in Default, where they took the chart view's slots without the train runs they relate to."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    recipe = client.get_experiment_by_name("verlflow/tiny").experiment_id
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    filed = {(r.data.tags.get("verlflow.step"), r.info.experiment_id) for r in runs}
+    assert {step for step, _ in filed} >= {"register", "compare", "train", "main"}
+    assert {experiment for _, experiment in filed} == {recipe}
