@@ -30,6 +30,7 @@ import collections
 import importlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,7 +215,7 @@ class _Watch:
 
     def __init__(self, run_id: str):
         self.run_id = run_id
-        self.tail: collections.deque[str] = collections.deque(maxlen=50)
+        self.tail: collections.deque[str] = collections.deque(maxlen=200)
 
     def __call__(self, line: str) -> None:
         if line.strip():
@@ -224,8 +225,26 @@ class _Watch:
             MlflowClient().set_tag(self.run_id, JEMALLOC_TAG, state)
 
     def reason(self) -> str:
-        errors = [ln for ln in self.tail if "Error" in ln or "error:" in ln]
-        return (errors or list(self.tail) or ["no output"])[-1][:300]
+        """verl's error: the last exception line it printed (a Ray worker's, without its ``(pid=…)`` prefix).
+
+        A warning that names an error (``UserWarning: … ModuleNotFoundError``), printed by a worker after the
+        failure, is not the reason.
+        """
+        lines = [_plain(ln) for ln in self.tail]
+        raised = [ln for ln in lines if EXCEPTION_LINE.match(ln)]
+        errors = [ln for ln in lines if ("Error" in ln or "error:" in ln) and "Warning" not in ln]
+        return (raised or errors or lines or ["no output"])[-1][:300]
+
+
+# ``ValueError: …``, ``torch.OutOfMemoryError: …``, ``ray.exceptions.RayTaskError(ValueError): …``.
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]+\))?: ")
+# Ray's colour codes and the ``(pid=123)`` / ``(TaskRunner pid=123, ip=…)`` prefix of a worker's lines.
+RAY_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(?:\x1b\[0m)?\s*")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _plain(line: str) -> str:
+    return ANSI.sub("", RAY_PREFIX.sub("", line)).strip()
 
 
 def train_verl(
