@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from verlflow.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, VerlflowError
+from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
 from verlflow.util import check_env_numbers, gc_paused
@@ -49,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
     with gc_paused():  # start-up: the step's imports
+        import mlflow
+
         from verlflow import known_warnings, progress
-        from verlflow.runs import lifecycle, probe
+        from verlflow.runs import deadline, lifecycle, probe, tracking
 
         step = STEPS[name]
         request = parse_request(step.request, values)
@@ -59,8 +62,10 @@ def run_step(name: str, values: dict[str, str]):
     progress.quiet_library_bars()
     probe.use_default_store()
     probe.check_tracking_server()
-    lifecycle.die_with_launcher()
-    return step.run(request)
+    deadline.bound_tracking(mlflow.get_tracking_uri())
+    with tracking.signals_raise():  # a SIGTERM before or after the step's run is one line, exit 143, too
+        lifecycle.die_with_launcher()
+        return step.run(request)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -79,6 +84,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             run_step(args.step, values)
     except VerlflowError as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except TrackingDeadline as exc:
+        print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:
+        if (line := server_failure(exc)) is None:
+            raise
+        print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt as exc:
         print(f"verlflow {args.step}: interrupted", file=sys.stderr)
