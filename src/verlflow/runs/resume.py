@@ -30,7 +30,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import ATTEMPT_TAG, HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
-from verlflow.runs import lifecycle, metric_buffer
+from verlflow.runs import lease, lifecycle, metric_buffer
 
 ATTEMPT_METRIC = "attempt/e2e_s"
 # The training step an attempt continued after (0 = from the start); step = attempt number.
@@ -68,6 +68,7 @@ def prepare_resume(request: Any) -> Any:
             raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(PID_TAG, '?')} "
                                 f"on {tags.get(HOST_TAG, '?')}): stop it first, or reap it if it is dead")
         lifecycle.reap([run.info.experiment_id], client=client)
+    lease.take_lease(run_id)  # two resumes started together: one trains, the other is refused here
     recorded = json.loads(tags.get(TRAIN_ARGS_TAG, "{}"))
     changes = {f.name: recorded[f.name] for f in dataclasses.fields(request)
                if f.name in recorded and getattr(request, f.name) == f.default}
