@@ -35,6 +35,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
+from verlflow.models.one_version import keep_one_version
 from verlflow.names import (
     BACKEND_TAG,
     CHECKPOINT_DIR_TAG,
@@ -202,6 +203,7 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id):
         model = checkpoint_model(client, train_run, checkpoint)
         mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
+        mv = keep_one_version(client, mv, run_id)  # two registers at once: one version stays
         point_alias(client, name, alias, mv.version)
         retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
