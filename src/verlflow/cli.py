@@ -62,7 +62,8 @@ def run_step(name: str, values: dict[str, str]):
     progress.quiet_library_bars()
     probe.use_default_store()
     probe.check_tracking_server()
-    deadline.bound_tracking(mlflow.get_tracking_uri())
+    if (uri := mlflow.get_tracking_uri()).startswith(("http://", "https://")):
+        deadline.bound_tracking(uri)
     with tracking.signals_raise():  # a SIGTERM before or after the step's run is one line, exit 143, too
         lifecycle.die_with_launcher()
         return step.run(request)

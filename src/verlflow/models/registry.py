@@ -211,10 +211,18 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     return mv
 
 
+# MLflow's registry keeps a model's name in a 256-character column (registered_models.name).
+MAX_MODEL_NAME = 256
+
+
 def check_model_name(name: str) -> None:
-    """A name MLflow's registry accepts (no '/', ':' or blanks), checked before any work."""
-    if not name.strip() or "/" in name or ":" in name:
+    """A name MLflow's registry accepts and verlflow's URIs can carry (``models:/<name>/…``): no '/', ':' or
+    blanks anywhere, at most :data:`MAX_MODEL_NAME` characters; checked before any work."""
+    if not name.strip() or "/" in name or ":" in name or any(c.isspace() for c in name):
         raise VerlflowError(f"model name '{name}' is not a valid registered model name: no '/', ':' or blanks")
+    if len(name) > MAX_MODEL_NAME:
+        raise VerlflowError(f"model name '{name[:40]}…' is {len(name)} characters long: MLflow's registry holds at "
+                            f"most {MAX_MODEL_NAME}")
 
 
 # --- promote ------------------------------------------------------------------------------------
