@@ -52,19 +52,33 @@ class RunInterrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+_stopping: list[int] = []  # the signal this process is stopping for, once one has arrived
+
+
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into :class:`RunInterrupted` while the block runs (a step, a run)."""
+    """Turn SIGTERM/SIGINT into :class:`RunInterrupted` while the block runs (a step, a run).
+
+    Only the first signal raises: a second (Ctrl-C twice, a launcher's SIGTERM after the terminal's SIGINT, the
+    kernel's and the launcher watcher's SIGTERM both) arrives while the run is ending, and raising again there
+    cut its end short, leaving it RUNNING. The outermost block forgets it, so a process can stop more than once.
+    """
 
     def _raise(signum, _frame):
+        if _stopping:
+            return
+        _stopping.append(signum)
         raise RunInterrupted(signum)
 
     previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
+    outermost = not any(getattr(h, "__qualname__", "").startswith("signals_raise") for h in previous.values())
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if outermost:
+            _stopping.clear()
 
 
 def end_status(exc: BaseException | None) -> str:
