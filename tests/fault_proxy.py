@@ -6,7 +6,8 @@ Every request is forwarded to the server unless a fault applies to it (checked i
 
 - ``hang_on``: once a request whose path holds this text arrives, it and every later request hang;
 - ``hang_after``: requests after the first N hang (0: accept-and-never-answer from the start);
-- ``error_every``: every K-th request is answered ``500`` without reaching the server.
+- ``error_every``: every K-th request is answered ``500`` without reaching the server;
+- ``error_burst``: ``(text, n)``: the first n requests whose path holds the text are answered ``500``.
 
 A hung request is read, then held until :meth:`heal` or :meth:`stop`; ``hung`` counts them and ``paths`` lists
 what arrived, so a test waits for a hang with ``wait_until`` instead of sleeping.
@@ -30,6 +31,7 @@ class FaultProxy:
         self.hang_on: str | None = None
         self.hang_after: int | None = None
         self.error_every = 0
+        self.error_burst: tuple[str, int] | None = None
         self.paths: list[str] = []
         self.hung = 0
         self._hanging = False
@@ -48,6 +50,7 @@ class FaultProxy:
         """No more faults: held requests are dropped (their clients time out or retry), new ones are forwarded."""
         with self._lock:
             self.hang_on, self.hang_after, self.error_every, self._hanging = None, None, 0, False
+            self.error_burst = None
             released, self._release = self._release, threading.Event()
         released.set()
 
@@ -67,6 +70,9 @@ class FaultProxy:
                 self.hung += 1
                 return "hang"
             if self.error_every and count % self.error_every == 0:
+                return "error"
+            if self.error_burst and self.error_burst[0] in path and self.error_burst[1] > 0:
+                self.error_burst = (self.error_burst[0], self.error_burst[1] - 1)
                 return "error"
         return None
 

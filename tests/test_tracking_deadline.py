@@ -148,3 +148,17 @@ def test_a_share_of_500s_is_ridden_out(server, proxy, tmp_path, started_ms):
     assert code == 0, err
     assert proxy.paths and sum(1 for n in range(1, len(proxy.paths) + 1) if n % 3 == 0) >= 1
     assert [r.info.status for r in _runs(server, started_ms)] == ["FINISHED"]
+
+
+def test_three_500s_in_a_row_while_naming_the_train_run_cost_it_nothing(server, proxy, tmp_path, started_ms,
+                                                                         tiny_workdir):
+    gsm8k.preprocess("synthetic", tmp_path / "data", 8, log_to_mlflow=False)
+    proxy.error_burst = ("/runs/update", 3)  # the name's write: its first try and both retries fail
+    overrides = f"trainer.total_training_steps=1 verlflow.output_dir={tmp_path / 'out'}"
+    code, err = _finish(_start(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(tmp_path / "data"),
+                                "--overrides", overrides], proxy, tmp_path, VERLFLOW_CACHE=str(tiny_workdir / "cache"),
+                               MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0"))
+    assert code == 0, err  # before: the run ended FAILED, with its random name
+    assert proxy.error_burst == ("/runs/update", 0)
+    (run,) = _runs(server, started_ms)
+    assert run.info.status == "FINISHED" and run.info.run_name.startswith("tiny · cpu"), run.info.run_name

@@ -106,7 +106,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
             (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
              else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run(run.info.run_id, recipe, profile, started_at, overrides)
+        run_names.name_train_run_or_warn(run.info.run_id, recipe, profile, started_at, overrides)
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}
