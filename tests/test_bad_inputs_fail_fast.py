@@ -83,6 +83,8 @@ CASES = {
     "train rollout.n=0": ([*TRAIN, "--data_dir", "{data}", "--overrides",
                            "actor_rollout_ref.rollout.n=0"], "rollout.n=0"),
     "train resume of no run": ([*TRAIN, "--resume", "0123456789abcdef"], "no run"),
+    "train resume of a finished run": ([*TRAIN, "--resume", "{step0_run}"],
+                                       "is FINISHED: there is nothing to continue"),
     "train output_dir is a file": ([*TRAIN, "--data_dir", "{data}", "--overrides", "verlflow.output_dir={a_file}"],
                                    "verlflow.output_dir '{a_file}' is a file"),
     "train model cache cannot be written": ([*TRAIN, "--data_dir", "{data}"], "set VERLFLOW_CACHE"),

@@ -62,6 +62,9 @@ def prepare_resume(request: Any) -> Any:
     if tags.get(STEP_TAG) != "train":
         raise VerlflowError(f"resume: run {run_id} is a '{tags.get('verlflow.step', 'non-verlflow')}' run, "
                             "not a train run")
+    if run.info.status == "FINISHED":  # before: exit 0 after a LoggedModel BAD_REQUEST warning, nothing trained
+        raise VerlflowError(f"resume: run {run_id} is FINISHED: there is nothing to continue; register it "
+                            f"(verlflow register --run_id {run_id}) or start a new run")
     if run.info.status == "RUNNING":
         reason = lifecycle.why_dead(tags)
         if reason is None:
