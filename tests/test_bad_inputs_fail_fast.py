@@ -83,9 +83,17 @@ CASES = {
     "train rollout.n=0": ([*TRAIN, "--data_dir", "{data}", "--overrides",
                            "actor_rollout_ref.rollout.n=0"], "rollout.n=0"),
     "train resume of no run": ([*TRAIN, "--resume", "0123456789abcdef"], "no run"),
+    "train resume of a finished run": ([*TRAIN, "--resume", "{step0_run}"],
+                                       "is FINISHED: there is nothing to continue"),
+    "train output_dir is a file": ([*TRAIN, "--data_dir", "{data}", "--overrides", "verlflow.output_dir={a_file}"],
+                                   "verlflow.output_dir '{a_file}' is a file"),
+    "train model cache cannot be written": ([*TRAIN, "--data_dir", "{data}"], "set VERLFLOW_CACHE"),
     "compare output_dir under a file": (["compare", "--baseline", "x", "--candidate", "y", "--output_dir",
                                          "{a_file}/report"], "is a file"),
     "main model_name a/b": (["main", "--device", "cpu", "--model_name", "a/b"], "model name 'a/b'"),
+    "main model_name with blanks": (["main", "--device", "cpu", "--model_name", "a b c"], "model name 'a b c'"),
+    "main model_name of 300 characters": (["main", "--device", "cpu", "--model_name", "m" * 300],
+                                          "300 characters long"),
     "search unknown pruner": (["search", "--device", "cpu", "--pruner", "foo"], "unknown pruner 'foo'"),
     "search password in storage": (["search", "--device", "cpu", "--storage",
                                     "postgresql://user:s3cret@127.0.0.1/optuna"], "PGPASSWORD"),
@@ -101,6 +109,9 @@ CASES = {
 def test_bad_input_is_one_line_exit_2_and_no_run(case, bad, capsys, monkeypatch):
     argv, expected = CASES[case]
     argv = [arg.format(**bad) for arg in argv]
+    expected = expected.format(**bad)
+    if "model cache" in case:  # a read-only HOME, as root sees one: the cache's path runs through a file
+        monkeypatch.setenv("VERLFLOW_CACHE", f"{bad['a_file']}/cache")
     if "dead tracking server" in case:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", DEAD_SERVER)
         mlflow.set_tracking_uri(DEAD_SERVER)

@@ -45,6 +45,16 @@ def test_a_recipe_key_typo_in_a_recipe_file_names_the_file_and_the_nearest_key(t
     assert "unknown recipe key 'verlflow.val_limt': did you mean 'verlflow.val_limit'?" in message
 
 
+@pytest.mark.parametrize("block", ["[]", "", "{}"])
+def test_an_empty_verlflow_block_names_the_file(tmp_path, block):
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"verlflow: {block}\ndata: {{train_batch_size: 8}}\n")
+    with pytest.raises(VerlflowError) as exc_info:  # before: accepted silently, every key at its default
+        load_recipe(str(path))
+    message = _one_line(exc_info)
+    assert str(path) in message and "'verlflow:' block is empty" in message, message
+
+
 def test_a_profile_key_typo_names_the_nearest_key(tmp_path):
     path = tmp_path / "box.yaml"
     path.write_text("device: cpu\ndescripton: my box\n")

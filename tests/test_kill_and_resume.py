@@ -3,7 +3,8 @@
 What a scheduler, a ``timeout`` or a closed terminal does: signal the ``mlflow run`` process only. Its
 child, the train step, must not train on unseen: it ends the run KILLED within seconds, keeping its
 metrics and last checkpoint. ``verlflow train --resume <run_id>`` then continues the same run from that
-checkpoint to FINISHED with every step logged exactly once, and ``timing_s/e2e`` covering both attempts.
+checkpoint to FINISHED with every step logged exactly once, and ``timing_s/e2e`` covering both attempts; a
+second ``--resume`` started at the same moment is refused in one line (the run's lease), so no step is logged twice.
 """
 
 from __future__ import annotations
@@ -73,10 +74,15 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
     assert 2 <= len(kept) < STEPS and kept == list(range(1, len(kept) + 1))
     wait_until(lambda: not lifecycle.process_alive(step_pid), 30, "the step process to exit", poll_s=0.5)
 
-    result = subprocess.run([sys.executable, "-m", "verlflow.cli", "train", "--resume", run_id], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # Two resumes at once (a retried job, two people): the run's lease lets one train, the other is refused.
+    resumes = [subprocess.Popen([sys.executable, "-m", "verlflow.cli", "train", "--resume", run_id], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    ended = sorted(((proc.returncode, err) for proc in resumes for _, err in [proc.communicate(timeout=900)]),
+                   key=lambda ended: ended[0])
+    assert [code for code, _ in ended] == [0, 2], ended[1][1][-3000:]
+    refused = ended[1][1].strip()
+    assert "is being resumed by process" in refused and refused.count("\n") == 0, refused
     resumed = client.get_run(run_id)
     assert resumed.info.status == "FINISHED"
     assert "verlflow.error" not in resumed.data.tags

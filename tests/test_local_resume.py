@@ -81,3 +81,29 @@ def test_resuming_a_finished_run_trains_no_more(workdir):
     assert again.steps == first.steps == 6 and again.final_checkpoint == first.final_checkpoint
     history = MlflowClient().get_metric_history(again.run_id, "timing_s/step")
     assert history == []  # nothing left to train, nothing logged as a step
+
+
+def _kill_during_step_5(step, _metrics):
+    if step == 5:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.slow
+def test_a_truncated_newest_checkpoint_resumes_from_the_one_before(workdir, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        _train(workdir, "torn", on_step_end=_kill_during_step_5)  # checkpoints at steps 2 and 4, killed in 5
+    state = workdir / "torn" / "global_step_4" / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:1000])  # a crash or a full disk while it was written
+    client = MlflowClient()
+    (killed,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                   filter_string="attributes.status = 'KILLED'")
+
+    monkeypatch.setenv("MLFLOW_RUN_ID", killed.info.run_id)
+    trained = []
+    resumed = _train(workdir, "torn", on_step_end=lambda step, _: trained.append(step))
+    assert trained == [3, 4, 5, 6]  # from step 2, the newest checkpoint that can be read
+    assert resumed.steps == 6
+    run = client.get_run(killed.info.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["verlflow.resumed_from"] == str((workdir / "torn" / "global_step_2").resolve())
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "timing_s/step")) == [1, 2, 3, 4, 5, 6]

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -15,6 +16,8 @@ from mlflow.tracking import MlflowClient
 from verlflow.errors import VerlflowError
 from verlflow.models import registry
 from verlflow.models.weights_digest import weights_digest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _train_like_run(checkpoint: str | None, *, status: str = "FINISHED", experiment_id: str | None = None,
@@ -150,3 +153,20 @@ def test_data_digest_falls_back_to_the_preprocess_run_that_wrote_the_data(store,
     with mlflow.start_run() as train:
         mlflow.log_param("data/train_files", str(data_dir / "train.parquet"))
     assert registry.data_digest_of(MlflowClient().get_run(train.info.run_id)) == "fromprep"
+
+
+@pytest.mark.slow
+def test_two_registers_of_one_run_at_once_leave_one_version(store, checkpoint, tmp_path):
+    run_id = _train_like_run(checkpoint)
+    env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}, "PYTHONPATH": str(ROOT / "src")}
+    procs = [subprocess.Popen([sys.executable, "-m", "verlflow.cli", "register", "--run_id", run_id, "--model_name",
+                               "race-model"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+
+    client = MlflowClient()
+    versions = client.search_model_versions(f"name='race-model' and tags.source_run_id = '{run_id}'")
+    assert len(versions) == 1, [v.version for v in versions]
+    assert str(client.get_registered_model("race-model").aliases["challenger"]) == str(versions[0].version)
+    assert _running_runs() == 0

@@ -136,6 +136,20 @@ def test_resuming_a_study_with_another_space_is_refused(tmp_path):
         _study(storage, identity={**IDENTITY, "verlflow.space": "other"})
 
 
+def test_a_journal_whose_last_line_was_torn_resumes_and_keeps_the_tear(tmp_path):
+    journal = tmp_path / "s.journal"
+    _study(str(journal)).optimize(_objective, n_trials=2)
+    whole = journal.read_bytes()
+    torn = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1:][:20]  # a worker killed while appending its next line
+    journal.write_bytes(whole + torn)
+
+    study = _study(str(journal))  # before: JSONDecodeError, and the next append landed on the torn line
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    assert (tmp_path / "s.journal.torn").read_bytes() == torn + b"\n"
+    study.optimize(_objective, n_trials=1)
+    assert len(_study(str(journal)).trials) == 3  # the next append is whole: later resumes read it
+
+
 def test_default_storage_is_a_journal_in_the_working_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _study("").optimize(_objective, n_trials=1)

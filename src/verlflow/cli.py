@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from verlflow.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, VerlflowError
+from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
 from verlflow.util import check_env_numbers, gc_paused
@@ -49,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
     with gc_paused():  # start-up: the step's imports
+        import mlflow
+
         from verlflow import known_warnings, progress
-        from verlflow.runs import lifecycle, probe, ui_links
+        from verlflow.runs import deadline, lifecycle, probe, tracking, ui_links
 
         step = STEPS[name]
         request = parse_request(step.request, values)
@@ -60,8 +63,11 @@ def run_step(name: str, values: dict[str, str]):
     ui_links.replace_mlflow_links()
     probe.use_default_store()
     probe.check_tracking_server()
-    lifecycle.die_with_launcher()
-    return step.run(request)
+    if (uri := mlflow.get_tracking_uri()).startswith(("http://", "https://")):
+        deadline.bound_tracking(uri)
+    with tracking.signals_raise():  # a SIGTERM before or after the step's run is one line, exit 143, too
+        lifecycle.die_with_launcher()
+        return step.run(request)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -80,6 +86,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             run_step(args.step, values)
     except VerlflowError as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except TrackingDeadline as exc:
+        print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:
+        if (line := server_failure(exc)) is None:
+            raise
+        print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt as exc:
         print(f"verlflow {args.step}: interrupted", file=sys.stderr)

@@ -124,6 +124,9 @@ def load_recipe(name: str) -> tuple[str, VerlflowBlock, dict[str, Any]]:
     """
     recipe = load_named_yaml("recipe", name, RECIPES_DIR)
     tree = dict(recipe.data)
+    if OWN_BLOCK in tree and (not isinstance(tree[OWN_BLOCK], dict) or not tree[OWN_BLOCK]):
+        raise VerlflowError(f"recipe file {recipe.path}: its '{OWN_BLOCK}:' block is empty "
+                            f"({tree[OWN_BLOCK]!r}): give its keys (model_name, data_source, …) or remove the line")
     raw_block = tree.pop(OWN_BLOCK, None) or {}
     block = build(VerlflowBlock, raw_block, what="recipe", prefix=f"{OWN_BLOCK}.", where=f"recipe file {recipe.path}")
     return recipe.name, block, tree

@@ -35,6 +35,7 @@ from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
 from verlflow.runs import tracking
+from verlflow.runs.deadline import TrackingDeadline
 from verlflow.runs.store_retry import retry_on_lock
 
 __all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "evaluate_model",
@@ -316,12 +317,17 @@ def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]
         backend=engine, max_new_tokens=budget, source_run_id=model.source_run_id,
         model_name=model.registered_name, model_version=model.version,
     )
-    retry_on_lock(mlflow.log_metrics, {  # also on the LoggedModel measured, where there is one (its page shows them)
+    metrics = {
         names.EVAL_ACCURACY: result.accuracy,
         names.EVAL_ACCURACY_FLEXIBLE: result.accuracy_flexible,
         names.EVAL_NUM_SAMPLES: n,
         names.EVAL_RESPONSE_LENGTH: result.response_length_mean,
-    }, model_id=model.model_id)
+    }
+    try:  # also on the LoggedModel measured, where there is one (its page shows them)
+        retry_on_lock(mlflow.log_metrics, metrics, model_id=model.model_id)
+    except (MlflowException, TrackingDeadline):
+        tracking.spill_metrics(run_id, metrics)  # the measurement is not lost: uploaded with the run's end
+        raise
     retry_on_lock(mlflow.log_table, {
         "question": [_question(p) for p in problems],
         "response": responses,

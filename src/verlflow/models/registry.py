@@ -39,6 +39,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
+from verlflow.models.one_version import keep_one_version
 from verlflow.models.promotion_noise import Gain, measure_gain
 from verlflow.models.weights_digest import WEIGHTS_DIGEST_TAG, weights_digest
 from verlflow.names import (
@@ -232,6 +233,7 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
         model = checkpoint_model(client, train_run, checkpoint)
         with contextlib.redirect_stderr(io.StringIO()):  # MLflow's "Created version …": the line below says it
             mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
+        mv = keep_one_version(client, mv, run_id)  # two registers at once: one version stays
         point_alias(client, name, alias, mv.version)
         retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
@@ -260,10 +262,18 @@ def describe_version(client: MlflowClient, name: str, version: str) -> str:
     return text
 
 
+# MLflow's registry keeps a model's name in a 256-character column (registered_models.name).
+MAX_MODEL_NAME = 256
+
+
 def check_model_name(name: str) -> None:
-    """A name MLflow's registry accepts (no '/', ':' or blanks), checked before any work."""
-    if not name.strip() or "/" in name or ":" in name:
+    """A name MLflow's registry accepts and verlflow's URIs can carry (``models:/<name>/…``): no '/', ':' or
+    blanks anywhere, at most :data:`MAX_MODEL_NAME` characters; checked before any work."""
+    if not name.strip() or "/" in name or ":" in name or any(c.isspace() for c in name):
         raise VerlflowError(f"model name '{name}' is not a valid registered model name: no '/', ':' or blanks")
+    if len(name) > MAX_MODEL_NAME:
+        raise VerlflowError(f"model name '{name[:40]}…' is {len(name)} characters long: MLflow's registry holds at "
+                            f"most {MAX_MODEL_NAME}")
 
 
 # --- promote ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 - :mod:`.lifecycle`: a run's process (host, pid, heartbeat); signals end it KILLED; dead owners are reaped.
 - ``verlflow runs`` (:mod:`verlflow.steps.runs`) lists RUNNING runs via :mod:`.lifecycle`; ``--reap`` ends dead ones.
 - :mod:`.probe`: fail fast on an unreachable tracking server, before a step opens a run.
+- :mod:`.deadline`: short MLflow requests and a total deadline on every wait on the server (a hung server).
 - :mod:`.metric_buffer`: per-step metrics through a background writer process that survives a server outage.
 - :mod:`.metric_writer`: that writer process; :mod:`.spill`: what an outage left on disk, and its upload.
 - :mod:`.summaries`: a run's end-of-run timing figures from its per-step history.

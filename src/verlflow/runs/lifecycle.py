@@ -244,9 +244,10 @@ def die_with_launcher(signum: int = signal.SIGTERM) -> int | None:
     launcher = find_launcher()
     if launcher is None:
         return None
+    kernel_signals = False
     if launcher == os.getppid():
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+            kernel_signals = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     start = process_start(launcher)
     me = os.getpid()
 
@@ -254,7 +255,8 @@ def die_with_launcher(signum: int = signal.SIGTERM) -> int | None:
         while process_alive(launcher, start):
             time.sleep(LAUNCHER_POLL_S)
         log.warning("the mlflow run launcher (pid %d) is gone: stopping this step", launcher)
-        os.kill(me, signum)
+        if not kernel_signals:  # the kernel has sent it already: a second one landed while the run was ending
+            os.kill(me, signum)
 
     if not process_alive(launcher, start):  # it died before the watch began
         os.kill(me, signum)

@@ -440,10 +440,23 @@ def buffering(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[Metric
 
 
 def upload_spill(path: str | os.PathLike[str]) -> int:
-    """Write a spill file into its runs (points with their step and time, tables, tags, final status); removes it."""
+    """Write a spill file into its runs (points with their step and time, tables, tags, final status); renames it
+    ``<file>.uploaded``. Idempotent, and tolerant of a torn or damaged line (:func:`verlflow.runs.spill.upload`)."""
     return spill.upload(path)
 
 
+def main(path: str) -> int:
+    """``python -m verlflow.runs.metric_buffer <spill file>``: upload it; a second run says it was already done."""
+    if not Path(path).exists():
+        if spill.uploaded_marker(path).exists():
+            print(f"{path}: already uploaded (see {spill.uploaded_marker(path)}): nothing to do")
+            return 0
+        print(f"verlflow: error: spill file {path} does not exist: give the path the step printed", file=sys.stderr)
+        return 2
+    count = upload_spill(path)
+    print(f"uploaded {count} metric points from {path}")
+    return 0
+
+
 if __name__ == "__main__":
-    count = upload_spill(sys.argv[1])
-    print(f"uploaded {count} metric points from {sys.argv[1]}")
+    sys.exit(main(sys.argv[1]))

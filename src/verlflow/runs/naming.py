@@ -16,13 +16,17 @@ MLflow makes up (``bold-cat-123``) and the pipeline's bare step name ``train`` a
 from __future__ import annotations
 
 import json
+import logging
 import shlex
+import time
 import urllib.parse
 from collections.abc import Sequence
 
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow.runs.store_retry import LockRetryingClient
+
+log = logging.getLogger(__name__)
 
 SEPARATOR = " · "
 # The name the main pipeline gives its train child run (verlflow.steps.main creates it with the step name).
@@ -123,6 +127,27 @@ def name_train_run(run_id: str, recipe: str, profile: str, overrides: str = "") 
     name = train_run_name(recipe, profile, overrides)
     client.update_run(run_id, name=name)
     return name
+
+
+def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: str = "", *, tries: int = 3,
+                           pause_s: float = 1.0) -> str | None:
+    """:func:`name_train_run`, tried again after a server error, then a warning: a name is not worth a run.
+
+    A flaky server's 500s on the naming calls (three in a row outlast a training's short request retries)
+    failed the whole train run, which kept its random name.
+    """
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(tries):
+        try:
+            return name_train_run(run_id, recipe, profile, overrides)
+        except MlflowException as exc:
+            if attempt + 1 == tries:
+                log.warning("could not name train run %s (%s): it keeps its generated name", run_id,
+                            str(exc).splitlines()[0][:200])
+                return None
+            time.sleep(pause_s * (attempt + 1))
+    return None
 
 
 def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:

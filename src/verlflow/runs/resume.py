@@ -30,7 +30,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import ATTEMPT_TAG, HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
-from verlflow.runs import lifecycle, metric_buffer
+from verlflow.runs import lease, lifecycle, metric_buffer
 
 ATTEMPT_METRIC = "attempt/e2e_s"
 # The training step an attempt continued after (0 = from the start); step = attempt number.
@@ -62,12 +62,16 @@ def prepare_resume(request: Any) -> Any:
     if tags.get(STEP_TAG) != "train":
         raise VerlflowError(f"resume: run {run_id} is a '{tags.get('verlflow.step', 'non-verlflow')}' run, "
                             "not a train run")
+    if run.info.status == "FINISHED":  # before: exit 0 after a LoggedModel BAD_REQUEST warning, nothing trained
+        raise VerlflowError(f"resume: run {run_id} is FINISHED: there is nothing to continue; register it "
+                            f"(verlflow register --run_id {run_id}) or start a new run")
     if run.info.status == "RUNNING":
         reason = lifecycle.why_dead(tags)
         if reason is None:
             raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(PID_TAG, '?')} "
                                 f"on {tags.get(HOST_TAG, '?')}): stop it first, or reap it if it is dead")
         lifecycle.reap([run.info.experiment_id], client=client)
+    lease.take_lease(run_id)  # two resumes started together: one trains, the other is refused here
     recorded = json.loads(tags.get(TRAIN_ARGS_TAG, "{}"))
     changes = {f.name: recorded[f.name] for f in dataclasses.fields(request)
                if f.name in recorded and getattr(request, f.name) == f.default}

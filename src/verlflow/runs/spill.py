@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Iterable
@@ -74,38 +75,92 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
         raise ValueError(f"unknown spill record kind '{kind}'")
 
 
-def upload(path: str | os.PathLike[str]) -> int:
-    """Write a spill file's lines into their runs, in order (metrics with their step and time); removes the file.
+def uploaded_marker(path: str | os.PathLike[str]) -> Path:
+    """What an uploaded spill file is renamed to: ``<file>.uploaded`` (so a second upload can say so)."""
+    return Path(path).with_name(Path(path).name + ".uploaded")
 
-    Returns how many metric points it wrote. Tables, tags and summaries follow the points logged before
-    them; a final status line ends the run.
+
+def _records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """The spill file's records in order, and its lines that are not records (torn or damaged), numbered."""
+    records, bad = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "run_id" in record and ("kind" in record or "key" in record):
+            records.append(record)
+        else:
+            bad.append((number, line))
+    return records, bad
+
+
+def _torn_status(bad: list[tuple[int, str]]) -> dict[str, Any] | None:
+    """A final status record whose line was torn after its status word (the last line a step writes)."""
+    for _, line in reversed(bad):
+        run = re.search(r'"run_id": "(\w+)"', line)
+        status = re.search(r'"kind": "status", "status": "(FINISHED|FAILED|KILLED)"', line)
+        if run and status:
+            return {"run_id": run.group(1), "kind": "status", "status": status.group(1), "end_time": None}
+    return None
+
+
+def upload(path: str | os.PathLike[str]) -> int:
+    """Write a spill file's records into their runs, in order (metrics with their step and time); returns how many
+    metric points it wrote, and renames the file to :func:`uploaded_marker`.
+
+    Idempotent: a point the run already holds (same key, step, time and value) and summaries already logged are
+    not written again, so uploading the same file twice adds nothing. Lines that are not records (a torn last
+    line, a damaged one) are reported on stderr, kept in ``<file>.bad`` and skipped; the rest is uploaded, and a
+    final status torn after its status word is still set.
     """
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
+    from verlflow.names import TIMING_E2E
+
+    path = Path(path)
+    records, bad = _records(path)
+    if bad:
+        with path.with_name(path.name + ".bad").open("a") as kept:
+            kept.writelines(line + "\n" for _, line in bad)
+        for number, line in bad:
+            print(f"verlflow: {path} line {number} is not a spill record (torn or damaged): skipped, kept in "
+                  f"{path.name}.bad: {line[:80]!r}", file=sys.stderr)
+        if not any(r.get("kind") == "status" for r in records) and (status := _torn_status(bad)):
+            records.append(status)
     client = MlflowClient()
+    held: dict[tuple[str, str], set[tuple[int, int, float]]] = {}
     points: list[tuple[str, Metric]] = []
     count = 0
+
+    def is_new(run_id: str, metric: Metric) -> bool:
+        if (run_id, metric.key) not in held:
+            held[(run_id, metric.key)] = {(m.step, m.timestamp, m.value)
+                                          for m in client.get_metric_history(run_id, metric.key)}
+        return (metric.step, metric.timestamp, metric.value) not in held[(run_id, metric.key)]
 
     def write_points() -> None:
         nonlocal points, count
         for run_id in dict.fromkeys(r for r, _ in points):
-            metrics = [m for r, m in points if r == run_id]
+            metrics = [m for r, m in points if r == run_id and is_new(r, m)]
             for start in range(0, len(metrics), _BATCH):
                 client.log_batch(run_id, metrics=metrics[start:start + _BATCH])
             count += len(metrics)
         points = []
 
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
+    for record in records:
         if "kind" not in record:
             points.append((record["run_id"], Metric(record["key"], record["value"], record["timestamp"],
                                                     record["step"])))
             continue
         write_points()
+        if record["kind"] == "summaries" and not is_new(record["run_id"], Metric(
+                TIMING_E2E, record["ended_at"] - record["started_at"], int(record["ended_at"] * 1000), 0)):
+            continue  # logged by an earlier upload of this file
         write_entry(client, record["run_id"], record)
     write_points()
-    Path(path).unlink()
+    path.replace(uploaded_marker(path))
     return count

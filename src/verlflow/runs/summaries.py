@@ -9,8 +9,6 @@ writer (or the spill file's upload) calls it when the server was away then.
 
 from __future__ import annotations
 
-import time
-
 from mlflow.entities import Metric
 
 from verlflow.names import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX
@@ -28,7 +26,7 @@ def log_timing_summaries(client, run_id: str, started_at: float, ended_at: float
             name = key.removeprefix(TIMING_PREFIX)
             summaries[f"{TIMING_MEAN_PREFIX}{name}"] = sum(m.value for m in history) / len(history)
     summaries[TIMING_E2E] = ended_at - started_at
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(key=k, value=float(v), timestamp=now, step=0)
+    at = int(ended_at * 1000)  # the end's own time, not the upload's: a second upload of it is recognised
+    client.log_batch(run_id, metrics=[Metric(key=k, value=float(v), timestamp=at, step=0)
                                       for k, v in summaries.items()])
     return summaries

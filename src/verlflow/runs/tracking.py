@@ -17,8 +17,11 @@ import functools
 import os
 import re
 import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -36,7 +39,7 @@ from verlflow.names import (
     TIMING_E2E,
     VERSION_TAG,
 )
-from verlflow.runs import experiments, lifecycle, metric_buffer, summaries
+from verlflow.runs import deadline, experiments, lifecycle, metric_buffer, spill, summaries
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote, first_line
 
@@ -49,19 +52,33 @@ class RunInterrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+_stopping: list[int] = []  # the signal this process is stopping for, once one has arrived
+
+
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into :class:`RunInterrupted` for the duration of a run."""
+def signals_raise() -> Iterator[None]:
+    """Turn SIGTERM/SIGINT into :class:`RunInterrupted` while the block runs (a step, a run).
+
+    Only the first signal raises: a second (Ctrl-C twice, a launcher's SIGTERM after the terminal's SIGINT, the
+    kernel's and the launcher watcher's SIGTERM both) arrives while the run is ending, and raising again there
+    cut its end short, leaving it RUNNING. The outermost block forgets it, so a process can stop more than once.
+    """
 
     def _raise(signum, _frame):
+        if _stopping:
+            return
+        _stopping.append(signum)
         raise RunInterrupted(signum)
 
     previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
+    outermost = not any(getattr(h, "__qualname__", "").startswith("signals_raise") for h in previous.values())
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if outermost:
+            _stopping.clear()
 
 
 def end_status(exc: BaseException | None) -> str:
@@ -110,37 +127,118 @@ def tracked_run(
     parent = mlflow.active_run()
     if parent is not None and chosen is None and not run_id and not os.environ.get("MLFLOW_RUN_ID"):
         chosen = parent.info.experiment_id  # a nested step (search's evaluate, register) stays with its parent
-    run = retry_on_lock(mlflow.start_run, run_id=run_id, run_name=run_name, tags=all_tags, nested=parent is not None,
-                        log_system_metrics=log_system_metrics, experiment_id=chosen)
-    run_id = run.info.run_id
-    if experiment:
-        experiments.mark_training(run.info.experiment_id)
-    heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
-    error: BaseException | None = None
-    try:
-        with _signals_raise():
+    with signals_raise():  # from here on a SIGTERM/SIGINT ends the run KILLED, never leaves it RUNNING
+        run = retry_on_lock(mlflow.start_run, run_id=run_id, run_name=run_name, tags=all_tags,
+                            nested=parent is not None, log_system_metrics=log_system_metrics, experiment_id=chosen)
+        run_id = run.info.run_id
+        heartbeat: lifecycle.Heartbeat | None = None
+        error: BaseException | None = None
+        try:
+            if experiment:
+                experiments.mark_training(run.info.experiment_id)
+            heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
             yield run
-    except BaseException as exc:
-        error = exc
-        raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if heartbeat is not None:
+                heartbeat.stop()
+            _end_run(run_id, error)
+
+
+# One short try at the server for a run's end after an interrupt or a deadline: SIGTERM to exit stays seconds.
+END_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 5}
+_LEAVE_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 2}
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGTERM/SIGINT while the block runs (it is short and bounded: ending a run after a first one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
     finally:
-        heartbeat.stop()
-        status = end_status(error)
-        active = mlflow.active_run()
-        failure = {ERROR_TAG: _one_line(error)} if error is not None and status != "FINISHED" else None
-        # The server is away and the run's spill file ends it later: leave the run here without waiting.
-        deferred = metric_buffer.defer_end(run_id, status, failure)
-        if deferred:
-            if active is not None and active.info.run_id == run_id:
-                with metric_buffer.bounded_http(metric_buffer.WRITER_HTTP_KNOBS), contextlib.suppress(Exception):
-                    mlflow.end_run(status)  # leaves the run here; its one try at the server fails fast
-        elif active is not None and active.info.run_id == run_id:
-            retry_on_lock(mlflow.end_run, status)
-        else:
-            LockRetryingClient().set_terminated(run_id, status)
-        if not deferred and error is not None and status != "FINISHED":
-            with contextlib.suppress(MlflowException):
-                LockRetryingClient().set_tag(run_id, ERROR_TAG, _one_line(error))
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _end_run(run_id: str, error: BaseException | None) -> None:
+    """End ``run_id`` with the status ``error`` calls for; a server that does not take it gets a spill file.
+
+    After an interrupt or a tracking deadline the end is one short try, deaf to a second Ctrl-C (the server may
+    be why we stop, and a second Ctrl-C from a process group must not leave the run RUNNING). A signal during
+    a normal end (a slow server) makes it such an end, KILLED.
+    """
+    status = end_status(error)
+    active = mlflow.active_run()
+    active_here = active is not None and active.info.run_id == run_id
+    failure = {ERROR_TAG: _one_line(error)} if error is not None and status != "FINISHED" else None
+    # The server is away and the run's spill file ends it later: leave the run here without waiting.
+    if metric_buffer.defer_end(run_id, status, failure):
+        if active_here:
+            with metric_buffer.bounded_http(metric_buffer.WRITER_HTTP_KNOBS), contextlib.suppress(Exception):
+                mlflow.end_run(status)  # leaves the run here; its one try at the server fails fast
+        return
+    if spill_file(run_id).exists():  # what the server did not take waits there: the end follows it, in order
+        spill_end(run_id, status, failure, reason="some of its data waits in a spill file")
+        _leave(run_id if active_here else None, status)
+        return
+    short = isinstance(error, (KeyboardInterrupt, deadline.TrackingDeadline))
+    try:
+        if not short:
+            try:
+                return _write_end(run_id, status, failure, active_here)
+            except KeyboardInterrupt as exc:
+                status, failure = "KILLED", {ERROR_TAG: _one_line(exc)}
+        with _signals_held(), metric_buffer.bounded_http(END_HTTP_KNOBS):
+            _write_end(run_id, status, failure, active_here)
+    except (MlflowException, deadline.TrackingDeadline) as exc:
+        spill_end(run_id, status, failure, reason=first_line(exc))
+        _leave(run_id if active_here else None, status)
+
+
+def _leave(active_run_id: str | None, status: str) -> None:
+    """Leave this process's active run whose end was spilled: one brief try, the server is known to be sick."""
+    if active_run_id is not None:
+        with metric_buffer.bounded_http(_LEAVE_HTTP_KNOBS), contextlib.suppress(Exception):
+            mlflow.end_run(status)
+
+
+def _write_end(run_id: str, status: str, failure: Mapping[str, str] | None, active_here: bool) -> None:
+    if failure:
+        retry_on_lock(LockRetryingClient().set_tag, run_id, ERROR_TAG, failure[ERROR_TAG])
+    if active_here:
+        retry_on_lock(mlflow.end_run, status)
+    else:
+        retry_on_lock(LockRetryingClient().set_terminated, run_id, status)
+
+
+def spill_file(run_id: str) -> Path:
+    """Where a step keeps what the tracking server did not take for ``run_id``: ``outputs/spill/<run_id>…``."""
+    return Path.cwd() / "outputs" / "spill" / f"{run_id}.spill.jsonl"
+
+
+def spill_metrics(run_id: str, metrics: Mapping[str, float], step: int = 0) -> Path:
+    """Keep metrics the server did not take in ``run_id``'s spill file, uploaded with the run's end."""
+    now = int(time.time() * 1000)
+    path = spill_file(run_id)
+    spill.append(path, run_id, [(key, float(value), now, step) for key, value in metrics.items()])
+    return path
+
+
+def spill_end(run_id: str, status: str, tags: Mapping[str, str] | None, *, reason: str) -> Path:
+    """Write ``run_id``'s end (tags, final status) to its spill file and print the command that uploads it."""
+    path = spill_file(run_id)
+    records = [{"kind": "tags", "tags": dict(tags)}] if tags else []
+    spill.append(path, run_id, [*records, {"kind": "status", "status": status, "end_time": int(time.time() * 1000)}])
+    print(f"verlflow: the tracking server did not take the end of run {run_id} ({reason}); it is {status} and "
+          f"waits in {path}: once the server answers, upload it with\n  "
+          f"{spill.upload_command(path, mlflow.get_tracking_uri())}", file=sys.stderr, flush=True)
+    return path
 
 
 def _one_line(exc: BaseException) -> str:

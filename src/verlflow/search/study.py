@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, SPACE_TAG
 from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.search.journal_repair import set_aside_torn_tail
 from verlflow.search.storage_url import storage_url_with_password
 from verlflow.util import first_line
 
@@ -172,6 +173,7 @@ def open_storage(storage: str, study_name: str, heartbeat_interval: int, grace_p
                                 f"(e.g. {path}/study.journal)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            set_aside_torn_tail(path)  # a worker killed mid-write: resume from the operations before it
             return HeartbeatJournalStorage(str(path), heartbeat_interval, grace_period, handler)
         except OSError as exc:  # a read-only file system, no permission, a file where a folder should be
             raise VerlflowError(f"storage '{path}' cannot be written ({exc.strerror or first_line(exc)}): give "

@@ -20,6 +20,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from verlflow import config
 from verlflow.backends.registry import TrainLaunch, get_backend
 from verlflow.backends.train_setup import check_train_inputs, choose_train_setup, compose_train_config
+from verlflow.backends.writable import check_writable_folders
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG, MODEL_NAME_TAG, STEP_TAG
@@ -76,6 +77,7 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
     interval = system_metrics.sampling_interval(cfg.verlflow)
     check_train_inputs(cfg, data_dir, require_splits=backend.checks_up_front)
+    check_writable_folders(cfg, backend.spill_root(cfg))
     run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request)}
     prepared = backend.prepare(cfg, launch, cluster)
     tags = tracking.standard_tags(backend=backend.name, recipe=recipe, profile=profile)
@@ -112,7 +114,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
             (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
              else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run(run.info.run_id, recipe, profile, overrides)
+        run_names.name_train_run_or_warn(run.info.run_id, recipe, profile, overrides)
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}

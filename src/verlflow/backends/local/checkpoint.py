@@ -69,10 +69,14 @@ def save_checkpoint(
     final = step_dir(root, step)
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(hf_dir(tmp))
-    tokenizer.save_pretrained(hf_dir(tmp))
-    make_tokenizer_config_portable(hf_dir(tmp))
-    torch.save(state, tmp / STATE_FILE)
+    try:
+        model.save_pretrained(hf_dir(tmp))
+        tokenizer.save_pretrained(hf_dir(tmp))
+        make_tokenizer_config_portable(hf_dir(tmp))
+        torch.save(state, tmp / STATE_FILE)
+    except (OSError, RuntimeError) as exc:  # a full disk, a file-size limit (torch: "unexpected pos …")
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_failure(root, step, exc) from None
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -102,6 +106,28 @@ def find_resume_checkpoint(root: str | os.PathLike[str], mode: str, resume_from:
         return path
     step = newest_step(root, _is_complete)
     return None if step is None else step_dir(root, step)
+
+
+def resume_candidates(root: str | os.PathLike[str], mode: str, resume_from: str | None) -> list[Path]:
+    """The checkpoints a resume may read, best first: :func:`find_resume_checkpoint`'s, then (``auto``) every
+    older complete one, so that a newest checkpoint that cannot be read falls back to the one before it."""
+    found = find_resume_checkpoint(root, mode, resume_from)
+    if found is None or mode != "auto":
+        return [] if found is None else [found]
+    older = [step_dir(root, step) for step in reversed(complete_steps(root, _is_complete))]
+    return [found, *(path for path in older if path != found)]
+
+
+def write_failure(root: Path, step: int, exc: BaseException) -> VerlflowError:
+    """One line for a checkpoint that could not be written: the folder, why, and the free space there."""
+    reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    try:
+        free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    return VerlflowError(f"the step-{step} checkpoint could not be written to {root} ({reason}; {free}): free space "
+                         "(or raise the file-size limit, ulimit -f) or point trainer.default_local_dir / "
+                         "verlflow.output_dir at a larger disk; resume with --resume once it has room")
 
 
 def load_state(checkpoint: str | os.PathLike[str]) -> dict[str, Any]:

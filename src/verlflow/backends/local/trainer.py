@@ -211,13 +211,12 @@ class LocalTrainer:
     def _resume(self) -> None:
         """Continue from the newest checkpoint (resume_mode=auto) with its weights, optimizer and RNG."""
         settings = self.settings
-        found = ckpt.find_resume_checkpoint(settings.default_local_dir, settings.resume_mode,
+        candidates = ckpt.resume_candidates(settings.default_local_dir, settings.resume_mode,
                                             settings.resume_from_path)
         self.logged_through = last_logged_step(self.run_id)
-        if found is None:
+        if not candidates:
             return
-        state = ckpt.load_state(found)
-        policy = load_model(str(ckpt.hf_dir(found)), self.settings, self.device)
+        found, state, policy = self._read_checkpoint(candidates)
         self.model.load_state_dict(policy.state_dict())
         del policy
         self.optimizer.load_state_dict(state["optimizer"])
@@ -229,6 +228,22 @@ class LocalTrainer:
         origin = state.get("run_id")
         other = f" (written by run {origin})" if origin and origin != self.run_id else ""
         log.warning("resuming from %s%s at step %d of %d", found, other, self.global_step, self.total_steps)
+
+    def _read_checkpoint(self, candidates: list[Path]) -> tuple[Path, dict, Any]:
+        """The first of ``candidates`` whose trainer state and model load: (folder, state, model); a newest one
+        that cannot be read (truncated by a crash or a full disk) falls back to the one before, saying which."""
+        unreadable = []
+        for found in candidates:
+            try:
+                return found, ckpt.load_state(found), load_model(str(ckpt.hf_dir(found)), self.settings, self.device)
+            except Exception as exc:  # torch and safetensors raise many kinds for a torn file
+                unreadable.append(found)
+                log.warning("checkpoint %s cannot be read (%s: %s)%s", found, type(exc).__name__, first_line(exc, 200),
+                            f": resuming from {candidates[len(unreadable)]} instead"
+                            if len(unreadable) < len(candidates) else "")
+        raise VerlflowError(f"no checkpoint under {self.settings.default_local_dir} can be read (tried "
+                            f"{', '.join(p.name for p in unreadable)}): start a new run, or give "
+                            "trainer.resume_from_path=<a readable global_step_N>")
 
     # ------------------------------------------------------------------ train
 

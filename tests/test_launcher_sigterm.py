@@ -1,0 +1,66 @@
+"""SIGTERM to ``mlflow run -e train`` ends the train run KILLED every time, never RUNNING with no process.
+
+In 1 of 6 tries the step printed "the mlflow run launcher is gone: stopping this step" and vanished, its run
+left RUNNING: the launcher was its direct parent, so the kernel (``PR_SET_PDEATHSIG``) and the launcher watcher
+each sent it a SIGTERM, and the second one landed while the first was ending the run. Repeated here until it
+would have shown: ten launches, each signalled as soon as its step holds the run, ten KILLED runs.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from mlflow.tracking import MlflowClient
+
+from verlflow import names
+from verlflow.data import gsm8k
+from verlflow.runs import lifecycle
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIES = 10
+
+
+@pytest.mark.slow
+def test_sigterm_to_mlflow_run_ends_the_train_run_killed_every_time(tracking_uri, tmp_path, monkeypatch,
+                                                                     tiny_workdir):
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
+    monkeypatch.setenv("VERLFLOW_METRICS_WRITE_S", "0")
+    gsm8k.preprocess("synthetic", tmp_path / "data", 16, log_to_mlflow=False)
+    client = MlflowClient()
+    client.search_experiments()  # the store's tables, before two processes race to make them
+    overrides = (f"trainer.total_training_steps=200 trainer.test_freq=-1 trainer.save_freq=-1 "
+                 f"verlflow.output_dir={tmp_path / 'outputs'} verlflow.system_metrics_interval=0")
+    statuses = [_sigterm_once(client, tmp_path, overrides, attempt) for attempt in range(TRIES)]
+    assert statuses == ["KILLED"] * TRIES
+
+
+def _sigterm_once(client: MlflowClient, tmp_path: Path, overrides: str, attempt: int) -> str:
+    """Launch ``mlflow run -e train``, SIGTERM the launcher once the step holds its run, return the run's status."""
+    log = tmp_path / f"launcher-{attempt}.log"
+    with log.open("w") as out:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local", "-e", "train",
+             "-P", "recipe=tiny", "-P", "device=cpu", "-P", f"data_dir={tmp_path / 'data'}",
+             "-P", f"overrides={overrides}"], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def held() -> str | None:  # the step has attached to the launcher's run and marked it as its own
+            found = re.search(r"in run with ID '(\w+)'", log.read_text())
+            if found and names.PID_TAG in client.get_run(found.group(1)).data.tags:
+                return found.group(1)
+            return None
+
+        run_id = wait_until(held, 300, f"try {attempt}: the step holding its run", poll_s=0.1, watch=[launcher],
+                            detail=lambda: log.read_text()[-3000:])
+        step_pid = int(client.get_run(run_id).data.tags[names.PID_TAG])
+        launcher.send_signal(signal.SIGTERM)  # the launcher only, as a scheduler or `timeout` does
+        wait_until(lambda: not lifecycle.process_alive(step_pid), 120, f"try {attempt}: the step's exit")
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=60)
+    return client.get_run(run_id).info.status

@@ -1,0 +1,164 @@
+"""No step waits forever on a sick tracking server: real steps against a real ``mlflow server`` behind a fault proxy.
+
+The proxy (:mod:`fault_proxy`) accepts and never answers, hangs after N requests or from a given request on, or
+answers a share of requests with 500. Each step must end within ``VERLFLOW_TRACKING_DEADLINE_S`` with one line
+(exit 2) or a spill file and its upload command, a SIGTERM during a hang must end it within seconds, and no run
+may stay RUNNING once the spill is uploaded. Runs are read from the server directly, past the proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import MlflowServer, every_experiment, wait_until
+from fault_proxy import FaultProxy
+from mlflow.tracking import MlflowClient
+
+from verlflow.data import gsm8k
+
+ROOT = Path(__file__).resolve().parents[1]
+DEADLINE_S = 8
+# Deadline, plus start-up (imports on a loaded host), plus one short try at ending the run (10 s).
+WITHIN_S = 150
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("deadline-server"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def proxy(server):
+    proxy = FaultProxy(server.url).start()
+    yield proxy
+    proxy.stop()
+
+
+def _start(step_args: list[str], proxy: FaultProxy, cwd: Path, **env: str) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": proxy.url, "VERLFLOW_TRACKING_DEADLINE_S": str(DEADLINE_S),
+           "VERLFLOW_PROBE_TIMEOUT_S": "2", "PYTHONPATH": str(ROOT / "src"), **env}
+    for key in ("MLFLOW_RUN_ID", "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"):
+        env.pop(key, None)  # the step's own defaults are what is tested
+    return subprocess.Popen([sys.executable, "-m", "verlflow.cli", *step_args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen, within_s: float = WITHIN_S) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the step still waited after {within_s} s:\n{err[-3000:]}")
+    return proc.returncode, err
+
+
+@pytest.fixture
+def started_ms() -> int:
+    """When the test began: the module's server holds the runs of the tests before it too."""
+    return int(time.time() * 1000)
+
+
+def _runs(server: MlflowServer, since_ms: int) -> list:
+    client = MlflowClient(server.url)
+    return [run for run in client.search_runs(every_experiment(client)) if run.info.start_time >= since_ms]
+
+
+def _upload(err: str, server: MlflowServer) -> None:
+    """Run the upload command the step printed, against the server itself (the proxy stands for the sick path)."""
+    command = re.search(r"MLFLOW_TRACKING_URI=\S+ (\S+ -m verlflow\.runs\.metric_buffer \S+)", err)
+    assert command, f"no upload command in:\n{err}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": server.url, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(command.group(1).split(), env=env, check=True, timeout=300)
+
+
+def test_a_server_that_accepts_and_never_answers_is_one_line_before_any_run(server, proxy, tmp_path, started_ms):
+    proxy.hang_after = 0
+    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path))
+    assert code == 2, err
+    assert err.strip().count("\n") == 0 and proxy.url in err and "Traceback" not in err, err
+    assert not _runs(server, started_ms)
+
+
+@pytest.mark.parametrize("step_args", [
+    ["train"],  # its set-up: before, seven 120 s reads per call, no run made after 15 minutes
+    ["register", "--run_id", "0123456789abcdef0123456789abcdef"],
+    ["promote", "--model_name", "deadline-model"],
+    ["evaluate", "--model_uri", "models:/deadline-model/1", "--limit", "2"],
+], ids=["train", "register", "promote", "evaluate"])
+def test_a_server_that_hangs_after_the_probe_ends_the_step_at_its_deadline(server, proxy, tmp_path, started_ms,
+                                                                           step_args, tiny_workdir):
+    if step_args == ["train"]:
+        gsm8k.preprocess("synthetic", tmp_path / "data", 8, log_to_mlflow=False)
+        step_args = ["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(tmp_path / "data")]
+    proxy.hang_after = 1  # the reachability probe is answered, everything after it hangs
+    started = time.monotonic()
+    code, err = _finish(_start(step_args, proxy, tmp_path, VERLFLOW_CACHE=str(tiny_workdir / "cache")))
+    assert code == 2, err
+    assert f"tracking server {proxy.url} did not answer" in err and "Traceback" not in err, err
+    assert time.monotonic() - started < WITHIN_S
+    assert proxy.hung >= 1
+    assert not [r for r in _runs(server, started_ms) if r.info.status == "RUNNING"]
+
+
+def test_a_hang_inside_a_run_spills_its_end_and_the_upload_ends_it(server, proxy, tmp_path, started_ms):
+    proxy.hang_on = "/runs/set-tag"  # the run is open, its data written: the step's last tag hangs
+    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path))
+    assert code == 2, err
+    assert "did not answer" in err and "Traceback" not in err, err
+    (run,) = _runs(server, started_ms)
+    assert run.info.status == "RUNNING"  # until its spilled end is uploaded
+    _upload(err, server)
+    run = MlflowClient(server.url).get_run(run.info.run_id)
+    assert run.info.status == "FAILED"
+    assert "did not answer" in run.data.tags["verlflow.error"]
+
+
+def test_sigterm_during_a_hang_ends_the_step_within_seconds_and_the_run_killed(server, proxy, tmp_path, started_ms):
+    proxy.hang_on = "/runs/set-tag"
+    proc = _start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path,
+                  VERLFLOW_TRACKING_DEADLINE_S="600")
+    wait_until(lambda: proxy.hung, 120, "the step waiting on a hung request", watch=[proc])
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, err = _finish(proc, within_s=60)
+    assert code == 143, err
+    assert "interrupted" in err and "Traceback" not in err, err
+    waited = time.monotonic() - signalled
+    print(f"SIGTERM to exit: {waited:.1f} s")
+    (run,) = _runs(server, started_ms)
+    _upload(err, server)
+    assert MlflowClient(server.url).get_run(run.info.run_id).info.status == "KILLED"
+
+
+def test_a_share_of_500s_is_ridden_out(server, proxy, tmp_path, started_ms):
+    proxy.error_every = 3  # never three in a row: each call's retries get through
+    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path,
+                               MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0"))
+    assert code == 0, err
+    assert proxy.paths and sum(1 for n in range(1, len(proxy.paths) + 1) if n % 3 == 0) >= 1
+    assert [r.info.status for r in _runs(server, started_ms)] == ["FINISHED"]
+
+
+def test_three_500s_in_a_row_while_naming_the_train_run_cost_it_nothing(server, proxy, tmp_path, started_ms,
+                                                                         tiny_workdir):
+    gsm8k.preprocess("synthetic", tmp_path / "data", 8, log_to_mlflow=False)
+    proxy.error_burst = ("/runs/update", 3)  # the name's write: its first try and both retries fail
+    overrides = f"trainer.total_training_steps=1 verlflow.output_dir={tmp_path / 'out'}"
+    code, err = _finish(_start(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(tmp_path / "data"),
+                                "--overrides", overrides], proxy, tmp_path, VERLFLOW_CACHE=str(tiny_workdir / "cache"),
+                               MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0"))
+    assert code == 0, err  # before: the run ended FAILED, with its random name
+    assert proxy.error_burst == ("/runs/update", 0)
+    (run,) = _runs(server, started_ms)
+    assert run.info.status == "FINISHED" and run.info.run_name.startswith("tiny · cpu"), run.info.run_name
