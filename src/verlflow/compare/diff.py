@@ -48,6 +48,8 @@ LOCATION_PARAMS = (
 # verlflow's verl launcher forces (a save_freq that saves the final checkpoint, the V0 trainer, traces) and keys verl
 # fills in while it runs (total_training_steps copied into the optimizers, the reward pool sized like the
 # trainer's). They are reported with the launch, not as a recipe difference.
+# verlflow's own bookkeeping of a run's attempts (a resume's lease): how it ran, never what it trained.
+ATTEMPT_PARAM_PREFIXES = ("verlflow.lease.",)
 BACKEND_PARAMS = (
     "trainer/save_freq",
     "trainer/use_v1",
@@ -115,7 +117,8 @@ def classify_param(key: str, profile_keys: Iterable[str], launch_params: Iterabl
         return "seeds"
     if _matches(key, LOCATION_PARAMS):
         return "locations"
-    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS or _matches(key, PROFILER_PARAMS):
+    if ("/" not in key and key in set(launch_params)) or key in BACKEND_PARAMS or _matches(key, PROFILER_PARAMS) \
+            or key.startswith(ATTEMPT_PARAM_PREFIXES):
         return "launch"
     return "recipe"
 

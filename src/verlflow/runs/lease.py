@@ -3,11 +3,13 @@
     verlflow train --resume <run_id>     # a second one started meanwhile is refused in one line
 
 Two ``--resume`` of one KILLED run started together both found it not RUNNING, both attached and both logged
-steps 2-4 (twice the points). The lease is a tag, ``verlflow.lease``: ``{owner, host, pid, pid_start, at}``.
-:func:`take_lease` reads it; a live holder (its process runs on this host, or its heartbeat is fresh from
-another) makes the attempt refused; else it writes its own, waits :data:`SETTLE_S` (longer than any other
-taker's read-to-write gap) and reads it back: only the last writer finds itself there and goes on, so of
-several takers exactly one trains. A lease whose holder is dead or silent is stale and taken over.
+steps 2-4 (twice the points). A lease is a **param**, ``verlflow.lease.<N>`` = ``{owner, host, pid, pid_start,
+at}``, because MLflow's store refuses a second value for a param key (its primary key is the run and the key,
+so of two writers of one key exactly one succeeds, whatever the timing): the store itself is the
+compare-and-swap. :func:`take_lease` finds the newest lease N; a live holder (its process runs on this host, or
+the run's heartbeat is fresh from another) makes the attempt refused; else it writes lease N + 1, and a taker
+that loses that write is refused naming the winner. A lease whose holder is dead or silent is stale: the next
+taker writes the next number. (A tag, read back after a pause, let two slow takers both win under load.)
 """
 
 from __future__ import annotations
@@ -18,16 +20,16 @@ import socket
 import time
 import uuid
 
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import HEARTBEAT_TAG
 from verlflow.runs import lifecycle
 from verlflow.runs.store_retry import LockRetryingClient
-from verlflow.util import env_number
 
+LEASE_PARAM = "verlflow.lease"
 LEASE_TAG = "verlflow.lease"
-SETTLE_S = env_number("VERLFLOW_LEASE_SETTLE_S", 2.0, minimum=0)
 
 
 def _holder_alive(lease: dict, tags: dict[str, str], now: float) -> bool:
@@ -39,18 +41,22 @@ def _holder_alive(lease: dict, tags: dict[str, str], now: float) -> bool:
     return now - last <= lifecycle.STALE_AFTER_S
 
 
-def _read(client: MlflowClient, run_id: str) -> tuple[dict, dict[str, str]]:
-    tags = client.get_run(run_id).data.tags
+def _leases(client: MlflowClient, run_id: str) -> tuple[int, dict, dict[str, str]]:
+    """The newest lease's number (0: none), its content, and the run's tags."""
+    run = client.get_run(run_id)
+    numbers = [int(k.rsplit(".", 1)[1]) for k in run.data.params if k.startswith(LEASE_PARAM + ".")
+               and k.rsplit(".", 1)[1].isdigit()]
+    newest = max(numbers, default=0)
     try:
-        lease = json.loads(tags.get(LEASE_TAG, "{}"))
+        lease = json.loads(run.data.params[f"{LEASE_PARAM}.{newest}"]) if newest else {}
     except ValueError:
         lease = {}
-    return (lease if isinstance(lease, dict) else {}), tags
+    return newest, (lease if isinstance(lease, dict) else {}), run.data.tags
 
 
 def _refuse(run_id: str, lease: dict) -> VerlflowError:
     return VerlflowError(f"resume: run {run_id} is being resumed by process {lease.get('pid', '?')} on "
-                         f"{lease.get('host', '?')} (its lease {LEASE_TAG}): one attempt at a time; wait for it "
+                         f"{lease.get('host', '?')} (its lease {LEASE_PARAM}): one attempt at a time; wait for it "
                          "to end, or stop it first")
 
 
@@ -58,15 +64,18 @@ def take_lease(run_id: str, client: MlflowClient | None = None) -> str:
     """Take ``run_id``'s lease for this process, or raise a one-line :class:`VerlflowError` when another
     live attempt holds it. Returns the owner token written."""
     client = client or LockRetryingClient()
-    lease, tags = _read(client, run_id)
+    newest, lease, tags = _leases(client, run_id)
     if lease and _holder_alive(lease, tags, time.time()):
         raise _refuse(run_id, lease)
     pid = os.getpid()
     mine = {"owner": uuid.uuid4().hex, "host": socket.gethostname(), "pid": pid,
             "pid_start": lifecycle.process_start(pid), "at": int(time.time())}
-    client.set_tag(run_id, LEASE_TAG, json.dumps(mine, sort_keys=True))
-    time.sleep(SETTLE_S)
-    lease, _ = _read(client, run_id)
-    if lease.get("owner") != mine["owner"]:
-        raise _refuse(run_id, lease)
+    try:
+        client.log_param(run_id, f"{LEASE_PARAM}.{newest + 1}", json.dumps(mine, sort_keys=True))
+    except MlflowException:
+        _, winner, _ = _leases(client, run_id)  # another taker wrote this number first
+        if winner.get("owner") != mine["owner"]:
+            raise _refuse(run_id, winner) from None
+        raise
+    client.set_tag(run_id, LEASE_TAG, json.dumps(mine, sort_keys=True))  # for people: who holds it now
     return mine["owner"]
