@@ -161,4 +161,4 @@ def test_three_500s_in_a_row_while_naming_the_train_run_cost_it_nothing(server, 
     assert code == 0, err  # before: the run ended FAILED, with its random name
     assert proxy.error_burst == ("/runs/update", 0)
     (run,) = _runs(server, started_ms)
-    assert run.info.status == "FINISHED" and run.info.run_name.startswith("tiny · cpu"), run.info.run_name
+    assert run.info.status == "FINISHED" and run.info.run_name.endswith("· tiny · cpu"), run.info.run_name

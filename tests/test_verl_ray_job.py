@@ -240,10 +240,12 @@ def test_a_crashed_ray_job_stops_its_node_samplers(tracking_uri, tmp_path, ray_h
 def test_resume_of_a_ray_job_run_relaunches_it_as_a_ray_job_from_its_checkpoint(tracking_uri, tmp_path, ray_head,
                                                                                   tiny_workdir):
     client = MlflowClient()
-    first = _train_on_ray(tmp_path, ray_head, tiny_workdir, "ok")
+    # The first job fails after its checkpoint of step 2 (a FINISHED run has nothing to resume and is refused).
+    first = _train_on_ray(tmp_path, ray_head, tiny_workdir, "fail_once")
     out, _ = first.communicate(timeout=600)
-    assert first.returncode == 0, out[-3000:]
+    assert first.returncode != 0, out[-3000:]
     run = _only_run(client)
+    assert run.info.status == "FAILED"
     run_id, first_job = run.info.run_id, run.data.tags["verlflow.ray_job_id"]
     checkpoint = tmp_path / "outputs" / run_id / "checkpoints" / "global_step_2"
     assert checkpoint.is_dir()

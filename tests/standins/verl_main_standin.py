@@ -10,6 +10,8 @@ logs two steps of verl-named metrics (one with ``@``), then acts as ``VERLFLOW_S
 - ``ok`` (default): saves the final checkpoint in verl's FSDP layout (world size 1, verl's own
   FSDPCheckpointManager) under ``trainer.default_local_dir`` and exits 0;
 - ``fail``: prints a verl-like error line and exits 3;
+- ``fail_once``: the first time (no checkpoint in ``trainer.default_local_dir`` yet) saves the checkpoint as
+  ``ok`` does, then fails as ``fail`` does (a run killed after a checkpoint); the next time acts as ``ok``;
 - ``hang``: prints ``STANDIN_WAITING pid=<pid>`` and sleeps until it is signalled.
 """
 
@@ -57,9 +59,13 @@ def main(argv: list[str]) -> int:
     from fsdp_checkpoint import save_fsdp_checkpoint
 
     root = Path(cfg.trainer.default_local_dir)
+    first_time = not (root / "latest_checkpointed_iteration.txt").exists()
     save_fsdp_checkpoint(cfg.actor_rollout_ref.model.path, str(root / f"global_step_{STEPS}" / "actor"),
                          world_size=1, fsdp=2, step=STEPS)
     (root / "latest_checkpointed_iteration.txt").write_text(str(STEPS))
+    if mode == "fail_once" and first_time:
+        print("RuntimeError: stand-in failure after its checkpoint of step 2", flush=True)
+        return 3
     logger.finish()
     return 0
 

@@ -39,7 +39,7 @@ from verlflow.names import (
     TIMING_E2E,
     VERSION_TAG,
 )
-from verlflow.runs import deadline, experiments, lifecycle, metric_buffer, spill, summaries
+from verlflow.runs import deadline, experiments, launcher_status, lifecycle, metric_buffer, spill, summaries
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote, first_line
 
@@ -196,6 +196,8 @@ def _end_run(run_id: str, error: BaseException | None) -> None:
                 status, failure = "KILLED", {ERROR_TAG: _one_line(exc)}
         with _signals_held(), metric_buffer.bounded_http(END_HTTP_KNOBS):
             _write_end(run_id, status, failure, active_here)
+            if status == "KILLED":  # mlflow run's launcher would turn it FAILED once this step has exited
+                launcher_status.keep_killed_after_launcher(run_id)
     except (MlflowException, deadline.TrackingDeadline) as exc:
         spill_end(run_id, status, failure, reason=first_line(exc))
         _leave(run_id if active_here else None, status)

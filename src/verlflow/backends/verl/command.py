@@ -49,7 +49,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from verlflow import config
-from verlflow.config import LiteralText, VerlflowBlock
+from verlflow.config import Device, LiteralText, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.util import mask_secret
 
@@ -250,7 +250,7 @@ def traced_samples(block: dict[str, Any]) -> int:
 
 # verl's profiler tool for a device (verlflow.profile_steps): Ascend's profiler on an NPU, torch's elsewhere (its
 # Chrome traces summarize the same way on every device; pass global_profiler.tool=nsys for Nsight on a GPU).
-PROFILER_TOOLS = {"npu": "npu", "gpu": "torch", "cpu": "torch"}
+PROFILER_TOOLS = {Device.NPU: "npu", Device.GPU: "torch", Device.CPU: "torch"}
 # The workers whose stages verl profiles (the rollout's engine has its own profiler settings).
 PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
 
@@ -262,7 +262,7 @@ def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device
         return {}, []
     if "global_profiler.steps" not in defaults:
         return {}, ["verlflow.profile_steps: this verl has no global_profiler (verl >= 0.6): steps not profiled"]
-    tool = overrides.get("global_profiler.tool") or PROFILER_TOOLS.get(str(device), "torch")
+    tool = overrides.get("global_profiler.tool") or PROFILER_TOOLS.get(Device(device), "torch")
     out: dict[str, Any] = {"global_profiler.tool": tool, "global_profiler.steps": list(steps),
                            "global_profiler.save_path": str(run_dir / "profile")}
     for role in PROFILED_ROLES:

@@ -84,7 +84,8 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
     from verlflow.backends.verl.startup_checks import verl_traits
 
     cfg = OmegaConf.create(OmegaConf.to_container(resolved, resolve=False))
-    rehearsal = Rehearsal(cfg=cfg, stack=stack, stack_packages=stack_packages(stack))
+    label = Path(stack).stem if stack.endswith((".yaml", ".yml")) else stack  # a profile may name a stack file
+    rehearsal = Rehearsal(cfg=cfg, stack=label, stack_packages=stack_packages(stack))
     findings = rehearsal.findings
     folder = local_model_folder(value_of(cfg, f"{MODEL}.path")) if check_files else None
     if folder is not None:
