@@ -72,13 +72,29 @@ def signals_raise() -> Iterator[None]:
 
     previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
     outermost = not any(getattr(h, "__qualname__", "").startswith("signals_raise") for h in previous.values())
+    previous_hook = sys.unraisablehook
+    if outermost:
+        sys.unraisablehook = _redeliver_swallowed
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         if outermost:
+            sys.unraisablehook = previous_hook
             _stopping.clear()
+
+
+def _redeliver_swallowed(unraisable) -> None:
+    """A :class:`RunInterrupted` raised where Python cannot raise (a finalizer, a module's import-time cleanup:
+    "Exception ignored in …") is lost, and the step trained on to FINISHED (1 SIGTERM in 10 under ``mlflow
+    run``): the signal is sent again, to be raised at the next point that can."""
+    if isinstance(unraisable.exc_value, RunInterrupted):
+        signum = unraisable.exc_value.signum
+        _stopping.clear()
+        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def end_status(exc: BaseException | None) -> str:
