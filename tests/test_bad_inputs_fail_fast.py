@@ -31,6 +31,9 @@ def bad(tmp_path_factory):
         good = gsm8k.preprocess("synthetic", root / "data", 8, log_to_mlflow=False)
         a_file = root / "a_file"
         a_file.write_text("not a folder")
+        loop = root / "loop"
+        loop.symlink_to(root / "loop_back")
+        (root / "loop_back").symlink_to(loop)
         empty = root / "empty"
         empty.mkdir()
         for split in ("train", "test"):
@@ -54,7 +57,7 @@ def bad(tmp_path_factory):
         run = client.create_run("0", tags={"verlflow.step": "train", "verlflow.checkpoint_dir": str(step0),
                                            "verlflow.model_name": "tiny"})
         client.set_terminated(run.info.run_id, "FINISHED")
-        yield {"root": root, "uri": uri, "data": good.output_dir, "a_file": a_file, "empty": empty,
+        yield {"root": root, "uri": uri, "data": good.output_dir, "a_file": a_file, "loop": loop, "empty": empty,
                "zero_rows": zero_rows, "wrong_columns": wrong_columns, "corrupt": corrupt,
                "step0_run": run.info.run_id}
 
@@ -88,6 +91,9 @@ CASES = {
     "train output_dir is a file": ([*TRAIN, "--data_dir", "{data}", "--overrides", "verlflow.output_dir={a_file}"],
                                    "verlflow.output_dir '{a_file}' is a file"),
     "train model cache cannot be written": ([*TRAIN, "--data_dir", "{data}"], "set VERLFLOW_CACHE"),
+    "train data_dir a symlink loop": ([*TRAIN, "--data_dir", "{loop}"], "data_dir '{loop}' is a symbolic-link loop"),
+    "preprocess output_dir a symlink loop": (["preprocess", "--source", "synthetic", "--output_dir", "{loop}"],
+                                             "output_dir '{loop}' is a symbolic-link loop"),
     "compare output_dir under a file": (["compare", "--baseline", "x", "--candidate", "y", "--output_dir",
                                          "{a_file}/report"], "is a file"),
     "main model_name a/b": (["main", "--device", "cpu", "--model_name", "a/b"], "model name 'a/b'"),

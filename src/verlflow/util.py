@@ -129,10 +129,22 @@ def check_env_numbers() -> None:
             raise VerlflowError(line)
 
 
+def check_no_symlink_loop(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse, in one line, a path whose symbolic links go round in a circle (every file in it 'does not exist')."""
+    from verlflow.errors import VerlflowError
+
+    try:
+        Path(path).expanduser().resolve(strict=False)
+    except (RuntimeError, OSError) as exc:  # Python reports a loop as RuntimeError, some systems as ELOOP
+        raise VerlflowError(f"{what} '{path}' is a symbolic-link loop ({first_line(exc, 120)}): point it at a real "
+                            "folder") from None
+
+
 def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:
     """A folder we may create and write in: no existing file on its path, and writable where it exists."""
     from verlflow.errors import VerlflowError
 
+    check_no_symlink_loop(path, what)
     folder = Path(path).expanduser()
     for part in (folder, *folder.parents):
         if part.exists():

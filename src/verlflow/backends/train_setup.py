@@ -68,7 +68,9 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
     from verlflow.data.checks import check_parquet_split, parquet_columns
     from verlflow.data.recipe_data import preprocess_command
     from verlflow.models.checks import check_model_folder
+    from verlflow.util import check_no_symlink_loop
 
+    check_no_symlink_loop(data_dir, "data_dir")
     for split in ("train", "test"):
         path = Path(data_dir) / f"{split}.parquet"
         if path.exists():
