@@ -44,3 +44,34 @@ def test_a_sigterm_handled_inside_a_finalizer_still_stops_the_step():
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.stdout.strip() == "stopped: interrupted by SIGTERM", done.stdout + done.stderr
     assert "Exception ignored" not in done.stderr, done.stderr
+
+
+LOGGED = textwrap.dedent(
+    """
+    import logging, os, signal, threading, time
+    logging.basicConfig(level=logging.INFO)
+    from verlflow.runs import tracking
+
+    pool = logging.getLogger("sqlalchemy.pool.impl.QueuePool")
+    try:
+        with tracking.signals_raise():
+            try:
+                threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+                for _ in range(600):
+                    time.sleep(0.05)
+            except BaseException:  # what SQLAlchemy's pool does when the signal lands in its finalizer
+                pool.error("Exception during reset or similar", exc_info=True)
+                raise
+    except tracking.RunInterrupted as exc:
+        print("stopped:", exc)
+    pool.error("a later error of the library")
+    """
+)
+
+
+def test_a_library_logging_the_steps_own_interrupt_prints_no_traceback():
+    done = subprocess.run([sys.executable, "-c", LOGGED], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.stdout.strip() == "stopped: interrupted by SIGINT", done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Exception during reset" not in done.stderr, done.stderr
+    assert "a later error of the library" in done.stderr  # only the interrupt's own record is dropped

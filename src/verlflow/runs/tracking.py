@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import signal
@@ -73,8 +74,11 @@ def signals_raise() -> Iterator[None]:
     previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
     outermost = not any(getattr(h, "__qualname__", "").startswith("signals_raise") for h in previous.values())
     previous_hook = sys.unraisablehook
+    handlers = list(logging.getLogger().handlers) if outermost else []
     if outermost:
         sys.unraisablehook = _redeliver_swallowed
+        for handler in handlers:
+            handler.addFilter(_drop_own_interrupt)
     try:
         yield
     finally:
@@ -82,7 +86,16 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, handler)
         if outermost:
             sys.unraisablehook = previous_hook
+            for handler in handlers:
+                handler.removeFilter(_drop_own_interrupt)
             _stopping.clear()
+
+
+def _drop_own_interrupt(record: logging.LogRecord) -> bool:
+    """Keep a log record unless its traceback is this step's own interrupt: a library that catches it, logs it
+    and raises it on (SQLAlchemy's pool, when the signal lands in its connection finalizer) printed a traceback
+    beside the step's one-line "interrupted"."""
+    return not (record.exc_info and isinstance(record.exc_info[1], RunInterrupted))
 
 
 def _redeliver_swallowed(unraisable) -> None:
