@@ -61,6 +61,10 @@ LOGGED = textwrap.dedent(
                     time.sleep(0.05)
             except BaseException:  # what SQLAlchemy's pool does when the signal lands in its finalizer
                 pool.error("Exception during reset or similar", exc_info=True)
+                try:  # and when closing a cursor fails while it handles the interrupt
+                    raise RuntimeError("Cannot operate on a closed cursor")
+                except RuntimeError:
+                    pool.error("Error closing cursor", exc_info=True)
                 raise
     except tracking.RunInterrupted as exc:
         print("stopped:", exc)
@@ -74,4 +78,5 @@ def test_a_library_logging_the_steps_own_interrupt_prints_no_traceback():
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.stdout.strip() == "stopped: interrupted by SIGINT", done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "Exception during reset" not in done.stderr, done.stderr
+    assert "Error closing cursor" not in done.stderr, done.stderr
     assert "a later error of the library" in done.stderr  # only the interrupt's own record is dropped

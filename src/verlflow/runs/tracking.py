@@ -93,9 +93,15 @@ def signals_raise() -> Iterator[None]:
 
 def _drop_own_interrupt(record: logging.LogRecord) -> bool:
     """Keep a log record unless its traceback is this step's own interrupt: a library that catches it, logs it
-    and raises it on (SQLAlchemy's pool, when the signal lands in its connection finalizer) printed a traceback
-    beside the step's one-line "interrupted"."""
-    return not (record.exc_info and isinstance(record.exc_info[1], RunInterrupted))
+    and raises it on (SQLAlchemy's pool, when the signal lands in its connection finalizer or while it closes a
+    cursor) printed a traceback beside the step's one-line "interrupted"."""
+    exc, seen = (record.exc_info[1] if record.exc_info else None), set()
+    while exc is not None and id(exc) not in seen:  # also a later error raised while handling it ("closing cursor")
+        if isinstance(exc, RunInterrupted):
+            return False
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return True
 
 
 def _redeliver_swallowed(unraisable) -> None:
