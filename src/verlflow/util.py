@@ -129,6 +129,20 @@ def check_env_numbers() -> None:
             raise VerlflowError(line)
 
 
+@contextlib.contextmanager
+def environ_restored(keys: list[str] | tuple[str, ...]) -> Iterator[None]:
+    """Give back the environment variables ``keys`` as they were (set or unset) when the block ends."""
+    saved = {key: os.environ.get(key) for key in keys}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def check_no_symlink_loop(path: str | os.PathLike[str], what: str) -> None:
     """Refuse, in one line, a path whose symbolic links go round in a circle (every file in it 'does not exist')."""
     from verlflow.errors import VerlflowError

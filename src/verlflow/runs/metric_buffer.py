@@ -44,7 +44,7 @@ from typing import Any
 from verlflow.runs import spill
 from verlflow.runs.metric_writer import WRITER_HTTP_KNOBS, cap_http, points, write_until_closed
 from verlflow.runs.spill import Entry
-from verlflow.util import env_number, first_line
+from verlflow.util import env_number, environ_restored, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -374,16 +374,9 @@ def bounded_http(knobs: Mapping[str, float] = TRAINING_HTTP_KNOBS) -> Iterator[N
 
     A smaller value already set is kept; the previous values come back afterwards.
     """
-    saved = {key: os.environ.get(key) for key in knobs}
-    cap_http(knobs)
-    try:
+    with environ_restored(list(knobs)):
+        cap_http(knobs)
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def flush(run_id: str, wait_s: float = FLUSH_WAIT_S) -> bool:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verlflow.backends.verl.rehearsal import mesh, stages, vllm_args
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
+from verlflow.util import environ_restored
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # What cannot be rehearsed without the model's files.
@@ -62,16 +63,10 @@ def local_model_folder(path: object) -> str | None:
 @contextlib.contextmanager
 def _offline() -> Iterator[None]:
     """No hub traffic while rehearsing: everything verl loads must already be here."""
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
-    os.environ.update({k: "1" for k in saved})
-    try:
+    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+    with environ_restored(keys):
+        os.environ.update({k: "1" for k in keys})
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True) -> Findings:

@@ -90,6 +90,10 @@ class Rehearsal:
             self.record(exc, stage, section=section, renamed=renamed)
             return False, None
 
+    def image_may_have(self, package: str) -> bool:
+        """Whether the cluster image has ``package``, or no image is named to tell (then a warning, not an error)."""
+        return not self.stack_packages or machine.image_has(package, self.stack_packages)
+
     def image_says(self, package: str) -> str:
         """Whether the profile's cluster image has ``package``, in words."""
         return _image_words(self.stack, self.stack_packages, package)
@@ -99,7 +103,7 @@ class Rehearsal:
         """Add ``exc`` as a problem, or as a warning when a package this machine lacks caused it."""
         package = machine.missing_package(exc)
         if package and not machine.installed(package):
-            if not self.stack_packages or machine.image_has(package, self.stack_packages):
+            if self.image_may_have(package):
                 self.findings.warnings.append(
                     f"{stage}: not rehearsed here: {package} is not installed on this machine "
                     f"({self.image_says(package)}), and verl needs it for this check")
@@ -435,7 +439,7 @@ def lookups(rehearsal: Rehearsal) -> None:
     engine = str(value_of(cfg, f"{ROLLOUT}.name"))
     package = ENGINE_PACKAGES.get(engine)
     if package and not machine.installed(package):
-        if not rehearsal.stack_packages or machine.image_has(package, rehearsal.stack_packages):
+        if rehearsal.image_may_have(package):
             rehearsal.findings.warnings.append(
                 f"{ROLLOUT}.name={engine}: {package} is not installed on this machine "
                 f"({rehearsal.image_says(package)}): the engine's own argument checks use a recorded table")
