@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import names
 from verlflow.data import gsm8k
+from verlflow.models import logged_models
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 6
@@ -134,6 +135,11 @@ def test_a_server_that_never_returns_ends_training_on_time_and_the_printed_comma
         assert _steps(client, run_id, key) == list(range(1, STEPS + 1)), key
     assert {"timing_s/e2e", "timing_s_mean/step", "attempt/e2e_s"} <= set(run.data.metrics)
     assert names.CHECKPOINT_DIR_TAG in run.data.tags
+    # The final checkpoint's model, which the outage kept from the store, is made by the upload, not by register.
+    model = logged_models.final_model_of(run_id, client)
+    assert model is not None and model.tags[logged_models.CHECKPOINT_STEP_TAG] == str(STEPS), out[-3000:]
+    assert any(o.model_id == model.model_id and o.step == STEPS for o in client.get_run(run_id).outputs.model_outputs)
+    assert "queued as MLflow model" in out
     logged = {a.path for a in client.list_artifacts(run_id, "samples")}
     assert {f"samples/step_{s}.json" for s in range(2, STEPS + 1, 2)} <= logged
     assert not spill_file.exists()

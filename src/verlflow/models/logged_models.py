@@ -132,22 +132,35 @@ def record_final_model(run_id: str, checkpoint: str | Path, step: int) -> Logged
 
     Also links the run's metrics to every model of the run at its step (the intermediate checkpoints'
     included: their steps' metrics are only now all written). Made once per step (a resumed run that
-    already recorded it reuses it). None, with a warning, when the tracking store refused: ``register``
-    makes the model then.
+    already recorded it reuses it). None when the tracking store refused: while the run's metric buffer is
+    open the model is queued behind its metrics (written when the server answers, or by the spill file's
+    upload after an outage); otherwise a warning, and ``register`` makes the model later.
     """
-    client = LockRetryingClient()
-    try:
-        model = final_model_of(run_id, client, step=step)
-        if model is None:
-            model = log_final_model(client, client.get_run(run_id), Path(checkpoint), step)
-        link_step_metrics(client, run_id)
-    except (MlflowException, OSError) as exc:
-        log.warning("final checkpoint %s of run %s not recorded as an MLflow LoggedModel (%s); register will "
-                    "make it", checkpoint, run_id, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-        return None
     from verlflow.progress import say
+    from verlflow.runs import metric_buffer
 
+    try:
+        model = replay_final_model(LockRetryingClient(), run_id, checkpoint, step)
+    except (MlflowException, OSError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        if metric_buffer.defer_final_model(run_id, str(checkpoint), step):
+            say(f"verlflow: final checkpoint (step {step}) queued as MLflow model of run {run_id}: the tracking "
+                f"store is not answering ({reason}); it is logged with the run's metrics once the server answers")
+        else:
+            log.warning("final checkpoint %s of run %s not recorded as an MLflow LoggedModel (%s); register will "
+                        "make it", checkpoint, run_id, reason)
+        return None
     say(f"verlflow: final checkpoint (step {step}) logged as MLflow model {model.model_id} of run {run_id}")
+    return model
+
+
+def replay_final_model(client: MlflowClient, run_id: str, checkpoint: str | Path, step: int) -> LoggedModel:
+    """The run's final model at ``step`` (made from ``checkpoint`` unless the run already has it), its metrics
+    linked; raises what the store raised. Shared by the train step's end and the replay of a queued one."""
+    model = final_model_of(run_id, client, step=step)
+    if model is None:
+        model = log_final_model(client, client.get_run(run_id), Path(checkpoint), step)
+    link_step_metrics(client, run_id)
     return model
 
 

@@ -412,6 +412,12 @@ def defer_summaries(run_id: str, started_at: float, ended_at: float) -> bool:
     return _record(run_id, {"kind": "summaries", "started_at": started_at, "ended_at": ended_at})
 
 
+def defer_final_model(run_id: str, checkpoint: str, step: int) -> bool:
+    """Queue the run's final model (a LoggedModel made from ``checkpoint`` at ``step``) behind its metrics when a
+    buffer is open; False when there is none. After an outage the spill file's upload makes it."""
+    return _record(run_id, {"kind": "final_model", "checkpoint": checkpoint, "step": step})
+
+
 def _record(run_id: str, record: dict[str, Any]) -> bool:
     buffer = _active.get(run_id)
     if buffer is None:

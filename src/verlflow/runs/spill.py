@@ -9,6 +9,8 @@ One JSON object per line, in the order training made them. A metric point is
 - ``tags``: ``{"tags": {name: value}}``,
 - ``summaries``: ``{"started_at", "ended_at"}`` (``timing_s/e2e`` and the ``timing_s_mean/*`` of
   :func:`verlflow.runs.summaries.log_timing_summaries`, taken once the points before it are in),
+- ``final_model``: ``{"checkpoint", "step"}`` (the run's final checkpoint as its LoggedModel, made from the
+  folder, metrics linked: :func:`verlflow.models.logged_models.replay_final_model`),
 - ``status``: ``{"status", "end_time"}`` (the run's final status; the last line, set last).
 
 :func:`upload` replays the lines in order with their original step and time, so running it later ends the
@@ -57,7 +59,7 @@ def upload_command(path: Path, tracking_uri: str) -> str:
 
 
 def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
-    """Write one kind record (table, tags, summaries, status) into ``run_id`` through ``client``."""
+    """Write one kind record (table, tags, summaries, final model, status) into ``run_id`` through ``client``."""
     from mlflow.entities import RunTag
 
     kind = entry["kind"]
@@ -69,6 +71,10 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
         from verlflow.runs.summaries import log_timing_summaries
 
         log_timing_summaries(client, run_id, entry["started_at"], entry["ended_at"])
+    elif kind == "final_model":
+        from verlflow.models.logged_models import replay_final_model
+
+        replay_final_model(client, run_id, entry["checkpoint"], entry["step"])
     elif kind == "status":
         client.set_terminated(run_id, entry["status"], end_time=entry["end_time"])
     else:
