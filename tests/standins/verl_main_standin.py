@@ -12,7 +12,9 @@ logs two steps of verl-named metrics (one with ``@``), then acts as ``VERLFLOW_S
 - ``fail``: prints a verl-like error line and exits 3;
 - ``fail_once``: the first time (no checkpoint in ``trainer.default_local_dir`` yet) saves the checkpoint as
   ``ok`` does, then fails as ``fail`` does (a run killed after a checkpoint); the next time acts as ``ok``;
-- ``hang``: prints ``STANDIN_WAITING pid=<pid>`` and sleeps until it is signalled.
+- ``hang``: prints ``STANDIN_WAITING pid=<pid>`` and sleeps until it is signalled;
+- ``file_limit``: saves the checkpoint as ``ok`` does under a 64 KiB file-size limit (``ulimit -f``), so verl's
+  checkpoint manager fails with the error a full disk gives (a disk cannot be filled on cue here).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 STEPS = 2
 WAITING = "STANDIN_WAITING"
+FILE_LIMIT_BYTES = 64 * 1024
 
 
 def step_metrics(step: int) -> dict[str, float]:
@@ -59,6 +62,10 @@ def main(argv: list[str]) -> int:
     from fsdp_checkpoint import save_fsdp_checkpoint
 
     root = Path(cfg.trainer.default_local_dir)
+    if mode == "file_limit":
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     first_time = not (root / "latest_checkpointed_iteration.txt").exists()
     save_fsdp_checkpoint(cfg.actor_rollout_ref.model.path, str(root / f"global_step_{STEPS}" / "actor"),
                          world_size=1, fsdp=2, step=STEPS)

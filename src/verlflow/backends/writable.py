@@ -10,6 +10,8 @@ from deep in the build. :func:`check_writable_folders` names the folder and what
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -21,6 +23,10 @@ from verlflow.models.tinymodel import BUILD_VERSION
 from verlflow.util import check_output_dir
 
 CHECKPOINT_KEY = "trainer.default_local_dir"
+# How a write that failed for space reads: the OS's words (ENOSPC, EFBIG under ``ulimit -f``, EDQUOT), SQLite's
+# (SQLITE_FULL) and torch's zip writer's, which hides the OS error ("unexpected pos 1002112 vs 1002000").
+OUT_OF_SPACE = re.compile(r"No space left|Errno 28\b|File too large|Errno 27\b|Disk quota exceeded|Errno 122\b|"
+                          r"unexpected pos \d+ vs \d+|database or disk is full")
 
 
 def check_writable_folders(cfg: ComposedConfig, output_root: Path | None) -> None:
@@ -47,3 +53,40 @@ def check_model_cache(cache: Path, model: str) -> None:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise VerlflowError(f"model cache {cache} cannot be written ({reason}): {model} is built there once; set "
                             "VERLFLOW_CACHE to a writable folder (default ~/.cache/verlflow, under HOME)") from None
+
+
+def free_space(folder: str | os.PathLike[str]) -> str:
+    """``"<N> MiB free there"`` for the disk holding ``folder`` (or its nearest existing parent), and the
+    file-size limit when one is set (``ulimit -f``): what a message about a failed write points the user at."""
+    import resource
+
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        facts = f"{shutil.disk_usage(path).free / 2**20:.0f} MiB free there"
+    except OSError:
+        facts = "free space unknown"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        facts += f", and a file-size limit of {limit / 2**20:.1f} MiB (ulimit -f)"
+    return facts
+
+
+def write_error(exc: BaseException) -> str:
+    """Why a write failed, in words: the OS's (``File too large``), or for torch's zip writer, which hides it,
+    "the file stopped short" with torch's own words."""
+    reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    if stopped := re.search(r"unexpected pos \d+ vs \d+", reason):
+        return f"the file stopped short: torch's {stopped.group(0)}"
+    return reason
+
+
+def out_of_space_advice(reason: str, folder: str | os.PathLike[str]) -> str | None:
+    """When ``reason`` (an error line) says a write failed for space: the folder, its free space and what to
+    do, as a clause to append; None otherwise."""
+    if not OUT_OF_SPACE.search(reason):
+        return None
+    return (f"a write failed for space in {folder} ({free_space(folder)}): free space (or raise the file-size "
+            f"limit, ulimit -f) or point {CHECKPOINT_KEY} / verlflow.output_dir at a larger disk; resume with "
+            "--resume once it has room")

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from verlflow.backends.layout import complete_steps, newest_step, step_dir, step_of, write_tracker
+from verlflow.backends.writable import free_space, write_error
 from verlflow.errors import VerlflowError
 from verlflow.models.tinymodel import make_tokenizer_config_portable
 
@@ -120,13 +121,9 @@ def resume_candidates(root: str | os.PathLike[str], mode: str, resume_from: str 
 
 def write_failure(root: Path, step: int, exc: BaseException) -> VerlflowError:
     """One line for a checkpoint that could not be written: the folder, why, and the free space there."""
-    reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-    try:
-        free = f"{shutil.disk_usage(root).free / 2**20:.0f} MiB free there"
-    except OSError:
-        free = "free space unknown"
-    return VerlflowError(f"the step-{step} checkpoint could not be written to {root} ({reason}; {free}): free space "
-                         "(or raise the file-size limit, ulimit -f) or point trainer.default_local_dir / "
+    return VerlflowError(f"the step-{step} checkpoint could not be written to {root} ({write_error(exc)}; "
+                         f"{free_space(root)}): "
+                         "free space (or raise the file-size limit, ulimit -f) or point trainer.default_local_dir / "
                          "verlflow.output_dir at a larger disk; resume with --resume once it has room")
 
 

@@ -49,6 +49,7 @@ from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
+from verlflow.backends.writable import OUT_OF_SPACE, out_of_space_advice
 from verlflow.config import Device, config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
@@ -216,10 +217,15 @@ class _Watch:
     def __init__(self, run_id: str):
         self.run_id = run_id
         self.tail: collections.deque[str] = collections.deque(maxlen=200)
+        # The first error that says a write failed for space: later errors (the store on the same full disk)
+        # would otherwise hide it, and may push it out of the tail.
+        self.out_of_space: str | None = None
 
     def __call__(self, line: str) -> None:
         if line.strip():
             self.tail.append(line.strip())
+            if self.out_of_space is None and EXCEPTION_LINE.match(_plain(line)) and OUT_OF_SPACE.search(line):
+                self.out_of_space = _plain(line)[:300]
         if line.strip() in (verl_command.JEMALLOC_ENABLED_LINE, verl_command.JEMALLOC_MISSING_LINE):
             state = "enabled" if line.strip() == verl_command.JEMALLOC_ENABLED_LINE else "missing"
             MlflowClient().set_tag(self.run_id, JEMALLOC_TAG, state)
@@ -228,23 +234,27 @@ class _Watch:
         """verl's error: the last exception line it printed (a Ray worker's, without its ``(pid=…)`` prefix).
 
         A warning that names an error (``UserWarning: … ModuleNotFoundError``), printed by a worker after the
-        failure, is not the reason.
+        failure, is not the reason; a write that failed for space is, whatever failed after it.
         """
+        if self.out_of_space:
+            return self.out_of_space
         lines = [_plain(ln) for ln in self.tail]
         raised = [ln for ln in lines if EXCEPTION_LINE.match(ln)]
         errors = [ln for ln in lines if ("Error" in ln or "error:" in ln) and "Warning" not in ln]
         return (raised or errors or lines or ["no output"])[-1][:300]
 
 
-# ``ValueError: …``, ``torch.OutOfMemoryError: …``, ``ray.exceptions.RayTaskError(ValueError): …``.
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]+\))?: ")
+# ``ValueError: …``, ``torch.OutOfMemoryError: …``, ``ray.exceptions.RayTaskError(ValueError): …``, and Ray's bare
+# ``Exception: …`` (not Hydra's ``Error executing job with overrides: …`` printed after it).
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)(?:\([\w.]+\))?: ")
 # Ray's colour codes and the ``(pid=123)`` / ``(TaskRunner pid=123, ip=…)`` prefix of a worker's lines.
 RAY_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(?:\x1b\[0m)?\s*")
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")  # torch.distributed's prefix of a rank's traceback lines
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _plain(line: str) -> str:
-    return ANSI.sub("", RAY_PREFIX.sub("", line)).strip()
+    return RANK_PREFIX.sub("", ANSI.sub("", RAY_PREFIX.sub("", line)).strip())
 
 
 def train_verl(
@@ -368,7 +378,9 @@ def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict |
     mlflow.set_tag(EXIT_CODE_TAG, str(rc))
     if rc != 0:
         mlflow.set_tag(VERL_ERROR_TAG, watch.reason())
-        raise VerlflowError(f"verl exited with status {rc}: {watch.reason()} (full output: logs/verl.log)")
+        space = out_of_space_advice(watch.reason(), plan.checkpoint_dir)
+        raise VerlflowError(f"verl exited with status {rc}: {watch.reason()}{f'; {space}' if space else ''} "
+                            "(full output: logs/verl.log)")
     return rc
 
 

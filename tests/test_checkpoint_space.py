@@ -1,0 +1,63 @@
+"""A local run whose checkpoint write fails for space: one line naming the folder and its free space.
+
+A disk cannot be filled on cue here, so the train step runs under a file-size limit (``ulimit -f``), which
+fails a write the same way (EFBIG, and torch's zip writer's "unexpected pos …" on top). The store is a real
+``mlflow server`` in its own process, outside the limit, as a team's server is on another disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import every_experiment, serving
+from mlflow.tracking import MlflowClient
+
+from verlflow.data import gsm8k
+
+ROOT = Path(__file__).resolve().parents[1]
+# Above the tiny model's weights (about 0.6 MB), below its trainer state (weights plus two Adam moments).
+FILE_LIMIT_BYTES = 1024 * 1024
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    yield from serving(tmp_path, monkeypatch, {})
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_be_written_is_one_line_naming_the_folder_and_its_free_space(
+        server, tmp_path, tiny_workdir):
+    gsm8k.preprocess("synthetic", tmp_path / "data", 16, log_to_mlflow=False)
+    checkpoints = tmp_path / "checkpoints"
+    env = {**os.environ, "VERLFLOW_CACHE": str(tiny_workdir / "cache"), "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu", "--data_dir",
+         str(tmp_path / "data"), "--overrides",
+         f"trainer.total_training_steps=3 trainer.save_freq=2 trainer.default_local_dir={checkpoints} "
+         f"verlflow.output_dir={tmp_path / 'outputs'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, preexec_fn=_limit_file_size)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("verlflow train: error:")]
+    print(error)
+    # Before: "unexpected pos 1002112 vs 1002000" alone, never a word on space.
+    assert re.search(rf"the step-2 checkpoint could not be written to {re.escape(str(checkpoints))} \(the file "
+                     r"stopped short: torch's unexpected pos \d+ vs \d+; \d+ MiB free there, and a file-size limit "
+                     r"of 1\.0 MiB \(ulimit -f\)\)", error), error
+    assert "ulimit -f" in error and "--resume" in error
+    assert not list(checkpoints.glob("*global_step_*"))  # no half checkpoint for a resume to pick up
+
+    client = MlflowClient()
+    (run,) = client.search_runs(every_experiment(client))
+    assert run.info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "timing_s/step")] == [1, 2]
