@@ -1,7 +1,7 @@
 """`mlflow run . -e preprocess` → `verlflow preprocess` (see verlflow.steps.STEPS)."""
 import sys
 
-from verlflow.cli import main
+from verlflow.project_entry import main
 
 if __name__ == "__main__":  # run as a script only: a spawned process re-imports this module
     main(["preprocess", *sys.argv[1:]])

@@ -1,7 +1,7 @@
 """`mlflow run . -e train` → `verlflow train` (see verlflow.steps.STEPS)."""
 import sys
 
-from verlflow.cli import main
+from verlflow.project_entry import main
 
 if __name__ == "__main__":  # run as a script only: a spawned process re-imports this module
     main(["train", *sys.argv[1:]])

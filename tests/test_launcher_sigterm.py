@@ -9,6 +9,7 @@ would have shown: ten launches, each signalled as soon as its step holds the run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import wait_until
 from mlflow.tracking import MlflowClient
@@ -62,6 +64,51 @@ def test_ctrl_c_to_mlflow_runs_process_group_ends_the_train_run_killed(presses, 
                detail=lambda: f"{client.get_run(run_id).info.status}\n{log.read_text()[-3000:]}")
     assert client.get_run(run_id).data.tags[names.ERROR_TAG] == "RunInterrupted: interrupted by SIGINT"
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_step_still_loads_ends_the_launchers_run_killed(tracking_uri, tmp_path, monkeypatch,
+                                                                        tiny_workdir):
+    # Before: a traceback out of `import verlflow.cli` and the run FAILED with no reason, or (Ctrl-C before the
+    # launcher's own wait began) left RUNNING; the step had not yet taken the launcher's run over.
+    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
+    gsm8k.preprocess("synthetic", tmp_path / "data", 16, log_to_mlflow=False)
+    client = MlflowClient()
+    client.search_experiments()
+    log = tmp_path / "launcher.log"
+    with log.open("w") as out:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local", "-e", "train",
+             "-P", "recipe=tiny", "-P", "device=cpu", "-P", f"data_dir={tmp_path / 'data'}"],
+            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: _step_catches_sigterm(launcher.pid), 300, "the step's signal handlers", poll_s=0.01,
+                   watch=[launcher], detail=lambda: log.read_text()[-3000:])
+    except BaseException:
+        launcher.kill()
+        raise
+    os.killpg(launcher.pid, signal.SIGINT)
+    launcher.wait(timeout=300)
+    run_id = re.search(r"in run with ID '(\w+)'", log.read_text()).group(1)
+    wait_until(lambda: client.get_run(run_id).info.status == "KILLED", 120, "the run to end KILLED",
+               detail=lambda: f"{client.get_run(run_id).info.status}\n{log.read_text()[-3000:]}")
+    assert client.get_run(run_id).data.tags[names.ERROR_TAG] == "RunInterrupted: interrupted by SIGINT"
+    text = log.read_text()
+    assert "verlflow train: interrupted" in text and "Traceback" not in text, text[-3000:]
+
+
+def _step_catches_sigterm(launcher_pid: int) -> bool:
+    """Whether the step's Python process has installed its SIGTERM handler (``SigCgt`` in ``/proc/<pid>/status``):
+    its first act, before it loads anything. A signal before that finds Python itself still starting."""
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error, OSError):
+            if "entry_points/train.py" not in child.cmdline():
+                continue
+            status = Path(f"/proc/{child.pid}/status").read_text()
+            caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+            if caught & (1 << (signal.SIGTERM - 1)):
+                return True
+    return False
 
 
 def _launch_and_hold(client: MlflowClient, tmp_path: Path, overrides: str, attempt: int, *,

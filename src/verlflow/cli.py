@@ -19,7 +19,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from verlflow.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, VerlflowError
+from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
+from verlflow.project_entry import stop_interrupted
 from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
@@ -96,8 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt as exc:
-        print(f"verlflow {args.step}: interrupted", file=sys.stderr)
-        sys.exit(128 + exc.signum if isinstance(getattr(exc, "signum", None), int) else EXIT_INTERRUPTED)
+        stop_interrupted(args.step, exc)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Keep an interrupted run KILLED when ``mlflow run``'s launcher marks it FAILED after the step ended it.
+"""Keep an interrupted run KILLED when ``mlflow run``'s launcher marks it FAILED (or leaves it RUNNING).
 
-    python -m verlflow.runs.launcher_status <run_id> <launcher pid> <launcher start>   # started by the step
+    python -m verlflow.runs.launcher_status <run_id> <launcher pid> <launcher start> [--interrupted SIGINT]
 
 Ctrl-C to ``mlflow run`` reaches the launcher and the step together. The step ends its run KILLED; the
 launcher then waits for the step and calls ``_maybe_set_run_terminated(run, "FAILED")``
@@ -10,55 +10,63 @@ number, so it always overwrites: every interrupted ``mlflow run`` ended FAILED. 
 launcher's run because of a signal therefore leaves this watcher behind, in its own session (the terminal's
 Ctrl-C does not reach it): it waits for the launcher to exit and puts the run back to KILLED when the
 launcher's FAILED replaced the step's KILLED, keeping the run's end time.
+
+A step interrupted before it held the run (while it loaded MLflow, or checked its inputs) never ended it:
+the launcher marked it FAILED with no reason, or, interrupted before its own wait began, left it RUNNING.
+With ``--interrupted <signal>`` the watcher ends such a run KILLED itself, once the launcher has exited.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import argparse
 import time
 
 from verlflow.names import ERROR_TAG
-from verlflow.runs import lifecycle
+from verlflow.runs.processes import process_alive, watch_launcher
 
 # How long the watcher waits for the launcher to exit after the step ended the run (the launcher exits at once).
 WAIT_S = 120.0
 INTERRUPTED = "RunInterrupted"
-# The launcher's run, as this process started (MLflow's end_run unsets MLFLOW_RUN_ID from the environment).
-LAUNCHER_RUN_ID = os.environ.get("MLFLOW_RUN_ID")
 
 
 def keep_killed_after_launcher(run_id: str) -> bool:
     """Start the watcher when ``run_id`` is the run of the ``mlflow run`` launcher this step runs under."""
-    if LAUNCHER_RUN_ID != run_id:
-        return False
-    launcher = lifecycle.find_launcher()
-    if launcher is None:
-        return False
-    argv = [sys.executable, "-m", "verlflow.runs.launcher_status", run_id, str(launcher),
-            lifecycle.process_start(launcher) or ""]
-    subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, close_fds=True)
-    return True
+    return watch_launcher(run_id)
 
 
-def restore_killed(run_id: str, launcher: int, start: str | None) -> str:
-    """Wait for the launcher to exit; a run it turned FAILED after a signal ended it goes back to KILLED.
+def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by: str | None = None) -> str:
+    """Wait for the launcher to exit; a run it turned FAILED after a signal ended it goes back to KILLED, and with
+    ``interrupted_by`` a run the step never ended (RUNNING, or FAILED with no reason) ends KILLED.
 
     Returns the status the run is left with."""
     from mlflow.tracking import MlflowClient
 
     deadline = time.monotonic() + WAIT_S
-    while lifecycle.process_alive(launcher, start) and time.monotonic() < deadline:
+    while process_alive(launcher, start) and time.monotonic() < deadline:
         time.sleep(0.2)
     client = MlflowClient()
     run = client.get_run(run_id)
-    if run.info.status == "FAILED" and run.data.tags.get(ERROR_TAG, "").startswith(INTERRUPTED):
+    reason = run.data.tags.get(ERROR_TAG)
+    if interrupted_by and run.info.status in ("RUNNING", "FAILED") and reason is None:
+        client.set_tag(run_id, ERROR_TAG, f"{INTERRUPTED}: interrupted by {interrupted_by}")
+        client.set_terminated(run_id, "KILLED", end_time=run.info.end_time)
+        return "KILLED"
+    if run.info.status == "FAILED" and (reason or "").startswith(INTERRUPTED):
         client.set_terminated(run_id, "KILLED", end_time=run.info.end_time)
         return "KILLED"
     return run.info.status
 
 
+def main(argv: list[str] | None = None) -> None:
+    """The watcher process: ``<run_id> <launcher pid> <launcher start> [--interrupted SIGNAL]``."""
+    parser = argparse.ArgumentParser(prog="python -m verlflow.runs.launcher_status")
+    parser.add_argument("run_id")
+    parser.add_argument("launcher", type=int)
+    parser.add_argument("start")
+    parser.add_argument("--interrupted", default=None)
+    args = parser.parse_args(argv)
+    restore_killed(args.run_id, args.launcher, args.start or None, args.interrupted)
+
+
 if __name__ == "__main__":
-    restore_killed(sys.argv[1], int(sys.argv[2]), sys.argv[3] or None)
+    main()

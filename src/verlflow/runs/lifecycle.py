@@ -28,13 +28,13 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from mlflow.entities import RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
+from verlflow.runs.processes import find_launcher, process_alive, process_start
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import env_number, first_line
 
@@ -49,27 +49,7 @@ LAUNCHER_POLL_S = 1.0
 _PR_SET_PDEATHSIG = 1
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (Linux /proc), None when no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of stat(5); the name before ')' may hold blanks
 
-
-def process_alive(pid: int, start: str | None = None) -> bool:
-    """Whether ``pid`` runs, and is still the process that started at ``start`` when that is given."""
-    if Path("/proc").is_dir():
-        current = process_start(pid)
-        return current is not None and (start is None or current == start)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --------------------------------------------------------------------------- alive marks, heartbeat
@@ -197,40 +177,6 @@ def reap_at_start(experiment_ids: list[str] | None = None) -> list[Reaped]:
 
 
 # --------------------------------------------------------------------------- dying with the launcher
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _is_mlflow_run(argv: list[str]) -> bool:
-    """``…/mlflow run …`` or ``python -m mlflow run …``."""
-    return any(os.path.basename(arg) == "mlflow" and argv[i + 1:i + 2] == ["run"] for i, arg in enumerate(argv))
-
-
-def find_launcher(max_depth: int = 3) -> int | None:
-    """The pid of the ``mlflow run`` process this one was started by (through a shell), if any."""
-    pid = os.getpid()
-    for _ in range(max_depth):
-        parent = _parent(pid)
-        if not parent or parent <= 1:
-            return None
-        if _is_mlflow_run(_cmdline(parent)):
-            return parent
-        pid = parent
-    return None
 
 
 def die_with_launcher(signum: int = signal.SIGTERM) -> int | None:

@@ -1,0 +1,90 @@
+"""This process's ``mlflow run`` launcher, and whether a process still runs, read from ``/proc``; no MLflow.
+
+Kept free of heavy imports: a step interrupted while it still loads MLflow (:mod:`verlflow.project_entry`)
+uses it to start the launcher watcher (:mod:`.launcher_status`) that ends the launcher's run KILLED.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# The launcher's run, as this process started (MLflow's end_run unsets MLFLOW_RUN_ID from the environment).
+LAUNCHER_RUN_ID = os.environ.get("MLFLOW_RUN_ID")
+_watching: set[str] = set()  # the runs this process has started a launcher watcher for
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (Linux /proc), None when no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of stat(5); the name before ')' may hold blanks
+
+
+def process_alive(pid: int, start: str | None = None) -> bool:
+    """Whether ``pid`` runs, and is still the process that started at ``start`` when that is given."""
+    if Path("/proc").is_dir():
+        current = process_start(pid)
+        return current is not None and (start is None or current == start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _is_mlflow_run(argv: list[str]) -> bool:
+    """``…/mlflow run …`` or ``python -m mlflow run …``."""
+    return any(os.path.basename(arg) == "mlflow" and argv[i + 1:i + 2] == ["run"] for i, arg in enumerate(argv))
+
+
+def find_launcher(max_depth: int = 3) -> int | None:
+    """The pid of the ``mlflow run`` process this one was started by (through a shell), if any."""
+    pid = os.getpid()
+    for _ in range(max_depth):
+        parent = _parent(pid)
+        if not parent or parent <= 1:
+            return None
+        if _is_mlflow_run(_cmdline(parent)):
+            return parent
+        pid = parent
+    return None
+
+
+def watch_launcher(run_id: str | None, *, interrupted_by: str | None = None) -> bool:
+    """Leave a watcher (:mod:`.launcher_status`, its own session) that keeps ``run_id`` KILLED past the ``mlflow
+    run`` launcher's FAILED, when ``run_id`` is that launcher's run; once per run. ``interrupted_by`` (a signal
+    name): the step stopped before it ended the run itself, so the watcher ends it KILLED too."""
+    if not run_id or run_id != LAUNCHER_RUN_ID or run_id in _watching:
+        return False
+    launcher = find_launcher()
+    if launcher is None:
+        return False
+    argv = [sys.executable, "-m", "verlflow.runs.launcher_status", run_id, str(launcher),
+            process_start(launcher) or "", *(["--interrupted", interrupted_by] if interrupted_by else [])]
+    subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, close_fds=True)
+    _watching.add(run_id)
+    return True
