@@ -13,8 +13,9 @@ from pathlib import Path
 import verlflow
 
 PACKAGE_DIR = Path(verlflow.__file__).parent
-# The modules that sit on top: only entry points and the console script import them.
-TOP = {"verlflow.cli"}
+# The modules that sit on top: only entry points and the console script import them (the entry points through
+# project_entry, which catches a Ctrl-C while the command line loads).
+TOP = {"verlflow.cli", "verlflow.project_entry"}
 STEPS_PACKAGE = "verlflow.steps"
 # The packages that hold what the steps call; none of them may import a step.
 DOMAIN = ("config", "data", "device", "backends", "models", "runs", "search", "compare")

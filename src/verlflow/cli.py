@@ -20,10 +20,10 @@ import sys
 from collections.abc import Sequence
 
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.project_entry import stop_interrupted
 from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
+from verlflow.stopping import stop_interrupted
 from verlflow.util import check_env_numbers, gc_paused
 
 # When the process ends, spare the interpreter's last collection passes over every object (~0.8 s once

@@ -4,7 +4,7 @@
     verlflow promote --model_name tiny-qwen3-gsm8k-smoke    # champion → best eval/gsm8k/accuracy
 
 ``register`` registers the MLflow 3 LoggedModel the train step made of its final checkpoint
-(:mod:`verlflow.models.logged_models`, ``models:/<model_id>``): the version's source run is the train run,
+(:mod:`verlflow.runs.logged_models`, ``models:/<model_id>``): the version's source run is the train run,
 and nothing is copied again. A run trained before models were recorded gets that LoggedModel now, from the
 Hugging Face folder it ended with (tag ``verlflow.checkpoint_dir``). Its lineage is on the version as tags:
 source run, recipe, profile, backend, data digest, and the digest of its weights (``weights.digest``). A train
@@ -156,7 +156,7 @@ def checkpoint_model(client: MlflowClient, train_run, checkpoint: Path) -> Logge
     The one the train step logged; for a run trained before that (or whose store did not answer then), one
     made now from ``checkpoint``, linked at the step its folder names.
     """
-    from verlflow.models import logged_models
+    from verlflow.runs import logged_models
 
     found = logged_models.final_model_of(train_run.info.run_id, client)
     if found is not None:

@@ -9,6 +9,8 @@
 - :mod:`.summaries`: a run's end-of-run timing figures from its per-step history.
 - :mod:`.naming`: descriptive train run names and compare links.
 - :mod:`.resume`: continue a train run in place from its last checkpoint.
+- :mod:`.logged_models`: a train run's checkpoints as MLflow LoggedModels, linked to the run at their step.
+- :mod:`.launcher_status`: an interrupted ``mlflow run``'s run kept KILLED (the launcher: :mod:`verlflow.processes`).
 
 Opening and closing a tracked run itself is :mod:`verlflow.runs.tracking`.
 """

@@ -22,7 +22,7 @@ import argparse
 import time
 
 from verlflow.names import ERROR_TAG
-from verlflow.runs.processes import process_alive, watch_launcher
+from verlflow.processes import process_alive, watch_launcher
 
 # How long the watcher waits for the launcher to exit after the step ended the run (the launcher exits at once).
 WAIT_S = 120.0

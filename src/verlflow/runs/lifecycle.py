@@ -34,7 +34,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
-from verlflow.runs.processes import find_launcher, process_alive, process_start
+from verlflow.processes import find_launcher, process_alive, process_start
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import env_number, first_line
 

@@ -10,7 +10,7 @@ One JSON object per line, in the order training made them. A metric point is
 - ``summaries``: ``{"started_at", "ended_at"}`` (``timing_s/e2e`` and the ``timing_s_mean/*`` of
   :func:`verlflow.runs.summaries.log_timing_summaries`, taken once the points before it are in),
 - ``final_model``: ``{"checkpoint", "step"}`` (the run's final checkpoint as its LoggedModel, made from the
-  folder, metrics linked: :func:`verlflow.models.logged_models.replay_final_model`),
+  folder, metrics linked: :func:`verlflow.runs.logged_models.replay_final_model`),
 - ``status``: ``{"status", "end_time"}`` (the run's final status; the last line, set last).
 
 :func:`upload` replays the lines in order with their original step and time, so running it later ends the
@@ -72,7 +72,7 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
 
         log_timing_summaries(client, run_id, entry["started_at"], entry["ended_at"])
     elif kind == "final_model":
-        from verlflow.models.logged_models import replay_final_model
+        from verlflow.runs.logged_models import replay_final_model
 
         replay_final_model(client, run_id, entry["checkpoint"], entry["step"])
     elif kind == "status":

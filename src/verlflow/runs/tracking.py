@@ -30,7 +30,7 @@ from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import __version__, project_entry
+from verlflow import __version__, stopping
 from verlflow.errors import VerlflowError
 from verlflow.names import (
     BACKEND_TAG,
@@ -69,7 +69,7 @@ def signals_raise() -> Iterator[None]:
         if _stopping:
             return
         _stopping.append(signum)
-        project_entry.note_stopping(signum)
+        stopping.note_stopping(signum)
         raise RunInterrupted(signum)
 
     previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -53,8 +53,8 @@ from verlflow.backends.local.rollout import (
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.backends.local.traces import trace_samples
 from verlflow.errors import VerlflowError
-from verlflow.models import logged_models
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
+from verlflow.runs import logged_models
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
@@ -286,7 +286,8 @@ class LocalTrainer:
         final = self.last_saved.resolve()
         if not metric_buffer.set_tags(self.run_id, {CHECKPOINT_DIR_TAG: str(final)}):
             retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
-        logged_models.record_final_model(self.run_id, final, self.global_step)
+        logged_models.record_final_model(self.run_id, final, self.global_step,
+                                         defer=metric_buffer.defer_final_model)
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 

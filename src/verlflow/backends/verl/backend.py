@@ -388,7 +388,7 @@ def _merge_final_checkpoint(plan: LaunchPlan, run_id: str) -> Path:
     """verl's last actor checkpoint → the run's Hugging Face folder (tagged), with the merger's log kept,
     logged as the run's MLflow model at the checkpoint's step."""
     from verlflow.backends.layout import step_of
-    from verlflow.models import logged_models
+    from verlflow.runs import logged_models
 
     actor = verl_merge.last_actor_checkpoint(plan.checkpoint_dir)
     merge_log = plan.run_dir / "merge.log"

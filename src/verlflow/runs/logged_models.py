@@ -1,6 +1,6 @@
 """A train run's checkpoints as MLflow 3 LoggedModels, linked to the run and to the step that saved them.
 
-    python -c "from verlflow.models.logged_models import run_models; print(run_models('<train run id>'))"
+    python -c "from verlflow.runs.logged_models import run_models; print(run_models('<train run id>'))"
 
 The train step records them while the run is open (both backends), linked the way MLflow's own
 ``log_model(step=)`` links a model: the model's source run is the train run, the run's outputs list the
@@ -25,6 +25,7 @@ import contextlib
 import logging
 import re
 import tempfile
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -127,23 +128,24 @@ def log_final_model(client: MlflowClient, run, checkpoint: Path, step: int | Non
     return client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
 
 
-def record_final_model(run_id: str, checkpoint: str | Path, step: int) -> LoggedModel | None:
+def record_final_model(run_id: str, checkpoint: str | Path, step: int, *,
+                       defer: Callable[[str, str, int], bool] | None = None) -> LoggedModel | None:
     """The train step's end (both backends): the final checkpoint as the run's model at ``step``.
 
     Also links the run's metrics to every model of the run at its step (the intermediate checkpoints'
     included: their steps' metrics are only now all written). Made once per step (a resumed run that
-    already recorded it reuses it). None when the tracking store refused: while the run's metric buffer is
-    open the model is queued behind its metrics (written when the server answers, or by the spill file's
-    upload after an outage); otherwise a warning, and ``register`` makes the model later.
+    already recorded it reuses it). None when the tracking store refused: ``defer(run_id, checkpoint, step)``
+    (the local trainer's :func:`verlflow.runs.metric_buffer.defer_final_model`) may queue it behind the run's
+    metrics, to be made when the server answers or by the spill file's upload; otherwise a warning, and
+    ``register`` makes the model later.
     """
     from verlflow.progress import say
-    from verlflow.runs import metric_buffer
 
     try:
         model = replay_final_model(LockRetryingClient(), run_id, checkpoint, step)
     except (MlflowException, OSError) as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        if metric_buffer.defer_final_model(run_id, str(checkpoint), step):
+        if defer is not None and defer(run_id, str(checkpoint), step):
             say(f"verlflow: final checkpoint (step {step}) queued as MLflow model of run {run_id}: the tracking "
                 f"store is not answering ({reason}); it is logged with the run's metrics once the server answers")
         else:
