@@ -31,6 +31,11 @@ KNOWN: tuple[Known, ...] = (
           "a local checkpoint has no hub licence file; its base model's licence applies"),
     Known("mlflow.store.db.utils", "Creating initial MLflow database tables",
           "the first step in a folder creates mlflow.db, as the README says; nothing to act on"),
+    Known("mlflow.store.db.utils",
+          "SQLAlchemy database error. The following exception is caught.\n"
+          "(sqlite3.OperationalError) database is locked",
+          "another process holds SQLite's write lock: verlflow's writes wait for it (runs/store_retry.py, saying so "
+          "once, up to VERLFLOW_STORE_LOCK_WAIT_S); MLflow printed a full traceback for every 20 s try"),
     Known("mlflow.store.db.utils", "Updating database tables",
           "MLflow brings the schema up to date itself (on creation, after an upgrade): nothing to act on"),
     Known("mlflow.system_metrics.system_metrics_monitor", "Skip logging GPU metrics",

@@ -65,9 +65,12 @@ def signals_raise() -> Iterator[None]:
     cut its end short, leaving it RUNNING. The outermost block forgets it, so a process can stop more than once.
     """
 
-    def _raise(signum, _frame):
+    def _raise(signum, frame):
         if _stopping:
             return
+        if _in_a_store_transaction(frame) and _defer(signum):
+            return
+        _deferred_since.clear()
         _stopping.append(signum)
         stopping.note_stopping(signum)
         raise RunInterrupted(signum)
@@ -75,7 +78,8 @@ def signals_raise() -> Iterator[None]:
     previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
     outermost = not any(getattr(h, "__qualname__", "").startswith("signals_raise") for h in previous.values())
     previous_hook = sys.unraisablehook
-    handlers = list(logging.getLogger().handlers) if outermost else []
+    # MLflow's logger prints through its own handler, not the root's (it does not propagate).
+    handlers = [*logging.getLogger().handlers, *logging.getLogger("mlflow").handlers] if outermost else []
     if outermost:
         sys.unraisablehook = _redeliver_swallowed
         for handler in handlers:
@@ -90,6 +94,36 @@ def signals_raise() -> Iterator[None]:
             for handler in handlers:
                 handler.removeFilter(_drop_own_interrupt)
             _stopping.clear()
+
+
+# How long an interrupt waits for the store code it landed in to return before it is raised there anyway.
+DEFER_LIMIT_S = 5.0
+_deferred_since: list[float] = []
+
+
+def _in_a_store_transaction(frame) -> bool:
+    """Whether the main thread was inside SQLAlchemy when the signal came (a SQL store's session)."""
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith("sqlalchemy"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _defer(signum: int) -> bool:
+    """Send ``signum`` again in a moment instead of raising it now; False once it has waited :data:`DEFER_LIMIT_S`.
+
+    Raised inside SQLAlchemy, the interrupt skipped MLflow's rollback (it catches ``Exception``): the step's own
+    dead session kept SQLite's write lock, and the run's end, its metric writer and the launcher waited 20 s per
+    try on it (seen once in the Ctrl-C test, with MLflow's lock tracebacks printed). Raised a moment later it
+    lands in verlflow's code, between store calls.
+    """
+    if not _deferred_since:
+        _deferred_since.append(time.monotonic())
+    elif time.monotonic() - _deferred_since[0] > DEFER_LIMIT_S:
+        return False
+    threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+    return True
 
 
 def _drop_own_interrupt(record: logging.LogRecord) -> bool:
