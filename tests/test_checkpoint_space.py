@@ -1,4 +1,5 @@
-"""A local run whose checkpoint write fails for space: one line naming the folder and its free space.
+"""A write that fails for space is one line naming where and how much is free: a local run's checkpoint, and a
+SQLite tracking store on a full disk.
 
 A disk cannot be filled on cue here, so the train step runs under a file-size limit (``ulimit -f``), which
 fails a write the same way (EFBIG, and torch's zip writer's "unexpected pos …" on top). The store is a real
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import every_experiment, serving
+from conftest import every_experiment, fresh_store, serving
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -61,3 +62,25 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_naming_the_folder_and_i
     (run,) = client.search_runs(every_experiment(client))
     assert run.info.status == "FAILED"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "timing_s/step")] == [1, 2]
+
+
+STORE_LIMIT_BYTES = 256 * 1024  # below an empty store's size: its first write past the limit fails
+
+
+@pytest.mark.slow
+def test_a_sqlite_store_that_cannot_be_written_is_one_line_naming_it_and_its_free_space(tmp_path):
+    # Before: a traceback out of MLflow's session ("disk I/O error"), and MLflow's own logged tracebacks.
+    uri = fresh_store(tmp_path)
+    assert (tmp_path / "mlflow.db").stat().st_size > STORE_LIMIT_BYTES
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("MLFLOW_RUN_ID", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "preprocess", "--source", "synthetic", "--limit", "8"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (STORE_LIMIT_BYTES, resource.RLIM_INFINITY)))
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("verlflow preprocess: error:")]
+    assert re.search(rf"the tracking store {re.escape(str(tmp_path / 'mlflow.db'))} could not be written \(.*disk "
+                     r"I/O error; \d+ MiB free there, and a file-size limit of 0\.2 MiB \(ulimit -f\)\)", error), error
+    assert "MLFLOW_TRACKING_URI" in error

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.runs.deadline import TrackingDeadline, server_failure
+from verlflow.runs.store_retry import store_write_failure
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
 from verlflow.stopping import stop_interrupted
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except Exception as exc:
-        if (line := server_failure(exc)) is None:
+        if (line := server_failure(exc) or store_write_failure(exc)) is None:
             raise
         print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -36,6 +36,14 @@ KNOWN: tuple[Known, ...] = (
           "(sqlite3.OperationalError) database is locked",
           "another process holds SQLite's write lock: verlflow's writes wait for it (runs/store_retry.py, saying so "
           "once, up to VERLFLOW_STORE_LOCK_WAIT_S); MLflow printed a full traceback for every 20 s try"),
+    Known("mlflow.store.db.utils",
+          "SQLAlchemy database error. The following exception is caught.\n(sqlite3.OperationalError) disk I/O error",
+          "the store's disk refused a write (full, or ulimit -f): the step ends in one line naming the store and its "
+          "free space (runs/store_retry.store_write_failure)"),
+    Known("mlflow.store.db.utils",
+          "SQLAlchemy database error. The following exception is caught.\n"
+          "(sqlite3.OperationalError) database or disk is full",
+          "the same, as SQLite words a full disk"),
     Known("mlflow.store.db.utils", "Updating database tables",
           "MLflow brings the schema up to date itself (on creation, after an upgrade): nothing to act on"),
     Known("mlflow.system_metrics.system_metrics_monitor", "Skip logging GPU metrics",

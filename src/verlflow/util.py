@@ -196,3 +196,22 @@ def url_secret(url: str) -> str | None:
 def is_path(value: str) -> bool:
     """Whether ``value`` reads as a file path (a leading ``/ ~ ./ ../`` or an existing file)."""
     return value.startswith(("/", "~", "./", "../")) or Path(value).is_file()
+
+
+def free_space(folder: str | os.PathLike[str]) -> str:
+    """``"<N> MiB free there"`` for the disk holding ``folder`` (or its nearest existing parent), and the
+    file-size limit when one is set (``ulimit -f``): what a message about a failed write points the user at."""
+    import resource
+    import shutil
+
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        facts = f"{shutil.disk_usage(path).free / 2**20:.0f} MiB free there"
+    except OSError:
+        facts = "free space unknown"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        facts += f", and a file-size limit of {limit / 2**20:.1f} MiB (ulimit -f)"
+    return facts

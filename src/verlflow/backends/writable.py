@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -20,7 +19,7 @@ from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.models.model_path import SENTINELS, default_cache_dir
 from verlflow.models.tinymodel import BUILD_VERSION
-from verlflow.util import check_output_dir
+from verlflow.util import check_output_dir, free_space
 
 CHECKPOINT_KEY = "trainer.default_local_dir"
 # How a write that failed for space reads: the OS's words (ENOSPC, EFBIG under ``ulimit -f``, EDQUOT), SQLite's
@@ -53,24 +52,6 @@ def check_model_cache(cache: Path, model: str) -> None:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise VerlflowError(f"model cache {cache} cannot be written ({reason}): {model} is built there once; set "
                             "VERLFLOW_CACHE to a writable folder (default ~/.cache/verlflow, under HOME)") from None
-
-
-def free_space(folder: str | os.PathLike[str]) -> str:
-    """``"<N> MiB free there"`` for the disk holding ``folder`` (or its nearest existing parent), and the
-    file-size limit when one is set (``ulimit -f``): what a message about a failed write points the user at."""
-    import resource
-
-    path = Path(folder).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        facts = f"{shutil.disk_usage(path).free / 2**20:.0f} MiB free there"
-    except OSError:
-        facts = "free space unknown"
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit != resource.RLIM_INFINITY:
-        facts += f", and a file-size limit of {limit / 2**20:.1f} MiB (ulimit -f)"
-    return facts
 
 
 def write_error(exc: BaseException) -> str:

@@ -20,11 +20,12 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from mlflow.tracking import MlflowClient
 
-from verlflow.util import env_number
+from verlflow.util import env_number, first_line, free_space
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,31 @@ def is_lock_error(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+# SQLite's words for a write the disk refused (SQLITE_IOERR under a full disk or ``ulimit -f``, SQLITE_FULL).
+_SPACE_WORDS = ("disk i/o error", "database or disk is full")
+
+
+def store_write_failure(exc: BaseException) -> str | None:
+    """One line for a SQLite tracking store that could not be written for space (its disk full, a file-size limit):
+    the store's file and the free space there; None for any other error."""
+    import mlflow
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(word in str(current).lower() for word in _SPACE_WORDS):
+            break
+        current = current.__cause__ or current.__context__
+    uri = mlflow.get_tracking_uri()
+    if current is None or not uri.startswith("sqlite:///"):
+        return None
+    store = Path(uri.removeprefix("sqlite:///").split("?")[0]).absolute()
+    return (f"the tracking store {store} could not be written ({first_line(current, 80)}; {free_space(store.parent)}): "
+            "free space there (or raise the file-size limit, ulimit -f), or point MLFLOW_TRACKING_URI at a store on "
+            "another disk, then run the step again")
 
 
 def retry_on_lock(call: Callable[..., T], *args: Any, wait_s: float | None = None, **kwargs: Any) -> T:
