@@ -27,6 +27,15 @@ _SECRET_QUERY_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|api_?key|access
 _BAD_ENV_NUMBERS: dict[str, str] = {}
 
 
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and the errors it was raised from or while handling (``__cause__``, else ``__context__``), in order."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-blank line of an exception's message (or its type name), at most ``limit`` characters.
 

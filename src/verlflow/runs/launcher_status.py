@@ -7,7 +7,8 @@ launcher then waits for the step and calls ``_maybe_set_run_terminated(run, "FAI
 (``mlflow/projects/__init__.py``, MLflow 3.x), which is meant to leave a run that already ended alone but
 checks ``RunStatus.is_terminated`` with the status *string* where that function expects MLflow's enum
 number, so it always overwrites: every interrupted ``mlflow run`` ended FAILED. A step that ends the
-launcher's run because of a signal therefore leaves this watcher behind, in its own session (the terminal's
+launcher's run because of a signal therefore leaves this watcher behind
+(:func:`verlflow.processes.watch_launcher`), in its own session (the terminal's
 Ctrl-C does not reach it): it waits for the launcher to exit and puts the run back to KILLED when the
 launcher's FAILED replaced the step's KILLED, keeping the run's end time.
 
@@ -22,16 +23,11 @@ import argparse
 import time
 
 from verlflow.names import ERROR_TAG
-from verlflow.processes import process_alive, watch_launcher
+from verlflow.processes import process_alive
 
 # How long the watcher waits for the launcher to exit after the step ended the run (the launcher exits at once).
 WAIT_S = 120.0
 INTERRUPTED = "RunInterrupted"
-
-
-def keep_killed_after_launcher(run_id: str) -> bool:
-    """Start the watcher when ``run_id`` is the run of the ``mlflow run`` launcher this step runs under."""
-    return watch_launcher(run_id)
 
 
 def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by: str | None = None) -> str:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from mlflow.tracking import MlflowClient
 
-from verlflow.util import env_number, first_line, free_space
+from verlflow.util import env_number, exception_chain, first_line, free_space
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,7 @@ T = TypeVar("T")
 
 def is_lock_error(exc: BaseException) -> bool:
     """Whether ``exc`` (or an error it was raised from) is SQLite refusing a lock another process holds."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if any(word in str(current).lower() for word in _LOCK_WORDS):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return any(any(word in str(error).lower() for word in _LOCK_WORDS) for error in exception_chain(exc))
 
 
 # SQLite's words for a write the disk refused (SQLITE_IOERR under a full disk or ``ulimit -f``, SQLITE_FULL).
@@ -57,13 +50,8 @@ def store_write_failure(exc: BaseException) -> str | None:
     the store's file and the free space there; None for any other error."""
     import mlflow
 
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if any(word in str(current).lower() for word in _SPACE_WORDS):
-            break
-        current = current.__cause__ or current.__context__
+    current = next((error for error in exception_chain(exc)
+                    if any(word in str(error).lower() for word in _SPACE_WORDS)), None)
     uri = mlflow.get_tracking_uri()
     if current is None or not uri.startswith("sqlite:///"):
         return None

@@ -40,9 +40,10 @@ from verlflow.names import (
     TIMING_E2E,
     VERSION_TAG,
 )
-from verlflow.runs import deadline, experiments, launcher_status, lifecycle, metric_buffer, spill, summaries
+from verlflow.processes import watch_launcher
+from verlflow.runs import deadline, experiments, lifecycle, metric_buffer, spill, summaries
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
-from verlflow.util import filter_quote, first_line
+from verlflow.util import exception_chain, filter_quote, first_line
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -122,21 +123,22 @@ def _defer(signum: int) -> bool:
         _deferred_since.append(time.monotonic())
     elif time.monotonic() - _deferred_since[0] > DEFER_LIMIT_S:
         return False
-    threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+    _send_again(signum)
     return True
+
+
+def _send_again(signum: int) -> None:
+    """Deliver ``signum`` to this process again in 50 ms, to be handled where it can be raised."""
+    threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
 
 
 def _drop_own_interrupt(record: logging.LogRecord) -> bool:
     """Keep a log record unless its traceback is this step's own interrupt: a library that catches it, logs it
     and raises it on (SQLAlchemy's pool, when the signal lands in its connection finalizer or while it closes a
     cursor) printed a traceback beside the step's one-line "interrupted"."""
-    exc, seen = (record.exc_info[1] if record.exc_info else None), set()
-    while exc is not None and id(exc) not in seen:  # also a later error raised while handling it ("closing cursor")
-        if isinstance(exc, RunInterrupted):
-            return False
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return True
+    # also a later error raised while handling it ("closing cursor")
+    return not any(isinstance(error, RunInterrupted)
+                   for error in exception_chain(record.exc_info[1] if record.exc_info else None))
 
 
 def _redeliver_swallowed(unraisable) -> None:
@@ -146,7 +148,7 @@ def _redeliver_swallowed(unraisable) -> None:
     if isinstance(unraisable.exc_value, RunInterrupted):
         signum = unraisable.exc_value.signum
         _stopping.clear()
-        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+        _send_again(signum)
         return
     sys.__unraisablehook__(unraisable)
 
@@ -267,7 +269,7 @@ def _end_run(run_id: str, error: BaseException | None) -> None:
         with _signals_held(), metric_buffer.bounded_http(END_HTTP_KNOBS):
             _write_end(run_id, status, failure, active_here)
             if status == "KILLED":  # mlflow run's launcher would turn it FAILED once this step has exited
-                launcher_status.keep_killed_after_launcher(run_id)
+                watch_launcher(run_id)
     except (MlflowException, deadline.TrackingDeadline) as exc:
         spill_end(run_id, status, failure, reason=first_line(exc))
         _leave(run_id if active_here else None, status)
