@@ -4,12 +4,15 @@
 
 ``train``, ``search`` and ``main`` resolve ``auto`` the same way:
 
-| device | recipe                | profile | backend |
-| ------ | --------------------- | ------- | ------- |
-| npu    | qwen3-4b-gsm8k-grpo   | a3      | verl    |
-| gpu    | qwen3-4b-gsm8k-grpo   | h20     | verl    |
-| cpu    | smoke                 | cpu     | local   |
-| cpu    | smoke (backend=verl)  | cpu-verl| verl    |
+| device | recipe                | profile                                          | backend |
+| ------ | --------------------- | ------------------------------------------------ | ------- |
+| npu    | qwen3-4b-gsm8k-grpo   | the one npu-smi's chips fit: a3, a2 (a3 if none) | verl    |
+| gpu    | qwen3-4b-gsm8k-grpo   | the one nvidia-smi's GPUs fit: h20, h100, h200   | verl    |
+| cpu    | smoke                 | cpu                                              | local   |
+| cpu    | smoke (backend=verl)  | cpu-verl                                         | verl    |
+
+A profile that is not the listed accelerator's is refused before the run opens (:func:`fit_hardware`), unless
+``verlflow.accept_other_hardware=true``; the run's record carries the listed SKU's figures (910B2 → its peak).
 """
 
 from __future__ import annotations
@@ -19,30 +22,58 @@ from pathlib import Path
 from verlflow import config
 from verlflow.backends.registry import AUTO, default_backend, get_backend
 from verlflow.config import PROFILE_FOR_DEVICE, Device, check_config_counts, default_recipe
-from verlflow.device.detect import detect_device
+from verlflow.device import identity
+from verlflow.device.detect import Probe, detect_device, identify_node
 from verlflow.errors import VerlflowError
 
 
-def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str) -> tuple[str, Device, str, str]:
+def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str, *,
+                       probe: Probe | None = None) -> tuple[str, Device, str, str]:
     """Resolve ``auto`` recipe / device / profile / backend into concrete names (see the module table).
 
     The backend is a registered one (:mod:`verlflow.backends.registry`): its ``default_for`` devices pick it
     for ``auto``, its ``profile_for`` the profile it needs instead of the device's default (verl on the CPU).
-    The device chosen here only picks the profile; the run then drives the profile's ``device``.
+    An ``auto`` profile on an NPU or GPU is the shipped one whose record fits what ``npu-smi`` / ``nvidia-smi``
+    list (an H100 node: h100), the device's default when they list nothing (a dry run on a laptop) or nothing
+    shipped fits (then :func:`fit_hardware` refuses it). The run then drives the profile's ``device``.
     """
     chosen = None if backend == AUTO else get_backend(backend)  # an unknown name fails before detection
-    dev = detect_device(device_name)
+    dev = detect_device(device_name, probe=probe)
     if recipe == AUTO:
         recipe = default_recipe(dev)
     chosen = chosen or default_backend(dev)
     if profile == AUTO:
-        profile = chosen.profile_for.get(dev, PROFILE_FOR_DEVICE[dev])
+        profile = chosen.profile_for.get(dev) or auto_profile(dev, probe=probe)
     return recipe, dev, profile, chosen.name
 
 
+def auto_profile(dev: Device, *, probe: Probe | None = None) -> str:
+    """The profile ``auto`` means on ``dev`` here: the shipped record that fits the listed accelerator, else the
+    device's default (:data:`verlflow.config.PROFILE_FOR_DEVICE`)."""
+    node = None if dev is Device.CPU else identify_node(dev, probe=probe)
+    return (node.profile if node is not None else None) or PROFILE_FOR_DEVICE[dev]
+
+
+def fit_hardware(cfg: config.ComposedConfig, *, probe: Probe | None = None) -> identity.Node | None:
+    """Check the profile's record against the listed accelerator and give the run the listed SKU's figures.
+
+    One line (exit 2), before any run opens, when the profile describes another accelerator than ``npu-smi`` /
+    ``nvidia-smi`` list, naming both and the profile that fits, unless ``verlflow.accept_other_hardware=true``.
+    The profile's record becomes the listed SKU's (an a2 profile on 910B2 chips: the 910B2's peak). The node, or
+    None when nothing is listed (the CPU, a dry run on a laptop).
+    """
+    if cfg.profile.device is Device.CPU or cfg.profile.accelerator is None:
+        return None
+    node = identify_node(cfg.profile.device, probe=probe)
+    identity.check_fits(cfg.profile, node, accepted=cfg.verlflow.accept_other_hardware)
+    cfg.profile.accelerator = identity.run_record(cfg.profile, node)
+    return node
+
+
 def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,
-                         check_counts: bool = True):
-    """Compose the training config with the data files and model the step parameters point at.
+                         check_counts: bool = True, probe: Probe | None = None):
+    """Compose the training config with the data files and model the step parameters point at, fitted to the
+    accelerator listed here (:func:`fit_hardware`).
 
     ``check_counts=False`` leaves the count checks to the verl preflight, which lists them with the rest.
     """
@@ -53,6 +84,7 @@ def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, o
     if model:
         extra["actor_rollout_ref.model.path"] = model
     cfg = config.compose(recipe, profile, overrides, extra=extra)
+    fit_hardware(cfg, probe=probe)
     if check_counts:
         check_config_counts(cfg.resolved)
     return cfg

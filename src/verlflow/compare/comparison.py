@@ -62,6 +62,7 @@ from verlflow.compare.utilisation import (
     run_utilisation,
     utilisation_rows,
 )
+from verlflow.device.identity import same_accelerator
 from verlflow.errors import VerlflowError
 from verlflow.names import PROFILE_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
@@ -207,8 +208,13 @@ def _first_screen(baseline: RunSnapshot, candidate: RunSnapshot, effs: tuple[eff
     names_ = (efficiency.side_name(baseline), efficiency.side_name(candidate))
     if names_[0] == names_[1]:  # one profile on both sides: name them by role
         names_ = (f"the baseline ({names_[0]})", f"the candidate ({names_[1]})")
-    return [f"**The answer** (baseline {names_[0]}, candidate {names_[1]}):",
-            *efficiency.first_screen_lines(*effs, prices_given, *names_),
+    speed = efficiency.first_screen_lines(*effs, prices_given, *names_)
+    if same_accelerator(baseline.tags, candidate.tags):  # two profile files of one machine are one device
+        where = baseline.tags.get("device.name") or baseline.tags.get("device.type")
+        speed = [f"- per chip and per node: both sides ran on one accelerator ({where}): their difference is "
+                 "the profiles' settings and noise, not hardware (the Efficiency section has the figures)",
+                 *(line for line in speed if not line.startswith(("- per chip", "- per node")))]
+    return [f"**The answer** (baseline {names_[0]}, candidate {names_[1]}):", *speed,
             run_sets.accuracy_line(figures, judged)]
 
 

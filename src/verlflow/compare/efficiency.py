@@ -23,6 +23,7 @@ import yaml
 from verlflow import names
 from verlflow.compare.report import table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
+from verlflow.device import identity
 from verlflow.errors import VerlflowError
 from verlflow.names import MODEL_PARAMS_TAG
 
@@ -68,10 +69,13 @@ def hardware_of(snap: RunSnapshot) -> Hardware:
     record = "the run's device.* tags"
     if not dies or not peak:
         accelerator = _profile_accelerator(snap.tags.get(names.PROFILE_TAG, ""))
+        record = f"profile {snap.tags.get(names.PROFILE_TAG)}'s hardware record"
+        if accelerator is None:  # a profile file of another machine: the record its device.name fits
+            accelerator = identity.record_from_name(snap.tags.get("device.type", ""), snap.tags.get("device.name", ""))
+            record = f"the shipped {accelerator.name} record its device.name fits" if accelerator else record
         if accelerator is not None:
             dies = dies or str(accelerator.dies_per_chip)
             peak = peak or f"{accelerator.peak_tflops:g}"
-            record = f"profile {snap.tags.get(names.PROFILE_TAG)}'s hardware record"
         elif not peak:
             record = "no hardware record (no peak: MFU not computed)"
     return Hardware(per_node * nodes, nodes, int(dies or 1), float(peak) if peak else None, record)

@@ -9,6 +9,7 @@ classes (unknown keys, type conversion) is :func:`verlflow.config.typed_build.bu
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -16,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from verlflow.errors import VerlflowError
+from verlflow.names import RECORD_TAG
 
 
 class Device(StrEnum):
@@ -69,6 +71,29 @@ DEVICES = tuple(Device)
 
 
 @dataclass
+class Sku:
+    """One SKU of a record's accelerator family whose figures differ from the record's (an A2's 910B1/B2/B4).
+
+    ``skus:`` of a profile's ``accelerator:``. The listing tool names the SKU (``npu-smi`` prints ``910B2``), so the
+    run carries its own peak and bandwidth (:meth:`Accelerator.for_listed`), not the family's default.
+    """
+
+    # Regular expression searched in the listed name ("Ascend910B2 (A2)"): "910B2C?" for the 910B2 and 910B2C.
+    listed_as: str
+    # The SKU as its vendor names it: "Ascend 910B2".
+    model: str
+    # Peak dense throughput per device, TFLOPS, in the record's ``peak_dtype``.
+    peak_tflops: float
+    # Where the peak comes from (a data sheet, a paper, or "publicly reported" with the derivation).
+    peak_source: str
+    # Memory per device, GB, where it differs from the record's (the 910B4: 32).
+    memory_gb: float | None = None
+    # HBM bandwidth per device, GB/s, where it differs from the record's, and its source.
+    hbm_gbps: float | None = None
+    hbm_source: str = ""
+
+
+@dataclass
 class Accelerator:
     """A profile's hardware record: which accelerator, how verl counts it, what one device can do.
 
@@ -101,9 +126,17 @@ class Accelerator:
     # Regular expression searched in the listing tool's name plus verlflow's generation ("Ascend910B3 (A2)",
     # "NVIDIA H100 80GB HBM3"); empty = ``name`` as a whole word.
     listed_as: str = ""
+    # HBM bandwidth per device, GB/s (per die where a chip holds several): generation at small batch is bound by it.
+    hbm_gbps: float | None = None
+    # Where the bandwidth comes from (data sheet or paper); required with ``hbm_gbps``.
+    hbm_source: str = ""
+    # Where the memory size comes from (data sheet, or what the listing tool prints).
+    memory_source: str = ""
+    # SKUs of this family with their own figures (see :class:`Sku`); the record's own figures are the default SKU's.
+    skus: list[Sku] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        """Refuse counts that contradict each other, and a precision the peak cannot be in."""
+        """Refuse counts that contradict each other, a precision the peak cannot be in, a figure without source."""
         if self.peak_dtype not in ("bf16", "fp16"):
             raise VerlflowError(f"accelerator '{self.name}' has peak_dtype '{self.peak_dtype}': use bf16 or fp16")
         for key in ("devices_per_node", "chips_per_device", "dies_per_chip"):
@@ -112,6 +145,13 @@ class Accelerator:
         if self.dies_per_chip > 1 and self.devices_per_node % self.dies_per_chip:
             raise VerlflowError(f"accelerator '{self.name}' has devices_per_node={self.devices_per_node}, not a "
                                 f"multiple of dies_per_chip={self.dies_per_chip}: verl counts every die")
+        for sku in [self, *self.skus]:
+            if sku.hbm_gbps is not None and (sku.hbm_gbps <= 0 or not sku.hbm_source):
+                raise VerlflowError(f"accelerator '{self.name}' ({sku.model}) has hbm_gbps={sku.hbm_gbps}: give a "
+                                    "positive GB/s per device and its hbm_source")
+            if sku.peak_tflops <= 0 or not sku.peak_source:
+                raise VerlflowError(f"accelerator '{self.name}' ({sku.model}) has peak_tflops={sku.peak_tflops}: "
+                                    "give a positive TFLOPS per device and its peak_source")
 
     @property
     def chips_per_node(self) -> int:
@@ -126,13 +166,31 @@ class Accelerator:
         """Whether ``listed`` (``Ascend910B3 (A2)``, ``NVIDIA H20``) is this accelerator."""
         return re.search(self.pattern(), listed) is not None
 
+    def for_listed(self, listed: str) -> Accelerator:
+        """This record with the figures of the SKU ``listed`` names (``Ascend910B2 (A2)`` → the 910B2's peak).
+
+        Why: one A2 profile serves every 910B SKU, and each SKU's peak and bandwidth differ by up to 1.7x; the
+        run must carry its own. The record itself when no SKU matches; the result lists no SKUs.
+        """
+        sku = next((s for s in self.skus if re.search(s.listed_as, listed)), None)
+        if sku is None:
+            return dataclasses.replace(self, skus=[]) if self.skus else self
+        return dataclasses.replace(
+            self, model=sku.model, peak_tflops=sku.peak_tflops, peak_source=sku.peak_source,
+            memory_gb=sku.memory_gb if sku.memory_gb is not None else self.memory_gb,
+            hbm_gbps=sku.hbm_gbps if sku.hbm_gbps is not None else self.hbm_gbps,
+            hbm_source=sku.hbm_source or self.hbm_source, skus=[])
+
     def tags(self) -> dict[str, str]:
-        """The record as ``device.*`` run tags (model, devices per node, memory, peak, interconnect)."""
-        return {"device.model": self.model, "device.node": self.node,
+        """The record as ``device.*`` run tags (model, devices per node, memory, peak, bandwidth, interconnect)."""
+        tags = {RECORD_TAG: self.name, "device.model": self.model, "device.node": self.node,
                 "device.devices_per_node": str(self.devices_per_node),
                 "device.peak_tflops": f"{self.peak_tflops:g} {self.peak_dtype}",
                 "device.dies_per_chip": str(self.dies_per_chip),
                 "device.interconnect": self.interconnect}
+        if self.hbm_gbps:
+            tags["device.hbm_gbps"] = f"{self.hbm_gbps:g}"
+        return tags
 
 
 @dataclass
@@ -211,6 +269,9 @@ class VerlflowBlock(Mapping):
     # Training steps to profile (e.g. [2]): the local trainer runs torch.profiler over them; the verl backend turns on
     # verl's global_profiler with the tool that fits the profile. Traces and a summary table go to profile/step_<N>/.
     profile_steps: tuple[int, ...] = ()
+    # Run a profile whose hardware record is not the accelerator npu-smi / nvidia-smi list here (refused otherwise,
+    # before the run opens): its peak, memory and chip counts then describe another machine (tag device.record_fits).
+    accept_other_hardware: bool = False
 
     def __getitem__(self, key: str) -> Any:
         """The field ``key`` (a ``KeyError`` for a name that is not a field)."""

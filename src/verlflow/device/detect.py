@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from verlflow.config import Device, Profile
+from verlflow.device import identity
 from verlflow.device.parsers import (
     GpuInfo,
     NpuChip,
@@ -49,6 +50,7 @@ __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect o
     "parse_npu_smi_version", "parse_nvidia_smi_query", "parse_nvidia_smi_table",
     "parse_nvidia_smi_q_versions", "parse_ascend_version_file", "parse_key_values", "soc_name",
     "npu_generation", "first_error_line", "command_failure", "lister_command", "as_device", "hardware_tags",
+    "identify_node", "node_of",
 ]
 
 DEVICE_TYPES = tuple(Device)
@@ -420,18 +422,33 @@ def _host_cpu(probe: Probe) -> str:
             or parse_cpu_model(probe.run(["lscpu"]) or "") or "unknown")
 
 
-def hardware_tags(profile: Profile | None) -> dict[str, str]:
-    """The run profile's hardware record as ``device.*`` tags, and its stack as ``device.stack``.
+def hardware_tags(profile: Profile | None, node: identity.Node | None = None) -> dict[str, str]:
+    """The run profile's hardware record as ``device.*`` tags, its stack as ``device.stack``, and what the machine
+    lists beside them (``device.detected``, ``device.detected_profile``, ``device.record_fits``).
 
-    What the node was meant to be (model, devices per node, peak throughput with its dtype, interconnect), next
-    to what detection found, so ``compare`` reads both from the run; empty for a profile without a record.
+    The record carries the listed SKU's figures (a 910B2 node: the 910B2's peak), so ``compare`` reads the
+    machine's hardware from the run; empty for a profile without a record on a machine that lists nothing.
     """
+    tags = identity.identity_tags(profile, node)
     if profile is None:
-        return {}
-    tags = profile.accelerator.tags() if profile.accelerator else {}
+        return tags
+    record = identity.run_record(profile, node)
+    tags.update(record.tags() if record else {})
     if profile.stack:
         tags["device.stack"] = Path(profile.stack).stem
     return tags
+
+
+def node_of(fields: DeviceProfile) -> identity.Node | None:
+    """The node a collected profile lists (its name, count and generation); None when it lists no accelerator."""
+    return identity.node_from(fields.type, fields.name, fields.count, fields.extra.get("generation"))
+
+
+def identify_node(device_type: Device | str, *, probe: Probe | None = None,
+                  environ: Mapping[str, str] | None = None) -> identity.Node | None:
+    """What this machine's listing tool names for ``device_type`` and which shipped profiles fit it; None if nothing."""
+    dev = detect_device(device_type, probe=probe)
+    return None if dev is Device.CPU else node_of(collect_device_profile(dev, probe=probe, environ=environ))
 
 
 def collect_device_profile(device_type: Device | str, *, probe: Probe | None = None,
@@ -456,9 +473,11 @@ def collect_device_profile(device_type: Device | str, *, probe: Probe | None = N
     extra = fields.pop("extra", {})
     if memory:
         extra["host_memory_gb"] = round(int(memory.group(1)) / 1024**2, 1)
-    return DeviceProfile(type=device_type, host_arch=probe.machine, host_cpu=host_cpu,
-                         software=package_versions(), env=capture_env(environ), extra=extra,
-                         hardware=hardware_tags(profile), **fields)
+    found = DeviceProfile(type=device_type, host_arch=probe.machine, host_cpu=host_cpu,
+                          software=package_versions(), env=capture_env(environ), extra=extra, **fields)
+    if profile is not None:
+        found.hardware = hardware_tags(profile, node_of(found))
+    return found
 
 
 # ----------------------------------------------------------------------------------------------

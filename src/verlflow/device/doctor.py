@@ -25,7 +25,7 @@ from pathlib import Path
 from verlflow import config
 from verlflow.config import Accelerator, Device, Profile
 from verlflow.device import detect as hw
-from verlflow.device import stacks
+from verlflow.device import identity, stacks
 from verlflow.errors import VerlflowError
 
 STATUS = {True: "ok", False: "BLOCKS", None: "differs"}
@@ -110,7 +110,8 @@ def diagnose(dev: Device | str, profile_name: str, *, probe: hw.Probe | None = N
     rows.append(Row(f"{word}s visible", str(visible), f"n_gpus_per_node={wanted}", visible >= wanted and visible > 0,
                     _count_fix(dev, visible, probe, model)))
     rows.append(model)
-    if memory := memory_row(fields, profile.accelerator):
+    record = identity.run_record(profile, hw.node_of(fields))
+    if memory := memory_row(fields, record):
         rows.append(memory)
     if dev is Device.NPU:
         rows.append(Row("driver (HDK)", fields.driver or "not found", stack.extra.get("hdk", ""),
@@ -166,30 +167,17 @@ def _item(package: str) -> str:
 
 def profiles_for(dev: Device) -> list[str]:
     """Shipped profiles that drive ``dev`` (for messages that name the valid ones)."""
-    return [p.name for p in _shipped_profiles() if p.device is dev]
-
-
-def _shipped_profiles() -> list[Profile]:
-    """Every shipped profile that loads (one that does not is the config tests' business, not the doctor's)."""
-    loaded = []
-    for name in config.list_profiles():
-        try:
-            loaded.append(config.load_profile(name))
-        except VerlflowError:
-            continue
-    return loaded
+    return [p.name for p in identity.shipped_profiles() if p.device is dev]
 
 
 def fitting_profiles(dev: Device, listed: str) -> list[str]:
     """Shipped profiles whose hardware record describes a ``dev`` listed as ``listed`` (``Ascend910B3 (A2)``)."""
-    return [p.name for p in _shipped_profiles()
-            if p.device is dev and p.accelerator is not None and p.accelerator.lists(listed)]
+    return identity.fitting_profiles(dev, listed)
 
 
 def node_label(fields: hw.DeviceProfile) -> str:
     """The node's accelerator as listed, with the generation verlflow derives: ``Ascend910B3 (A2)``, ``NVIDIA H20``."""
-    generation = fields.extra.get("generation")
-    return f"{fields.name} ({generation})" if generation else fields.name
+    return identity.label(fields.name, fields.extra.get("generation"))
 
 
 def accelerator_row(fields: hw.DeviceProfile, profile: Profile) -> Row:
@@ -211,8 +199,10 @@ def accelerator_row(fields: hw.DeviceProfile, profile: Profile) -> Row:
         return Row("accelerator", found, "", None, note=f"this node has {fields.count} × {found}, and the "
                    f"{profile.name} profile has no hardware record (accelerator:); {fitting}")
     if record.lists(found):
+        record = record.for_listed(found)  # the listed SKU's figures (a 910B2: its own peak)
         return Row("accelerator", found, wanted, True,
-                   note=f"this node has {fields.count} × {found}: {record.model}, {record.node}; "
+                   note=f"this node has {fields.count} × {found}: {record.model} ({record.peak_tflops:g} TFLOPS "
+                        f"{record.peak_dtype}), {record.node}; "
                         f"the {profile.name} profile fits it")
     note = f"this node has {fields.count} × {found}, not the {wanted} the {profile.name} profile describes; {fitting}"
     return Row("accelerator", found, wanted, None, note=note)

@@ -13,7 +13,8 @@ from verlflow.step_requests import DoctorRequest
 
 def run_doctor(request: DoctorRequest):
     """Print the table; raise (exit 2) naming what blocks the launch; the rows."""
-    from verlflow.config import PROFILE_FOR_DEVICE, Device
+    from verlflow.backends.train_setup import auto_profile
+    from verlflow.config import Device
     from verlflow.device import detect
     from verlflow.device.doctor import diagnose, render
 
@@ -21,7 +22,7 @@ def run_doctor(request: DoctorRequest):
     if dev is Device.CPU:
         raise VerlflowError("no NPU or GPU found on this machine (npu-smi and nvidia-smi list none): verl needs "
                             "one; pass --device npu or --device gpu to see what is missing, or use backend=local")
-    rows = diagnose(dev, PROFILE_FOR_DEVICE[dev] if request.profile == "auto" else request.profile)
+    rows = diagnose(dev, auto_profile(dev) if request.profile == "auto" else request.profile)
     print(render(rows))
     for row in rows:
         if row.note:

@@ -1,0 +1,158 @@
+"""Which accelerator a machine or a run is: the shipped record that fits what ``npu-smi`` / ``nvidia-smi`` list,
+the run profile's record beside it, and whether two runs ran on one accelerator.
+
+    python -c "from verlflow.device.identity import record_from_name; print(record_from_name('npu', 'Ascend910_9392'))"
+
+A machine is named by its listing tool ("910B2" → ``Ascend910B2``, "NVIDIA H100 80GB HBM3") plus the generation
+verlflow derives (``Ascend910B2 (A2)``); a shipped profile fits it when its record's ``listed_as`` pattern finds that
+label (:meth:`verlflow.config.Accelerator.lists`), and the record's SKU figures follow the listed SKU
+(:meth:`~verlflow.config.Accelerator.for_listed`). Pure functions of names and profiles: the machine is read by
+:mod:`verlflow.device.detect`, which calls :func:`node_from` with what it found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from verlflow import config
+from verlflow.config import Accelerator, Device, Profile
+from verlflow.device.parsers import npu_generation
+from verlflow.errors import VerlflowError
+from verlflow.names import DETECTED_PROFILE_TAG, DETECTED_TAG, RECORD_FITS_TAG
+
+# The override that runs a profile whose record is not the machine's (VerlflowBlock.accept_other_hardware).
+ACCEPT_OVERRIDE = "verlflow.accept_other_hardware=true"
+# How the A3's chips are named where the board query gave no SKU (npu-smi's table and torch_npu: "Ascend910").
+A3_BARE_NAME = "Ascend910"
+
+
+@dataclass(frozen=True)
+class Node:
+    """The accelerator a machine lists: its kind, its label (name plus generation), how many, the profiles that fit."""
+
+    device: Device
+    listed: str  # "Ascend910B2 (A2)", "Ascend910_9392 (A3)", "NVIDIA H100 80GB HBM3"
+    count: int
+    profiles: tuple[str, ...]  # shipped profiles whose record fits it, in list order
+
+    @property
+    def profile(self) -> str | None:
+        """The shipped profile ``auto`` picks for this node; None when none fits."""
+        return self.profiles[0] if self.profiles else None
+
+    def describe(self) -> str:
+        """``8 × Ascend910B2 (A2)``: how messages name the node."""
+        return f"{self.count} × {self.listed}"
+
+
+def generation(device_type: Device | str, name: str) -> str | None:
+    """The generation a listed or tagged name implies: ``A2`` (910B SKUs), ``A3`` (``Ascend910_93xx`` and the A3's
+    bare ``Ascend910``); None for GPUs and unknown names."""
+    if str(device_type) != Device.NPU:
+        return None
+    return npu_generation(name) or ("A3" if name.strip() == A3_BARE_NAME else None)
+
+
+def label(name: str, gen: str | None) -> str:
+    """The name the records are matched against: ``Ascend910B3 (A2)``, ``NVIDIA H20``."""
+    return f"{name} ({gen})" if gen else name
+
+
+def shipped_profiles() -> list[Profile]:
+    """Every shipped profile that loads (one that does not is the config tests' business, not identity's)."""
+    loaded = []
+    for name in config.list_profiles():
+        try:
+            loaded.append(config.load_profile(name))
+        except VerlflowError:
+            continue
+    return loaded
+
+
+def fitting_profiles(dev: Device | str, listed: str) -> list[str]:
+    """Shipped profiles whose hardware record describes a ``dev`` listed as ``listed`` (``Ascend910B3 (A2)``)."""
+    return [p.name for p in shipped_profiles()
+            if p.device == dev and p.accelerator is not None and p.accelerator.lists(listed)]
+
+
+def node_from(device_type: Device | str, name: str, count: int, gen: str | None = None) -> Node | None:
+    """The node a listing found (``count`` devices named ``name``); None when nothing is listed (a laptop)."""
+    if str(device_type) == Device.CPU or count <= 0 or not name or name == "unknown":
+        return None
+    listed = label(name, gen or generation(device_type, name))
+    return Node(Device(device_type), listed, count, tuple(fitting_profiles(device_type, listed)))
+
+
+def fitting_text(node: Node) -> str:
+    """``the a2 profile fits it (-P profile=a2)``, or what to do when no shipped profile does."""
+    if not node.profiles:
+        return "no shipped profile fits it: add one (docs/hardware.md)"
+    many = len(node.profiles) > 1
+    return (f"the {' or '.join(node.profiles)} profile{'s' if many else ''} fit{'' if many else 's'} it "
+            f"(-P profile={node.profiles[0]})")
+
+
+def check_fits(profile: Profile, node: Node | None, *, accepted: bool) -> None:
+    """Refuse (one line) a profile whose record is not the accelerator this machine lists, unless ``accepted``.
+
+    Why: the record's peak, memory and chip counts become the run's ``device.*`` tags and compare's MFU, per-chip
+    and cost figures; a wrong record makes every one of them wrong (an H100 run tagged H20: MFU 40 % for 6 %).
+    Nothing is refused when nothing is listed (a dry run on a laptop) or the profile has no record.
+    """
+    record = profile.accelerator
+    if accepted or node is None or record is None or node.device is not profile.device or record.lists(node.listed):
+        return
+    raise VerlflowError(
+        f"profile '{profile.name}' describes {record.name} ({record.model}) but this node has {node.describe()}: "
+        f"{fitting_text(node)}; to run the {profile.name} record here anyway pass "
+        f"-P overrides=\"{ACCEPT_OVERRIDE}\" (its figures then describe another machine)")
+
+
+def run_record(profile: Profile | None, node: Node | None) -> Accelerator | None:
+    """The record a run on ``node`` carries: the profile's, with the listed SKU's figures (910B2 → its peak)."""
+    if profile is None or profile.accelerator is None:
+        return None
+    return profile.accelerator.for_listed(node.listed) if node else profile.accelerator.for_listed("")
+
+
+def identity_tags(profile: Profile | None, node: Node | None) -> dict[str, str]:
+    """Detected identity beside the profile's: ``device.detected``, ``device.detected_profile``,
+    ``device.record_fits`` (the record itself is :meth:`Accelerator.tags`); empty when nothing is listed."""
+    if node is None:
+        return {}
+    tags = {DETECTED_TAG: node.listed, DETECTED_PROFILE_TAG: node.profile or "none"}
+    if profile is not None and profile.accelerator is not None:
+        tags[RECORD_FITS_TAG] = str(profile.accelerator.lists(node.listed)).lower()
+    return tags
+
+
+def record_from_name(device_type: Device | str, name: str) -> Accelerator | None:
+    """The shipped record of an accelerator named ``name`` (a run's ``device.name`` tag), SKU figures included.
+
+    For runs logged without a hardware record: ``Ascend910_9392`` is an A3 (2 dies per chip, 376 TFLOPS per die),
+    ``Ascend910B2`` an A2 with the 910B2's peak; None when no shipped record fits (a CPU, an unknown GPU).
+    """
+    node = node_from(device_type, name, 1)
+    if node is None or node.profile is None:
+        return None
+    return config.load_profile(node.profile).accelerator.for_listed(node.listed)
+
+
+def accelerator_key(tags: Mapping[str, str]) -> str | None:
+    """What identifies a run's accelerator: its shipped record and SKU, else its listed name; None when untagged."""
+    kind, name = tags.get("device.type") or "", (tags.get("device.name") or "").strip()
+    if not kind or not name or name == "unknown":
+        return None
+    record = record_from_name(kind, name) if kind != Device.CPU else None
+    return f"{kind}: {record.name} {record.model}" if record else f"{kind}: {name}"
+
+
+def same_accelerator(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+    """Whether two runs (their tags) ran on one accelerator, whatever profile file described it.
+
+    Two profile files of the same CPU, or ``h100`` and a copy of it, are one device to ``compare``: their
+    per-chip difference is settings and noise, not hardware. False when either run's device is unknown.
+    """
+    key = accelerator_key(a)
+    return key is not None and key == accelerator_key(b)
