@@ -169,18 +169,28 @@ def test_fixes_are_pinned_to_the_guides_stack_and_a_missing_vllm_ascend_blocks()
 FAKES = Path(__file__).parent / "fakes"
 
 
-@pytest.mark.parametrize(("fake_env", "expected"), [
-    ({"FAKE_NPU_SMI_INFO": str(FIXTURES / "npu-smi-info-910b3-8npu-v25.2.0.txt")},
+@pytest.mark.parametrize(("profile", "fake_env", "expected"), [
+    ("a3", {"FAKE_NPU_SMI_INFO": str(FIXTURES / "npu-smi-info-910b3-8npu-v25.2.0.txt")},
      "NPUs visible: 8 (this node has 8 × Ascend910B3 (A2), not the A3 the a3 profile describes"),
-    ({"FAKE_NPU_SMI_FAIL_WITH": str(FIXTURES / "npu-smi-info-fail-8020-device-used.txt")},
+    ("auto", {"FAKE_NPU_SMI_FAIL_WITH": str(FIXTURES / "npu-smi-info-fail-8020-device-used.txt")},
      "NPUs visible: 0 (npu-smi info failed: dcmi model initialized failed, because the device is used. ret is -8020)"),
 ])
-def test_doctor_on_a_recorded_npu_smi_says_what_the_node_is(fake_env, expected):
+def test_doctor_on_a_recorded_npu_smi_says_what_the_node_is(profile, fake_env, expected):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_NPU_SMI")},
            "PATH": f"{FAKES}:{os.environ['PATH']}", **fake_env}
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", "npu"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", "npu", "--profile", profile],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("verlflow doctor: error: the launch cannot proceed: "), lines
     assert expected in lines[0], lines[0]
+
+
+def test_doctor_auto_on_an_a2_node_checks_the_a2_profile():
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_NPU_SMI")},
+           "PATH": f"{FAKES}:{os.environ['PATH']}",
+           "FAKE_NPU_SMI_INFO": str(FIXTURES / "npu-smi-info-910b2-8npu.txt")}
+    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", "npu"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert "verlflow doctor: note: this node has 8 × Ascend910B2 (A2): Ascend 910B2 (354 TFLOPS fp16)" in done.stdout
+    assert "the a2 profile fits it" in done.stdout and "NPUs visible" not in done.stderr, done.stderr

@@ -61,6 +61,9 @@ def test_every_shipped_accelerator_profile_carries_a_consistent_record_and_a_sta
         assert load_stack(profile.stack).device == profile.device, name
         assert profile.verl["trainer"]["n_gpus_per_node"] == record.devices_per_node, name
         assert record.peak_tflops > 0 and record.memory_gb > 0 and record.peak_source and record.interconnect
+        # HBM bandwidth per device and where each figure comes from (data sheet, paper, or the derivation)
+        assert record.hbm_gbps > 0 and record.hbm_source and record.memory_source, name
+        assert all(sku.peak_tflops > 0 and sku.peak_source for sku in record.skus), name
     a3 = config.load_profile("a3").accelerator
     assert (a3.devices_per_node, a3.dies_per_chip, a3.chips_per_node, a3.memory_gb) == (16, 2, 8, 64)
     assert config.load_profile("a2").accelerator.chips_per_node == 8
@@ -203,6 +206,15 @@ def test_compare_reports_both_made_up_records(made_up_runs, monkeypatch):
                                                          "Ascend 910B4 (test record)")
     assert versions["peak dense TFLOPS per device (profile's record)"] == ("148 bf16", "200 fp16")
     assert versions["expected stack (config/stacks)"] == ("made-up-gpu-stack", "made-up-npu-stack")
+
+
+def test_a_bandwidth_without_its_source_is_one_line(tmp_path):
+    text = (HARDWARE / "made-up-gpu.yaml").read_text().replace("  interconnect: PCIe (made up)\n",
+                                                              "  interconnect: PCIe (made up)\n  hbm_gbps: 4000\n")
+    (tmp_path / "no-source.yaml").write_text(text)
+    with pytest.raises(VerlflowError, match=r"accelerator 'H20-PAIR' \(NVIDIA H20 96GB HBM3 \(test record\)\) has "
+                                            r"hbm_gbps=4000.0: give a positive GB/s per device and its hbm_source$"):
+        config.load_profile(str(tmp_path / "no-source.yaml"))
 
 
 def test_a_record_that_contradicts_its_profile_is_one_line(tmp_path):

@@ -91,6 +91,8 @@ def _convert(value: Any, tp: Any, key: str, ctx: _Context) -> Any:
             try:
                 return _convert(value, arm, key, ctx)
             except VerlflowError:
+                if _is_dataclass_type(arm) and isinstance(value, Mapping):
+                    raise  # a mapping meant as that record: its own error (a bad field), not "expects a mapping"
                 continue
         raise ctx.bad_value(key, value, tp)
     if _is_dataclass_type(tp):
