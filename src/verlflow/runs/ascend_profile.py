@@ -28,6 +28,11 @@ DB_GLOB = "ascend_pytorch_profiler*.db"
 # <host>_<pid>_<17-digit timestamp>_ascend_pt, as torch_npu's tensorboard_trace_handler names a collection
 _RUN_NAME = re.compile(r"^(?P<worker>.+)_(?P<stamp>\d{14,})_ascend_pt$")
 _TOP = 30
+# verl's workers annotate their stages with these names (an mstx range on an NPU, a record_function elsewhere);
+# a summary names them as verl's timers do (timing_s/*). verlflow.runs.profiling reads Chrome traces with them too.
+VERL_STAGES = {"generate_sequences": "gen", "actor_compute_log_prob": "old_log_prob",
+               "ref_compute_log_prob": "ref", "actor_update": "update_actor", "compute_values": "values",
+               "critic_update": "update_critic"}
 STEP_MARK = "ProfilerStep#"
 
 
@@ -126,8 +131,6 @@ def _kernels(db: sqlite3.Connection, tables: set[str]) -> dict[str, list[float]]
 def summarize_db(path: str | Path) -> list[dict[str, Any]]:
     """Rows ``{kind, name, time_ms, calls}`` of one ``ascend_pytorch_profiler_<rank>.db``: phases, operators,
     other annotations and device kernels, the largest first (:data:`_TOP` of each but phases)."""
-    from verlflow.runs.profiling import VERL_STAGES
-
     with sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True) as db:
         tables = _tables(db)
         ranges, operators, kernels = _ranges(db, tables), _operators(db, tables), _kernels(db, tables)

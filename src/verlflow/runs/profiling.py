@@ -20,14 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from verlflow.runs import ascend_profile
+from verlflow.runs.ascend_profile import VERL_STAGES
+
 PROFILE_ARTIFACT_DIR = "profile"
 SUMMARY_FILE = "summary.json"
 # Operators (and other annotations) kept in a summary, the largest first.
 TOP_OPERATORS = 30
-# verl's workers annotate their stages with these names; a summary names them as verl's timers do (timing_s/*).
-VERL_STAGES = {"generate_sequences": "gen", "actor_compute_log_prob": "old_log_prob",
-               "ref_compute_log_prob": "ref", "actor_update": "update_actor", "compute_values": "values",
-               "critic_update": "update_critic"}
 _STEP_DIR = re.compile(r"step_(\d+)$")
 
 
@@ -162,8 +161,6 @@ def log_profile_folder(folder: str | Path, steps: Sequence[int] = ()) -> list[in
     data beside them stays on the node.
     """
     import mlflow
-
-    from verlflow.runs import ascend_profile
 
     root = Path(folder)
     if not root.is_dir():
