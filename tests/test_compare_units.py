@@ -109,7 +109,7 @@ def test_without_a_config_json_the_names_active_size_is_used():
 
 def test_generation_is_judged_by_the_records_memory_bandwidth():
     bandwidth_gbs, response_tokens, tp = 4000.0, 600.0, 2
-    snap = _run("baseline", "h20", tags={"device.hbm_bandwidth_gbs": f"{bandwidth_gbs:g}"},
+    snap = _run("baseline", "h20", tags={"device.hbm_gbps": f"{bandwidth_gbs:g}"},
                 metrics={"response_length/mean": response_tokens},
                 params={"actor_rollout_ref/rollout/tensor_model_parallel_size": str(tp),
                         "actor_rollout_ref/rollout/dtype": "bfloat16"})
@@ -118,7 +118,7 @@ def test_generation_is_judged_by_the_records_memory_bandwidth():
     assert eff.gen_bandwidth == pytest.approx(response_tokens * weights / (120.0 * tp * bandwidth_gbs * 1e9))
     without = efficiency.efficiency_of(_run("baseline", "cpu"))
     assert without.gen_bandwidth is None
-    assert without.gen_bandwidth_note.startswith("unknown (missing: hbm_bandwidth_gbs in the hardware record")
+    assert without.gen_bandwidth_note.startswith("unknown (missing: HBM bandwidth in the hardware record")
 
 
 def test_the_prices_template_reads_and_names_the_a3_device_a_die():

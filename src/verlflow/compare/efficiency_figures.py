@@ -40,9 +40,10 @@ PARAMS = {"per_node": "trainer/n_gpus_per_node", "nodes": "trainer/nnodes", "bat
           "n": "actor_rollout_ref/rollout/n", "ppo_epochs": "actor_rollout_ref/actor/ppo_epochs",
           "rollout_tp": "actor_rollout_ref/rollout/tensor_model_parallel_size",
           "rollout_dtype": "actor_rollout_ref/rollout/dtype"}
-# The hardware record's HBM bandwidth per device, GB/s (config.schema.Accelerator.hbm_bandwidth_gbs; a run tag
-# device.hbm_bandwidth_gbs). Read by name and treated as unknown where a record predates it.
-HBM_FIELD = "hbm_bandwidth_gbs"
+# The hardware record's HBM bandwidth per device (per die on an A3), GB/s: config.schema.Accelerator's field and the
+# run's device.<field> tag. Read by name, either spelling (hbm_gbps is the record's; hbm_bandwidth_gbs was agreed
+# first), and unknown where a record predates it.
+HBM_FIELDS = ("hbm_gbps", "hbm_bandwidth_gbs")
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
 PER = ("device", "chip", "node")
 
@@ -95,30 +96,37 @@ def hardware_of(snap: RunSnapshot) -> Hardware:
     per_node, nodes = _param_int(snap, PARAMS["per_node"]), _param_int(snap, PARAMS["nodes"])
     devices = per_node * nodes if per_node and nodes else None
     dies, peak = _tag_float(snap, "device.dies_per_chip"), _tag_float(snap, "device.peak_tflops")
-    bandwidth = _tag_float(snap, f"device.{HBM_FIELD}")
+    bandwidth = next((found for f in HBM_FIELDS if (found := _tag_float(snap, f"device.{f}"))), None)
     name, record = "", "the run's device.* tags"
-    accelerator = _profile_accelerator(snap.tags.get(names.PROFILE_TAG, ""))
+    accelerator, source = _record_of(snap)
     if accelerator is not None:
         name = accelerator.name
         if dies is None or peak is None:
-            record = f"profile {snap.tags.get(names.PROFILE_TAG)}'s hardware record"
+            record = source
         dies = dies or accelerator.dies_per_chip
         peak = peak or accelerator.peak_tflops
-        bandwidth = bandwidth or getattr(accelerator, HBM_FIELD, None)
+        bandwidth = bandwidth or next((v for f in HBM_FIELDS if (v := getattr(accelerator, f, None))), None)
     elif peak is None:
         record = "no hardware record (no peak: MFU not computed)"
     return Hardware(devices, nodes, int(dies or 1), peak, record, name, float(bandwidth) if bandwidth else None)
 
 
-def _profile_accelerator(name: str):
+def _record_of(snap: RunSnapshot):
+    """The run's hardware record and where it came from: its profile's, else the shipped one its device.name fits."""
     from verlflow import config
 
-    if not name:
-        return None
+    profile = snap.tags.get(names.PROFILE_TAG, "")
     try:
-        return config.load_profile(name).accelerator
+        if profile and (found := config.load_profile(profile).accelerator) is not None:
+            return found, f"profile {profile}'s hardware record"
     except VerlflowError:
-        return None  # a profile file of another machine
+        pass  # a profile file of another machine
+    try:  # the shipped record a device.name fits (verlflow.device.identity, where this version has it)
+        from verlflow.device import identity
+    except ImportError:
+        return None, ""
+    found = identity.record_from_name(snap.tags.get("device.type", ""), snap.tags.get("device.name", ""))
+    return (found, f"the shipped {found.name} record its device.name fits") if found else (None, "")
 
 
 def mean_metric(snap: RunSnapshot, key: str) -> float | None:
@@ -261,7 +269,7 @@ def gen_bandwidth(snap: RunSnapshot, eff: Efficiency) -> tuple[float | None, str
     length = mean_metric(snap, RESPONSE_LENGTH_KEY)
     tp = _param_int(snap, PARAMS["rollout_tp"])
     dtype_bytes = _DTYPE_BYTES.get(str(snap.params.get(PARAMS["rollout_dtype"], "")).lower())
-    needs = {f"{HBM_FIELD} in the hardware record": eff.hardware.hbm_bandwidth_gbs,
+    needs = {"HBM bandwidth in the hardware record": eff.hardware.hbm_bandwidth_gbs,
              "timing_s_mean/gen": gen_s, RESPONSE_LENGTH_KEY: length, f"param {PARAMS['rollout_tp']}": tp,
              f"param {PARAMS['rollout_dtype']}": dtype_bytes, "the model's size": eff.model.total}
     lacking = [what for what, value in needs.items() if not value]
