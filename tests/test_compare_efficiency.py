@@ -152,6 +152,30 @@ def test_the_cli_refuses_a_missing_prices_file_with_exit_2(store, capsys):
     assert len(err) == 1 and "prices=" in err[0] and "no such file" in err[0]
 
 
+def test_an_a3_price_per_chip_hour_gives_the_hand_computed_cost(store):
+    prices = store["root"] / "chip-prices.yaml"
+    prices.write_text("h20: {node_hour: 20.0}\na3: {chip_hour: 3.0}\n")
+    h20, a3 = compare_runs(store["h20"], store["a3"], prices=str(prices)).efficiency
+    a3_chips = 16 / 2  # trainer.n_gpus_per_node = 16 dies, two per 910C chip
+    a3_per_hour = 3.0 * a3_chips  # 24.0 an hour for the node's 8 chips
+    assert a3.price_per_hour == pytest.approx(a3_per_hour)
+    assert a3.cost_per_1k_samples == pytest.approx(a3_per_hour * A3_STEP / 3600 / SAMPLES * 1000)
+    assert a3.cost_per_step == pytest.approx(a3_per_hour * A3_STEP / 3600)
+    assert a3.cost_per_1m_tokens == pytest.approx(a3_per_hour * A3_STEP / 3600 / TOKENS * 1e6)
+    assert a3.run_cost == pytest.approx(a3_per_hour * A3_E2E / 3600)
+    # 3.0 per chip-hour is 1.5 per die-hour: the same cost as the device_hour price of the `priced` report
+    assert a3.cost_per_1k_samples == pytest.approx(1.5 * 16 * A3_STEP / 3600 / SAMPLES * 1000)
+    assert a3.price_text == "3 per chip-hour × 8 chips"
+    assert h20.price_text == "20 per node-hour × 1 node"
+
+
+def test_a_device_hour_price_on_an_a3_says_a_device_is_a_die(priced):
+    _, a3 = priced.efficiency
+    assert a3.price_text == "1.5 per device-hour (one A3 device = one die) × 16 dies"
+    assert "| devices as verl counts them | 8 devices | 16 dies (2 per chip) |" in priced.report
+    assert "On the candidate (A3: 2 dies per chip) a device as verl counts it is one die" in priced.report
+
+
 def test_the_readme_shows_this_comparisons_first_screen(priced):
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     shown = readme.split("opens with the answer")[1].split("```")[1].strip().splitlines()

@@ -2,7 +2,8 @@
 
     verlflow compare --baseline <run profiled with verlflow.profile_steps=[2]> --candidate <another>
 
-Reads the summary tables :mod:`verlflow.runs.profiling` logged; plain computation and Markdown.
+Reads the summary tables :mod:`verlflow.runs.profiling` logged (from torch's Chrome traces or, on an NPU, the
+Ascend profiler's databases: the same rows, so an A3 run and an H20 run compare); plain computation and Markdown.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def phase_rows(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, An
 
 
 def operator_rows(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
-                  limit: int = SHOWN_OPERATORS) -> list[tuple[str, ...]]:
-    """The operators whose time differs most (absolute milliseconds), with both times and the difference."""
-    b, c = _times(base, "operator"), _times(cand, "operator")
+                  limit: int = SHOWN_OPERATORS, kind: str = "operator") -> list[tuple[str, ...]]:
+    """The operators (or ``kernel``s) whose time differs most (absolute milliseconds): both times, the difference."""
+    b, c = _times(base, kind), _times(cand, kind)
     names = sorted(set(b) | set(c), key=lambda name: -abs(c.get(name, 0.0) - b.get(name, 0.0)))[:limit]
     return [(f"`{name}`", _ms(b.get(name)), _ms(c.get(name)), f"{c.get(name, 0.0) - b.get(name, 0.0):+,.1f}")
             for name in names]
@@ -69,4 +70,17 @@ def render_section(baseline: Summary, candidate: Summary) -> str:
             table(["phase", "baseline", "candidate", "candidate / baseline"], phase_rows(base, cand)), "",
             "The operators that differ most (top-level operators per thread, milliseconds):", "",
             table(["operator", "baseline", "candidate", "difference"], operator_rows(base, cand)), ""]
+    kernels = operator_rows(base, cand, kind="kernel")
+    if kernels:
+        out += ["The device kernels that differ most (time on the device, milliseconds; an NPU's other device "
+                "tasks — communication waits, copies — by their task type in brackets; kernel names differ "
+                "between vendors, so compare the totals as much as the names):", "",
+                table(["kernel", "baseline", "candidate", "difference"], kernels), "",
+                f"Device kernel time in all: baseline {_ms(_total(base, 'kernel'))}, candidate "
+                f"{_ms(_total(cand, 'kernel'))} (the summary's top kernels).", ""]
     return "\n".join(out)
+
+
+def _total(rows: Sequence[Mapping[str, Any]], kind: str) -> float | None:
+    times = _times(rows, kind)
+    return sum(times.values()) if times else None

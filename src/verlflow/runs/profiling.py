@@ -3,9 +3,11 @@
     verlflow train --device cpu --overrides "verlflow.profile_steps=[2]"
 
 A train run with ``verlflow.profile_steps=[N, …]`` carries, for each profiled step, the trace files under
-``profile/step_<N>/`` (a gzipped Chrome trace from ``torch.profiler``: open it in ``chrome://tracing`` or Perfetto) and
-``profile/step_<N>/summary.json``, an MLflow table with one row per phase (verl's timer names: gen, update_actor …)
-and per top-level operator (aten::mm …), milliseconds and calls. ``compare`` puts two runs' summaries side by side.
+``profile/step_<N>/`` (a gzipped Chrome trace from ``torch.profiler``: open it in ``chrome://tracing`` or Perfetto;
+on an NPU each rank's ``ascend_pytorch_profiler_<rank>.db``: open it in MindStudio Insight) and
+``profile/step_<N>/summary.json``, an MLflow table with one row per phase (verl's timer names: gen, update_actor …),
+per top-level operator (aten::mm …) and per device kernel, milliseconds and calls. ``compare`` puts two runs'
+summaries side by side. The Ascend database is read by :mod:`verlflow.runs.ascend_profile`.
 """
 
 from __future__ import annotations
@@ -14,18 +16,17 @@ import gzip
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from verlflow.runs import ascend_profile
+from verlflow.runs.ascend_profile import VERL_STAGES
 
 PROFILE_ARTIFACT_DIR = "profile"
 SUMMARY_FILE = "summary.json"
 # Operators (and other annotations) kept in a summary, the largest first.
 TOP_OPERATORS = 30
-# verl's workers annotate their stages with these names; a summary names them as verl's timers do (timing_s/*).
-VERL_STAGES = {"generate_sequences": "gen", "actor_compute_log_prob": "old_log_prob",
-               "ref_compute_log_prob": "ref", "actor_update": "update_actor", "compute_values": "values",
-               "critic_update": "update_critic"}
 _STEP_DIR = re.compile(r"step_(\d+)$")
 
 
@@ -56,6 +57,7 @@ def summarize_trace(path: str | Path, phases: Iterable[str] | None = None) -> li
     other_calls: dict[str, int] = defaultdict(int)
     op_ms: dict[str, float] = defaultdict(float)
     op_calls: dict[str, int] = defaultdict(int)
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     ops_by_thread: dict[tuple, list[dict]] = defaultdict(list)
     for event in _events(trace):
         category, name = event.get("cat", ""), str(event.get("name", ""))
@@ -72,6 +74,9 @@ def summarize_trace(path: str | Path, phases: Iterable[str] | None = None) -> li
             phase_calls[name] += 1
         elif category == "cpu_op":
             ops_by_thread[(event.get("pid"), event.get("tid"))].append(event)
+        elif category == "kernel":  # a device kernel (CUDA): its own time on the device
+            kernels[name][0] += float(event["dur"]) / 1000
+            kernels[name][1] += 1
     for ops in ops_by_thread.values():
         open_until = float("-inf")
         for event in sorted(ops, key=lambda e: (float(e["ts"]), -float(e["dur"]))):
@@ -88,6 +93,9 @@ def summarize_trace(path: str | Path, phases: Iterable[str] | None = None) -> li
     others = sorted(other_ms.items(), key=lambda kv: -kv[1])[:TOP_OPERATORS]
     rows += [{"kind": "annotation", "name": name, "time_ms": round(ms, 3), "calls": other_calls[name]}
              for name, ms in others]
+    top_kernels = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:TOP_OPERATORS]
+    rows += [{"kind": "kernel", "name": name, "time_ms": round(ms, 3), "calls": int(calls)}
+             for name, (ms, calls) in top_kernels]
     return rows
 
 
@@ -133,7 +141,7 @@ def merged(summaries: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             entry[1] += int(row["calls"])
     ordered = sorted(totals.items(), key=lambda kv: -kv[1][0])
     kept = [(k, v) for k, v in ordered if k[0] == "phase"]
-    for kind in ("operator", "annotation"):
+    for kind in ("operator", "annotation", "kernel"):
         kept += [(k, v) for k, v in ordered if k[0] == kind][:TOP_OPERATORS]
     return [{"kind": kind, "name": name, "time_ms": round(ms, 3), "calls": calls}
             for (kind, name), (ms, calls) in kept]
@@ -142,26 +150,38 @@ def merged(summaries: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 _TRACE_STEP = re.compile(r"step_?(\d+)")
 
 
-def log_profile_folder(folder: str | Path) -> list[int]:
+def log_profile_folder(folder: str | Path, steps: Sequence[int] = ()) -> list[int]:
     """Log verl's profiler output in ``folder`` (``global_profiler.save_path``) by step; returns the steps logged.
 
-    Each file goes to ``profile/step_<N>/`` (N from verl's ``step<N>`` in its name, files without one to
-    ``profile/``); the torch traces of a step are summarized together into its summary table.
+    Torch traces go to ``profile/step_<N>/`` (N from verl's ``step<N>`` in their names, files without one to
+    ``profile/``) and are summarized together into the step's summary table. Ascend collections
+    (``*_ascend_pt``, which carry no step: ``steps`` are the profiled steps, see
+    :func:`verlflow.runs.ascend_profile.runs_by_step`) log their parsed databases under
+    ``profile/step_<N>/<role>/<collection>/`` — one per process and rank, so no two collide — and the raw
+    data beside them stays on the node.
     """
     import mlflow
 
     root = Path(folder)
     if not root.is_dir():
         return []
+    collections = ascend_profile.ascend_runs(root)
     by_step: dict[int, list[Path]] = defaultdict(list)
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        if any(run in file.parents for run in collections):
+            continue
         found = _TRACE_STEP.search(file.name)
         if found:
             by_step[int(found.group(1))].append(file)
         else:
             mlflow.log_artifact(str(file), PROFILE_ARTIFACT_DIR)
-    for step, files in sorted(by_step.items()):
-        traces = [f for f in files if f.name.endswith((".json", ".json.gz"))]
-        summary = merged(summarize_trace(f) for f in traces)
-        log_step_profile(step, files, summary)
-    return sorted(by_step)
+    ascend = ascend_profile.runs_by_step(collections, steps)
+    for step in sorted(set(by_step) | set(ascend)):
+        traces = [f for f in by_step.get(step, []) if f.name.endswith((".json", ".json.gz"))]
+        dbs = [db for run in ascend.get(step, []) for db in ascend_profile.databases(run)]
+        summary = merged([*(summarize_trace(f) for f in traces), *(ascend_profile.summarize_db(db) for db in dbs)])
+        log_step_profile(step, by_step.get(step, []), summary)
+        for db in dbs:
+            for file in (db, *db.parent.parent.glob("profiler_info*.json")):
+                mlflow.log_artifact(str(file), f"{step_artifact_dir(step)}/{file.parent.relative_to(root)}")
+    return sorted(set(by_step) | set(ascend))

@@ -299,7 +299,7 @@ def train_verl(
     if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
         from verlflow.runs.profiling import log_profile_folder
 
-        log_profile_folder(plan.overrides["global_profiler.save_path"])
+        log_profile_folder(plan.overrides["global_profiler.save_path"], plan.overrides.get("global_profiler.steps", ()))
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():
         mlflow.log_artifacts(tensorboard, "logs/tensorboard")

@@ -253,6 +253,9 @@ def traced_samples(block: dict[str, Any]) -> int:
 PROFILER_TOOLS = {Device.NPU: "npu", Device.GPU: "torch", Device.CPU: "torch"}
 # The workers whose stages verl profiles (the rollout's engine has its own profiler settings).
 PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
+# verl's npu tool: record NPU activity beside the CPU's and parse each rank's collection into its
+# ascend_pytorch_profiler_<rank>.db (verl exports only the database), which verlflow.runs.ascend_profile reads.
+NPU_TOOL_CONFIG = {"profiler.tool_config.npu.contents": ["npu", "cpu"], "profiler.tool_config.npu.analysis": True}
 
 
 def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device: str, run_dir: Path,
@@ -269,6 +272,8 @@ def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device
         if f"{role}.profiler.enable" in defaults:
             out[f"{role}.profiler.enable"] = True
             out[f"{role}.profiler.all_ranks"] = True
+        if tool == "npu":  # NPU activity too (verl records only the CPU's by default), parsed into the .db
+            out.update({f"{role}.{k}": v for k, v in NPU_TOOL_CONFIG.items() if f"{role}.{k}" in defaults})
     return out, [f"global_profiler.tool={tool} steps={list(steps)}: verlflow.profile_steps, traces logged under "
                  "profile/step_<N>/"]
 
