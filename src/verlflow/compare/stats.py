@@ -130,28 +130,30 @@ def _welch(base: np.ndarray, cand: np.ndarray) -> tuple[float, float, float]:
     return float(cand.mean() - base.mean()), se, df
 
 
-def _not_measured(base: np.ndarray, cand: np.ndarray, threshold: float | None, alpha: float) -> str:
+def _not_measured(base: np.ndarray, cand: np.ndarray, threshold: float | None, alpha: float, unit: str = "") -> str:
     """Why the noise is unknown, and how many seeds would tell a ``threshold`` apart at the spread seen."""
     counts = f"{base.size} run(s) on the baseline, {cand.size} on the candidate"
+    goal = f" to test it against the threshold of {_fmt(threshold)}{unit}" if threshold else ""
     spreads = [a.std(ddof=1) for a in (base, cand) if a.size >= 2]
     if not spreads or not max(spreads) > 0:
         seen = "no spread between seeds seen yet" if not spreads else "the runs of a side are identical (reruns " \
             "of one seed measure no seed-to-seed noise)"
-        return f"the noise could not be measured ({counts}; {seen}): give each side 2 seeds or more"
+        return f"the noise could not be measured ({counts}; {seen}): give each side 2 seeds or more{goal}"
     sd = max(spreads)
     n = seeds_needed(sd, threshold, alpha) if threshold else None
     if n is None:
-        return f"the noise could not be measured ({counts}): give each side 2 seeds or more"
-    return (f"the noise could not be measured ({counts}): at the spread seen (sd {_fmt(sd)}), {n} seeds per side "
-            f"would detect a difference of {_fmt(threshold)}")
+        return f"the noise could not be measured ({counts}): give each side 2 seeds or more{goal}"
+    return (f"the noise could not be measured ({counts}): at the spread seen (sd {_fmt(sd)}{unit}), {n} seeds per "
+            f"side would detect a difference of {_fmt(threshold)}{unit}")
 
 
 def device_effect(baseline: Sequence[float], candidate: Sequence[float], *, alpha: float = 0.05,
-                  threshold: float | None = None) -> Effect:
+                  threshold: float | None = None, unit: str = "") -> Effect:
     """Whether a figure differs between the sides: Welch's t on per-seed values, then the practical threshold.
 
     ``baseline`` / ``candidate``: one value per run (seed) of each side. ``threshold``: the smallest difference
-    that matters, in the figure's unit (None: every significant difference is shown).
+    that matters, in the figure's unit (None: every significant difference is shown); ``unit``: how the message
+    names that unit (``" points"``).
     """
     base, cand = np.asarray(baseline, float), np.asarray(candidate, float)
     if base.size == 0 or cand.size == 0:
@@ -159,16 +161,17 @@ def device_effect(baseline: Sequence[float], candidate: Sequence[float], *, alph
     difference = float(cand.mean() - base.mean())
     if base.size < 2 or cand.size < 2:
         return Effect(difference, None, None, None, threshold, False, False,
-                      _not_measured(base, cand, threshold, alpha))
+                      _not_measured(base, cand, threshold, alpha, unit))
     diff, se, df = _welch(base, cand)
     if not se > 0:
-        return Effect(diff, None, None, None, threshold, False, False, _not_measured(base, cand, threshold, alpha))
+        return Effect(diff, None, None, None, threshold, False, False,
+                      _not_measured(base, cand, threshold, alpha, unit))
     p = float(2 * sp.t.sf(abs(diff) / se, df))
     half = float(sp.t.ppf(1 - alpha / 2, df)) * se
     significant = p < alpha
     shown = significant and (threshold is None or abs(diff) >= threshold)
-    where = f"p = {p:.2g}, {1 - alpha:.0%} interval [{_fmt(diff - half)}, {_fmt(diff + half)}]"
-    limit = f", threshold {_fmt(threshold)}" if threshold is not None else ""
+    where = f"p = {p:.2g}, {1 - alpha:.0%} interval [{_fmt(diff - half)}, {_fmt(diff + half)}]{unit}"
+    limit = f", threshold {_fmt(threshold)}{unit}" if threshold is not None else ""
     if shown:
         text = f"a device effect ({where}{limit})"
     elif significant:

@@ -69,7 +69,7 @@ class Gain:
         return 1 - ALPHA / self.comparisons
 
     def describe(self) -> str:
-        """``+1.8 points, 95% interval [-0.9, +4.5] over 512 paired problems (won 40, lost 31, exact McNemar p = 0.17)``."""
+        """``+1.8 points, 95% interval [-0.9, +4.5] over 512 paired problems (won 40, lost 31, …)``."""
         where = "paired problems" if self.method == "paired" else "problems each, evaluated apart"
         level = f"{100 * self.confidence:.3g}%"
         text = (f"{100 * self.gain:+.1f} points, {level} interval [{100 * self.low:+.1f}, {100 * self.high:+.1f}] "
