@@ -34,7 +34,7 @@ from verlflow.compare.diff import (
     launch_param_names,
     profile_param_keys,
 )
-from verlflow.compare.first_screen import first_screen
+from verlflow.compare.first_screen import first_screen, same_accelerator
 from verlflow.compare.plot_worker import CurvePlotter
 from verlflow.compare.reading import read_runs, resolve_runs
 from verlflow.compare.report import (
@@ -231,7 +231,9 @@ def _write_report(
     plotter.submit(CURVES, baseline, candidate, out_dir, notes)
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
-    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings], judged)
+    # a difference is a device's doing only between two accelerators (two profiles of one CPU are one device)
+    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings],
+                                   judged and not same_accelerator(baseline, candidate))
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []

@@ -107,7 +107,7 @@ def speed_lines(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot]
     effect = step_time_effect(base_set, cand_set)
     differs = work_differences(baseline, candidate)
     if same_accelerator(baseline, candidate) or differs:
-        return _run_vs_run(baseline, candidate, effs, differs)
+        return _run_vs_run(baseline, candidate, effs, differs, effect)
     out = [f"- speed (two accelerators, the same work): mean step time candidate / baseline "
            f"{_x(_ratio(_mean(base_set), _mean(cand_set)))}: {effect.message}"]
     for per in ("chip", "node"):
@@ -135,8 +135,8 @@ def _mean(snaps: Sequence[RunSnapshot]) -> float | None:
 
 
 def _run_vs_run(baseline: RunSnapshot, candidate: RunSnapshot, effs: Sequence[Efficiency],
-                differs: list[str]) -> list[str]:
-    """No speed claim: why, then the run-vs-run time ratios, each in its own unit."""
+                differs: list[str], effect: Effect) -> list[str]:
+    """No speed claim: why, then the run-vs-run time ratios, each in its own unit, and the step times' test."""
     why = [f"both sides ran on one accelerator ({baseline.tags.get('device.name') or baseline.tags.get('device.type')})"
            ] if same_accelerator(baseline, candidate) else []
     why += [f"the work differs ({'; '.join(differs)})"] if differs else []
@@ -149,7 +149,8 @@ def _run_vs_run(baseline: RunSnapshot, candidate: RunSnapshot, effs: Sequence[Ef
     return [f"- speed: no speed claim: {' and '.join(why)}",
             f"  - run vs run, candidate / baseline: time per training step {_x(step)}{tokens}; time per token "
             f"{_x(token)}; end to end {_x(_ratio(base.e2e_s, cand.e2e_s))} (over {_steps(baseline) or '?'} vs "
-            f"{_steps(candidate) or '?'} steps)"]
+            f"{_steps(candidate) or '?'} steps)",
+            f"  - mean step time, run vs run: {effect.message.replace('a device effect', 'beyond the noise')}"]
 
 
 def cost_line(effs: Sequence[Efficiency], side: tuple[str, str], prices_given: bool) -> str:

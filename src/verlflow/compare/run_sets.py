@@ -208,6 +208,9 @@ def judged_by_test(rows: Sequence[ParityRow], base: Sequence[RunSnapshot],
             out.append(dataclasses.replace(row, passed=None, note=row.note or "not logged by every run at a step"))
             continue
         parity = curves_equivalent(b, c, margin=row.margin)
+        if parity.relative_difference is None:  # a baseline level of 0: no relative difference to judge
+            out.append(dataclasses.replace(row, passed=None, note=parity.message, equivalence=parity))
+            continue
         out.append(dataclasses.replace(row, passed=parity.equivalent, equivalence=parity))
     return out
 

@@ -135,10 +135,12 @@ def _not_measured(base: np.ndarray, cand: np.ndarray, threshold: float | None, a
     counts = f"{base.size} run(s) on the baseline, {cand.size} on the candidate"
     goal = f" to test it against the threshold of {_fmt(threshold)}{unit}" if threshold else ""
     spreads = [a.std(ddof=1) for a in (base, cand) if a.size >= 2]
-    if not spreads or not max(spreads) > 0:
-        seen = "no spread between seeds seen yet" if not spreads else "the runs of a side are identical (reruns " \
-            "of one seed measure no seed-to-seed noise)"
-        return f"the noise could not be measured ({counts}; {seen}): give each side 2 seeds or more{goal}"
+    if spreads and not max(spreads) > 0:
+        return (f"the noise could not be measured ({counts}): every run of a side gave the same value, no spread "
+                "to measure (reruns of one seed, or a figure that did not move)"
+                + (f"; threshold {_fmt(threshold)}{unit}" if threshold else ""))
+    if not spreads:
+        return f"the noise could not be measured ({counts}): give each side 2 seeds or more{goal}"
     sd = max(spreads)
     n = seeds_needed(sd, threshold, alpha) if threshold else None
     if n is None:
