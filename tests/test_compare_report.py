@@ -290,3 +290,28 @@ def test_one_recipe_on_two_profiles_keeps_the_parity_verdict(result):
     assert not result.recipes_differ
     assert "parity FAIL: 6/7" in result.report and "| PASS |" in result.report
     assert "no parity verdict" not in result.report
+
+
+def test_two_seeds_on_two_accelerators_get_a_tested_speed_claim(tmp_path, monkeypatch):
+    """Two seeds a side of the same work on H20 and A3: Welch's test on the step times, then "faster" (issue 42)."""
+    uri = fresh_store(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    recipe = "qwen3-4b-gsm8k-grpo"
+    ids = {}
+    for side, profile, tags, timings, shift, e2e in (("h20", "h20", H20_TAGS, H20_TIMINGS, 0.4, 100.0),
+                                                     ("a3", "a3", A3_TAGS, A3_TIMINGS, 0.5, 158.0)):
+        for seed in (1, 2):
+            moved = {k: [v + shift * (seed - 1) for v in values] for k, values in timings.items()}
+            ids[side, seed] = log_train_run(f"{side} · seed={seed}", recipe=recipe, profile=profile, device_tags=tags,
+                                            timings=moved, curves=h20_curves(), e2e=e2e + seed,
+                                            overrides=f"data.seed={seed}")
+    result = compare_runs(f"{ids['h20', 1]},{ids['h20', 2]}", f"{ids['a3', 1]},{ids['a3', 2]}")
+    first = result.report.split("## Runs")[0]
+    assert "- speed (two accelerators, the same work): mean step time candidate / baseline 1.53×: " \
+           "a device effect (p = " in first
+    assert "95% interval [" in first and "threshold 1.01 s" in first
+    assert "- per chip: h20 is faster: a3 needs 1.53× the chip-time per training step" in first
+    assert "1.57× end to end" in first
+    step = next(f for f in result.figures if f.key == "timing_s_mean/step")
+    assert step.verdict == "device effect" and step.effect.low > 0
