@@ -125,7 +125,7 @@ def test_two_sets_of_seeds_on_two_profiles_get_intervals_tests_and_a_verdict(run
 def test_single_runs_on_two_profiles_say_the_noise_was_not_measured(runs):
     result = compare_runs(runs["a1"], runs["b1"])
     assert result.judged
-    assert "**The noise could not be measured: one run per side.**" in result.report
+    assert "**The noise could not be measured: a side has one run.**" in result.report
     assert all(f.verdict in ("noise not measured", "not comparable") for f in result.figures)
     assert "(a side has one run: verl's single-run rule, no p-value or interval" in result.report
     assert "| PASS |" in result.report or "| FAIL |" in result.report
