@@ -39,6 +39,7 @@ A3_TAGS = {
 H20_TIMINGS = {"gen": [9, 11, 10, 10], "update_actor": [4] * 4, "step": [19, 21, 20, 20], "reward": [1] * 4}
 A3_TIMINGS = {"gen": [7, 9, 8, 8], "update_actor": [9.4] * 4, "step": [30.6] * 4, "reward": [1.5] * 4}
 SCORE = [0.1, 0.2, 0.3, 0.4]
+CONSTRUCTED = {"verlflow.constructed": "timings chosen to give the guide's section 6.3 ratios"}
 PG_LOSS = [0.5, 0.4, 0.3, 0.2]
 
 
@@ -58,10 +59,12 @@ def log_train_run(
     curves: dict[str, list[float | None]],
     e2e: float,
     overrides: str = "",
+    extra_tags: dict[str, str] | None = None,
 ) -> str:
     """Log one run exactly as a train run does: params, tags, per-step metrics, end-of-run summaries."""
     started = time.time() - e2e
-    tags = tracking.standard_tags(backend="verl", recipe=recipe, profile=profile)
+    extra_tags = extra_tags or {}
+    tags = {**tracking.standard_tags(backend="verl", recipe=recipe, profile=profile), **extra_tags}
     with tracking.tracked_run(run_name=name, tags={**tags, "verlflow.step": "train", **device_tags}) as run:
         tracking.log_verl_params(resolved_config(recipe, profile, overrides))
         for i in range(len(next(iter(timings.values())))):
@@ -105,9 +108,9 @@ def store(tmp_path_factory):
         mlflow.set_tracking_uri(uri)
         recipe = "qwen3-4b-gsm8k-grpo"
         h20 = log_train_run("grpo-h20", recipe=recipe, profile="h20", device_tags=H20_TAGS,
-                            timings=H20_TIMINGS, curves=h20_curves(), e2e=100.0)
+                            timings=H20_TIMINGS, curves=h20_curves(), e2e=100.0, extra_tags=CONSTRUCTED)
         a3 = log_train_run("grpo-a3", recipe=recipe, profile="a3", device_tags=A3_TAGS,
-                           timings=A3_TIMINGS, curves=a3_curves(), e2e=158.0)
+                           timings=A3_TIMINGS, curves=a3_curves(), e2e=158.0, extra_tags=CONSTRUCTED)
         cpu_tags = {"device.type": "cpu", "device.name": "test CPU", "env.OMP_NUM_THREADS": "2"}
         smoke = log_train_run("smoke-cpu", recipe="smoke", profile="cpu", device_tags=cpu_tags,
                               timings=H20_TIMINGS, curves=h20_curves(), e2e=50.0)
@@ -141,6 +144,21 @@ def test_time_ratios_are_the_runs_own_metrics_divided(store, result):
         assert words in result.report
     assert not _has_cjk(result.report)  # English labels: the guide's 演员 ("stage actor") mistranslates verl's actor
     assert "| 0.80× |" in result.report and "| 1.58× |" in result.report
+    # the guide's ratios are quoted as its claims; constructed seconds reproduce nothing (issue 42 item 8)
+    assert "| end-to-end time | `timing_s/e2e` | 100.00 | 158.00 | 1.58× | 1.58× |" in result.report
+    assert "The guide's §6.3 claims, as it states them (ratios only" in result.report
+    assert "**These runs' seconds are constructed**" in result.report and "reproduce them" not in result.report
+    assert result.report.count("constructed figures, not measurements") == 1  # on the first screen
+
+
+def test_the_first_screen_names_each_side_once_and_tests_before_it_claims_speed(result):
+    first = result.report.split("\n\n")[1]
+    assert first.startswith("**The answer** — baseline: h20 (`grpo-h20`); candidate: a3 (`grpo-a3`):")
+    assert "the baseline (" not in first  # issue 46: "baseline the baseline (cpu)"
+    # one run per side: a difference, labelled per step / per token / end to end, but no "faster" claim
+    assert "is faster" not in first and "h20 took less chip-time in these runs, not shown to be faster" in first
+    assert "1.53× per training step" in first and "1.58× end to end" in first
+    assert "the noise could not be measured" in first and "threshold of 1 s" in first
 
 
 def test_versions_come_side_by_side_from_the_tags(result):
@@ -177,7 +195,9 @@ def test_parity_verdict_per_curve_over_the_common_steps(result):
     assert rows["val-core/openai/gsm8k/reward/mean_at_1"].steps == [2, 4]
     assert rows["actor/entropy"].mean_relative_difference == 0
     assert not result.parity_passed
-    assert "parity FAIL: 6/7 curves within 2%" in result.report
+    assert "parity FAIL: 6/7 curves within verl's margins: 2% loss and other curves, 4% GRPO reward" in result.report
+    assert "worst: policy-gradient loss 10.00% against ±2%" in result.report
+    assert rows["critic/score/mean"].margin == 0.04 and pg.margin == 0.02
 
 
 def test_report_files_are_written_and_logged_on_a_finished_comparison_run(store, result):
@@ -229,6 +249,11 @@ def test_different_recipes_are_flagged_first_and_the_report_goes_on(store, capsy
     for part in ("## Versions", "## Performance", "## Curves", "## Config diff"):
         assert part in result.report
     assert MlflowClient().get_run(result.run_id).data.tags["compare.recipes_differ"] == "true"
+    # no speed claim across different work (issue 46): what differs, then run-vs-run figures with their units
+    assert "is faster" not in result.report and "took less" not in result.report
+    assert "- speed: no speed claim: the work differs (recipe smoke vs qwen3-4b-gsm8k-grpo; batch 8 vs 512" \
+        in result.report
+    assert "run vs run, candidate / baseline: time per training step 1.53×" in result.report
 
 
 def _has_cjk(text: str) -> bool:
@@ -250,6 +275,8 @@ def test_two_seeds_of_one_recipe_get_a_plain_comparison_without_a_parity_verdict
     assert "parity: not judged (both sides ran on one device profile" in result.report
     assert "PASS" not in result.report and "FAIL" not in result.report and not _has_cjk(result.report)
     assert all(r.passed is None for r in result.parity) and not result.parity_passed
+    assert "- speed: no speed claim: both sides ran on one accelerator (Ascend910_9392)" in result.report
+    assert "is faster" not in result.report
     # the differences themselves are still there, curve by curve
     rows = {r.key: r for r in result.parity}
     assert rows["actor/pg_loss"].mean_relative_difference == pytest.approx(0.10 / 1.10)
@@ -263,3 +290,28 @@ def test_one_recipe_on_two_profiles_keeps_the_parity_verdict(result):
     assert not result.recipes_differ
     assert "parity FAIL: 6/7" in result.report and "| PASS |" in result.report
     assert "no parity verdict" not in result.report
+
+
+def test_two_seeds_on_two_accelerators_get_a_tested_speed_claim(tmp_path, monkeypatch):
+    """Two seeds a side of the same work on H20 and A3: Welch's test on the step times, then "faster" (issue 42)."""
+    uri = fresh_store(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    recipe = "qwen3-4b-gsm8k-grpo"
+    ids = {}
+    for side, profile, tags, timings, shift, e2e in (("h20", "h20", H20_TAGS, H20_TIMINGS, 0.4, 100.0),
+                                                     ("a3", "a3", A3_TAGS, A3_TIMINGS, 0.5, 158.0)):
+        for seed in (1, 2):
+            moved = {k: [v + shift * (seed - 1) for v in values] for k, values in timings.items()}
+            ids[side, seed] = log_train_run(f"{side} · seed={seed}", recipe=recipe, profile=profile, device_tags=tags,
+                                            timings=moved, curves=h20_curves(), e2e=e2e + seed,
+                                            overrides=f"data.seed={seed}")
+    result = compare_runs(f"{ids['h20', 1]},{ids['h20', 2]}", f"{ids['a3', 1]},{ids['a3', 2]}")
+    first = result.report.split("## Runs")[0]
+    assert "- speed (two accelerators, the same work): mean step time candidate / baseline 1.53×: " \
+           "a device effect (p = " in first
+    assert "95% interval [" in first and "threshold 1.01 s" in first
+    assert "- per chip: h20 is faster: a3 needs 1.53× the chip-time per training step" in first
+    assert "1.57× end to end" in first
+    step = next(f for f in result.figures if f.key == "timing_s_mean/step")
+    assert step.verdict == "device effect" and step.effect.low > 0

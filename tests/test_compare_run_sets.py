@@ -1,4 +1,4 @@
-"""`compare` of sets of real local CPU runs: intervals, the seed-to-seed noise floor, verdicts; determinism.
+"""`compare` of sets of real local CPU runs: intervals, tests against the seed-to-seed noise, verdicts; determinism.
 
 Six tiny-recipe runs of the local trainer in one real SQLite store (about 6 s each on 2 cores): two seeds on
 the ``cpu`` profile, two seeds on a second CPU profile (``cpu-b``, a copy with one thread), and two runs of one
@@ -8,6 +8,7 @@ between two device profiles).
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import yaml
 from conftest import fresh_store
 from mlflow.tracking import MlflowClient
-from scipy.stats import t
+from scipy.stats import t, ttest_ind
 
 from verlflow.compare.comparison import compare_runs
 from verlflow.config.loading import PROFILES_DIR
@@ -74,7 +75,7 @@ def sets(runs):
 
 
 @pytest.mark.slow
-def test_two_sets_of_seeds_on_two_profiles_get_intervals_a_noise_floor_and_a_verdict(runs, sets):
+def test_two_sets_of_seeds_on_two_profiles_get_intervals_tests_and_a_verdict(runs, sets):
     assert [s.run_id for s in sets.baseline_runs] == [runs["a1"], runs["a2"]]
     assert {s.run_id for s in sets.candidate_runs} == {runs["b1"], runs["b2"]}
     assert sets.judged  # two device profiles: a parity verdict
@@ -84,35 +85,49 @@ def test_two_sets_of_seeds_on_two_profiles_get_intervals_a_noise_floor_and_a_ver
         row = figures[key]
         base = [client.get_run(runs[r]).data.metrics[key] for r in ("a1", "a2")]
         cand = [client.get_run(runs[r]).data.metrics[key] for r in ("b1", "b2")]
-        # hand arithmetic: mean, Student's t 95% half-width with one degree of freedom, spread as noise floor
+        # hand arithmetic: mean, Student's t 95% half-width with one degree of freedom
         assert row.baseline.mean == pytest.approx(statistics.fmean(base))
         assert row.baseline.half_width == pytest.approx(t.ppf(0.975, 1) * abs(base[0] - base[1]) / 2)
         assert row.candidate.mean == pytest.approx(statistics.fmean(cand))
-        assert row.noise_floor == pytest.approx(max(abs(base[0] - base[1]), abs(cand[0] - cand[1])))
-        effect = abs(statistics.fmean(cand) - statistics.fmean(base)) > row.noise_floor
-        assert row.verdict == ("device effect" if effect else "within noise"), key
-    # curves: the mean curves' difference against the largest difference between two seeds of one side
-    judged = [r for r in sets.parity if r.passed is not None]
-    assert judged and all(r.noise_floor is not None for r in judged)
-    for r in judged:
-        assert r.passed == (r.mean_relative_difference <= r.noise_floor)
+        # Welch's test as scipy computes it, and the verdict it gives with the figure's threshold
+        welch = ttest_ind(cand, base, equal_var=False)
+        if math.isnan(welch.pvalue):  # every run of both sides gave one value (the tiny model's reward: 0)
+            assert row.effect.p_value is None and row.verdict == "noise not measured", key
+            continue
+        assert row.effect.p_value == pytest.approx(welch.pvalue)
+        assert row.effect.low < row.difference < row.effect.high
+        big_enough = abs(row.difference) >= row.effect.threshold
+        # two profiles of one CPU are one accelerator: beyond the noise, never a device effect
+        expected = ("beyond noise" if big_enough else "significant but below the threshold") \
+            if welch.pvalue < 0.05 else "within noise"
+        assert row.verdict == expected, key
+    # curves: tested for equivalence within verl's margins on the runs' curves, not against a noise floor
+    tested = [r for r in sets.parity if r.passed is not None and r.equivalence.tested]
+    assert tested
+    for r in tested:
+        assert r.passed == (-r.margin < r.equivalence.low and r.equivalence.high < r.margin)
     report = sets.report
-    assert "## Several runs: means, 95% intervals and the noise floor" in report
-    assert "curves within the seed-to-seed noise floor" in report and "noise not measured" not in report
+    assert "## Several runs: means, 95% intervals and tests" in report
+    assert "curves shown equivalent within verl's margins" in report and "noise floor" not in report
     assert "the baseline was not deterministic" in report  # its runs did not set verlflow.deterministic
     assert "differ in settings beyond their seeds" not in report
+    # the first screen: every verdict with its p-value, interval and threshold; no speed claim on one machine
+    first = report.split("## Runs")[0]
+    assert "- speed: no speed claim: both sides ran on one accelerator" in first and "is faster" not in first
+    assert "accuracy (final validation accuracy): candidate" in first and "threshold 1 point" in first
+    assert "  - mean step time, run vs run: " in first and "p = " in first and "95% interval [" in first
     logged = client.get_run(sets.run_id).data
     assert logged.tags["compare.baseline_run_ids"] == f"{runs['a1']},{runs['a2']}"
-    assert logged.metrics["compare/noise_floor/timing_s/e2e"] == pytest.approx(figures["timing_s/e2e"].noise_floor)
+    assert logged.metrics["compare/p_value/timing_s/e2e"] == pytest.approx(figures["timing_s/e2e"].effect.p_value)
 
 
 @pytest.mark.slow
 def test_single_runs_on_two_profiles_say_the_noise_was_not_measured(runs):
     result = compare_runs(runs["a1"], runs["b1"])
     assert result.judged
-    assert "**The noise could not be measured: one run per side.**" in result.report
+    assert "**The noise could not be measured: a side has one run.**" in result.report
     assert all(f.verdict in ("noise not measured", "not comparable") for f in result.figures)
-    assert "(one run per side: verl's 2% rule; the noise between seeds was not measured)" in result.report
+    assert "(a side has one run: verl's single-run rule, no p-value or interval" in result.report
     assert "| PASS |" in result.report or "| FAIL |" in result.report
 
 

@@ -95,16 +95,70 @@ def test_champion_moves_only_when_the_gain_on_the_same_problems_exceeds_the_nois
     assert (kept.moved, _holder(client)) == (False, v1)
     out = capsys.readouterr().out
     assert "is within the noise: +1.8 points, 95% interval [" in out and "over 512 paired problems" in out
+    assert "won 40, lost 31, exact McNemar p = " in out
     tags = client.get_run(kept.run_id).data.tags
     assert float(tags["promote.gain_low"]) < 0 < float(tags["promote.gain_high"])
     assert tags["promote.test"] == "paired" and tags["promote.problems"] == "512"
+    assert tags["promote.comparisons"] == "1"
 
     clear = [not right if (i < 10 or 226 <= i < 306) else right for i, right in enumerate(champion)]
     v3 = _evaluated_version(client, clear)  # 296/512 = 0.578
     moved = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (moved.moved, moved.previous_version, _holder(client)) == (True, v1, v3)
-    assert "beyond the noise: +13.7 points, 95% interval [" in capsys.readouterr().out
-    assert float(client.get_run(moved.run_id).data.tags["promote.gain_low"]) > 0
+    # the best of two challengers (v2, v3): the interval is at 1 - 0.05 / 2
+    out = capsys.readouterr().out
+    assert "beyond the noise: +13.7 points, 97.5% interval [" in out and "best of 2 candidates" in out
+    tags = client.get_run(moved.run_id).data.tags
+    assert float(tags["promote.gain_low"]) > 0 and tags["promote.comparisons"] == "2"
+
+
+def test_four_problems_won_and_none_lost_of_1319_do_not_move_the_champion(client, capsys):
+    """Exact McNemar p = 0.0625 one-sided: the Wald interval of before promoted on it (issue 42)."""
+    champion = [i < 700 for i in range(1319)]
+    v1 = _evaluated_version(client, champion)
+    client.set_registered_model_alias(NAME, "champion", v1)
+    _evaluated_version(client, [right or 700 <= i < 704 for i, right in enumerate(champion)])
+    kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert (kept.moved, _holder(client)) == (False, v1)
+    assert "won 4, lost 0, exact McNemar p = 0.062" in capsys.readouterr().out
+
+
+def test_the_paired_test_reads_the_tables_whatever_experiment_is_active(client, capsys):
+    """Issue 46: mlflow.load_table searched only the active experiment; tables are now read by run."""
+    champion = [i < 226 for i in range(512)]
+    v1 = _evaluated_version(client, champion)
+    client.set_registered_model_alias(NAME, "champion", v1)
+    _evaluated_version(client, [not r if (i < 31 or 226 <= i < 266) else r for i, r in enumerate(champion)])
+    evaluated_in = client.get_run(client.get_model_version(NAME, v1).run_id).info.experiment_id
+    mlflow.set_experiment("somewhere-else")
+    try:
+        kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
+    finally:
+        mlflow.set_experiment(experiment_id=evaluated_in)
+    assert kept.gain is not None and kept.gain.method == "paired" and kept.gain.problems == 512
+    assert "over 512 paired problems" in capsys.readouterr().out
+
+
+def test_a_search_best_counts_as_the_best_of_its_trials(client):
+    """A search picks its best trial on the validation reward of the same test problems: best of k there too."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    champion = [i < 226 for i in range(512)]
+    v1 = _evaluated_version(client, champion)
+    client.set_registered_model_alias(NAME, "champion", v1)
+    with mlflow.start_run() as search:
+        mlflow.set_tag("verlflow.step", "search")
+        mlflow.log_metrics({"search/trials_complete": 4, "search/trials_pruned": 1, "search/trials_fail": 2})
+    with mlflow.start_run(tags={MLFLOW_PARENT_RUN_ID: search.info.run_id}) as trial:
+        mlflow.log_table({"question": [f"problem {i}" for i in range(512)],
+                          "correct": [not r if (i < 10 or 226 <= i < 306) else r for i, r in enumerate(champion)]},
+                         artifact_file="eval/gsm8k_predictions.json")
+    client.create_model_version(NAME, source=f"{trial.info.artifact_uri}/model", run_id=trial.info.run_id, tags={
+        "source_run_id": trial.info.run_id, "eval.run_id": trial.info.run_id, "eval.gsm8k.accuracy": str(296 / 512),
+        "eval.gsm8k.num_samples": "512"})
+    moved = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
+    assert moved.moved and moved.gain.comparisons == 5  # 4 complete + 1 pruned trials
+    assert moved.gain.confidence == 0.99
 
 
 def test_force_moves_to_the_best_even_when_only_equal(client):

@@ -34,6 +34,7 @@ from verlflow.compare.diff import (
     launch_param_names,
     profile_param_keys,
 )
+from verlflow.compare.first_screen import first_screen, same_accelerator
 from verlflow.compare.plot_worker import CurvePlotter
 from verlflow.compare.reading import read_runs, resolve_runs
 from verlflow.compare.report import (
@@ -62,7 +63,6 @@ from verlflow.compare.utilisation import (
     run_utilisation,
     utilisation_rows,
 )
-from verlflow.device.identity import same_accelerator
 from verlflow.errors import VerlflowError
 from verlflow.names import PROFILE_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
@@ -133,13 +133,15 @@ def _metric_values(
             continue
         values[f"compare/parity/{row.key}"] = row.mean_relative_difference
         values[f"compare/parity_pass/{row.key}"] = float(bool(row.passed))
-        if row.noise_floor is not None:
-            values[f"compare/noise_floor/{row.key}"] = row.noise_floor
+        if row.equivalence is not None and row.equivalence.p_value is not None:
+            values[f"compare/parity_p/{row.key}"] = row.equivalence.p_value
     for fig in figures:
-        if fig.noise_floor is not None:
-            values[f"compare/noise_floor/{fig.key}"] = fig.noise_floor
         if fig.difference is not None:
             values[f"compare/difference/{fig.key}"] = fig.difference
+        if fig.effect.p_value is not None:
+            values[f"compare/p_value/{fig.key}"] = fig.effect.p_value
+            values[f"compare/difference_low/{fig.key}"] = fig.effect.low
+            values[f"compare/difference_high/{fig.key}"] = fig.effect.high
     values["compare/config_diff/recipe"] = len(diff.recipe)
     values["compare/config_diff/profile"] = len(diff.profile)
     return {tracking.sanitize_metric_key(k): float(v) for k, v in values.items()}
@@ -202,20 +204,13 @@ def build_report(
         return _write_report(base_set, cand_set, out_dir, threshold, eps, plotter, prices, step_profiles)
 
 
-def _first_screen(baseline: RunSnapshot, candidate: RunSnapshot, effs: tuple[efficiency.Efficiency, ...],
-                  figures: list[run_sets.FigureRow], judged: bool, prices_given: bool) -> list[str]:
-    """The report's opening lines: the answer in words (speed per chip and node, accuracy vs noise, cost)."""
-    names_ = (efficiency.side_name(baseline), efficiency.side_name(candidate))
-    if names_[0] == names_[1]:  # one profile on both sides: name them by role
-        names_ = (f"the baseline ({names_[0]})", f"the candidate ({names_[1]})")
-    speed = efficiency.first_screen_lines(*effs, prices_given, *names_)
-    if same_accelerator(baseline.tags, candidate.tags):  # two profile files of one machine are one device
-        where = baseline.tags.get("device.name") or baseline.tags.get("device.type")
-        speed = [f"- per chip and per node: both sides ran on one accelerator ({where}): their difference is "
-                 "the profiles' settings and noise, not hardware (the Efficiency section has the figures)",
-                 *(line for line in speed if not line.startswith(("- per chip", "- per node")))]
-    return [f"**The answer** (baseline {names_[0]}, candidate {names_[1]}):", *speed,
-            run_sets.accuracy_line(figures, judged)]
+def _plot_note(row: ParityRow) -> str:
+    """The verdict written on a curve's plot."""
+    if row.equivalence is not None and row.equivalence.tested:
+        test = row.equivalence
+        return f"{test.relative_difference:+.2%} " + ("equivalent" if test.equivalent else "not shown equivalent")
+    return f"{row.mean_relative_difference:.2%} " + ("mean rel. diff" if row.passed is None
+                                                     else "PASS" if row.passed else "FAIL")
 
 
 def _write_report(
@@ -231,17 +226,14 @@ def _write_report(
     judged = comparison_warning(diff, baseline, candidate) is None
     parity = parity_rows(baseline, candidate, threshold, eps)
     # one device profile, or different recipes: their differences, never a parity verdict
-    parity = run_sets.judged_by_noise(parity, base_set, cand_set) if judged else without_verdict(parity)
-    notes = {
-        r.key: f"{r.mean_relative_difference:.2%} " + ("mean rel. diff" if r.passed is None
-                                                       else "PASS" if r.passed else "FAIL")
-        for r in parity
-        if r.mean_relative_difference is not None
-    }
+    parity = run_sets.judged_by_test(parity, base_set, cand_set) if judged else without_verdict(parity)
+    notes = {r.key: _plot_note(r) for r in parity if r.mean_relative_difference is not None}
     plotter.submit(CURVES, baseline, candidate, out_dir, notes)
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
-    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings], judged)
+    # a difference is a device's doing only between two accelerators (two profiles of one CPU are one device)
+    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings],
+                                   judged and not same_accelerator(baseline, candidate))
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []
@@ -263,7 +255,7 @@ def _write_report(
         sections_after_runs=[run_sets.render_section(base_set, cand_set, figures),
                              efficiency.render_section(*effs, prices is not None),
                              profiles.render_section(*step_profiles)],
-        first_screen=_first_screen(baseline, candidate, effs, figures, judged, prices is not None),
+        first_screen=first_screen(base_set, cand_set, baseline, candidate, effs, figures, judged, prices is not None),
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
     summary = {

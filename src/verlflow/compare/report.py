@@ -1,27 +1,42 @@
-"""The arithmetic and the Markdown of the §6 comparison: versions, time ratios, parity.
+"""The arithmetic and the Markdown of the §6 comparison: versions, time ratios, the guide's claims, the sections.
 
     python -c "from verlflow.compare.report import mean_relative_difference as m; print(m([1, 2], [1.01, 2]))"
 
 Everything here works on :class:`RunSnapshot` objects (what :mod:`verlflow.compare.comparison` read from the
-tracking store in one pass per run), so it is plain computation: no MLflow calls, no files.
+tracking store in one pass per run), so it is plain computation: no MLflow calls, no files. The curves' parity
+(rows, margins, summary) is :mod:`verlflow.compare.parity`, re-exported here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from verlflow import names
 from verlflow.compare.diff import ConfigDiff
+from verlflow.compare.parity import (  # noqa: F401 - re-exported: compare's modules read them from here
+    CURVES,
+    DEFAULT_EPS,
+    DEFAULT_PARITY_THRESHOLD,
+    REWARD_MARGIN,
+    ParityRow,
+    curve_margin,
+    describe_steps,
+    mean_relative_difference,
+    parity_row,
+    parity_rows,
+    parity_summary,
+    percent,
+    without_verdict,
+)
 from verlflow.compare.snapshot import MISSING, RunSnapshot, same_device_profile
 from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG, VERSION_TAG
 
-# verl's NPU/GPU precision-alignment rule (docs/ascend_tutorial): a loss curve on Ascend is accepted
-# when its mean relative error to the GPU curve is at most 2% (GRPO rewards: 4%).
-DEFAULT_PARITY_THRESHOLD = 0.02
-DEFAULT_EPS = 1e-8
+# The guide's §6.3 as it states it: ratios only, A3 relative to H20 (no seconds, no seeds). Quoted as its claims.
+GUIDE_RATIOS = {names.TIMING_E2E: 1.58, f"{names.TIMING_MEAN_PREFIX}gen": 0.80,
+                f"{names.TIMING_MEAN_PREFIX}update_actor": 2.35, f"{names.TIMING_MEAN_PREFIX}step": 1.53}
+# A run whose figures were made up to give a result (a test fixture) carries this tag, saying how.
+CONSTRUCTED_TAG = "verlflow.constructed"
 
 # §6.1 of the guide, row by row: (tag, label). The guide's own words are kept in brackets.
 VERSION_ROWS: list[tuple[str, str]] = [
@@ -72,18 +87,6 @@ def curve_filename(key: str) -> str:
     return key.replace("/", "_").replace(" ", "_") + ".png"
 
 
-# §6.2 of the guide: the curves, with a title a reader knows them by.
-CURVES: list[tuple[str, str]] = [
-    (names.SCORE_MEAN, "reward (mean score)"),
-    (names.VAL_ACCURACY, "validation accuracy"),
-    ("response_length/mean", "response length (tokens)"),
-    ("actor/entropy", "entropy"),
-    ("actor/kl_loss", "KL loss"),
-    ("actor/grad_norm", "grad norm"),
-    ("actor/pg_loss", "policy-gradient loss"),
-]
-
-
 def candidate_over_baseline(baseline: float | None, candidate: float | None) -> float | None:
     """The ratio every §6 table shows; None when either figure is missing or the baseline is 0."""
     if baseline is None or candidate is None or baseline == 0:
@@ -104,21 +107,6 @@ class TimingRow:
     def ratio(self) -> float | None:
         """candidate / baseline (the guide's "1.58倍"), None when either is missing or baseline is 0."""
         return candidate_over_baseline(self.baseline, self.candidate)
-
-
-@dataclass
-class ParityRow:
-    """The parity verdict of one curve over the steps both runs logged."""
-
-    key: str
-    title: str
-    steps: list[int]
-    mean_relative_difference: float | None
-    max_absolute_difference: float | None
-    passed: bool | None  # None: not comparable (missing in a run, or no common step)
-    note: str = ""
-    # The largest difference between two runs of one side (None: one run per side, the threshold judges).
-    noise_floor: float | None = None
 
 
 def _fmt_number(value: float | None) -> str:
@@ -183,67 +171,6 @@ def timing_rows(baseline: RunSnapshot, candidate: RunSnapshot) -> list[TimingRow
     ]
 
 
-def mean_relative_difference(base: Sequence[float], cand: Sequence[float], eps: float = DEFAULT_EPS) -> float:
-    """mean over steps of |c - b| / max(|b|, eps): verl's precision-alignment measure for two curves."""
-    if len(base) != len(cand) or not base:
-        raise ValueError("need two curves of the same, non-zero length")
-    return sum(abs(c - b) / max(abs(b), eps) for b, c in zip(base, cand, strict=True)) / len(base)
-
-
-def describe_steps(steps: Sequence[int]) -> str:
-    """``1–4 (4 steps)`` for a contiguous range, else the steps themselves (shortened past ten)."""
-    if not steps:
-        return "none"
-    n = len(steps)
-    if steps[-1] - steps[0] + 1 == n and n > 2:
-        return f"{steps[0]}–{steps[-1]} ({n} steps)"
-    shown = ", ".join(str(s) for s in steps[:10]) + (", …" if n > 10 else "")
-    return f"{shown} ({n} step{'s' if n != 1 else ''})"
-
-
-def parity_row(
-    key: str,
-    title: str,
-    baseline: RunSnapshot,
-    candidate: RunSnapshot,
-    threshold: float = DEFAULT_PARITY_THRESHOLD,
-    eps: float = DEFAULT_EPS,
-) -> ParityRow:
-    """The parity verdict of one curve: mean relative difference over common finite steps vs ``threshold``."""
-    b_hist, c_hist = baseline.histories.get(key), candidate.histories.get(key)
-    missing = [r.role for r, h in ((baseline, b_hist), (candidate, c_hist)) if not h]
-    if missing:
-        return ParityRow(key, title, [], None, None, None, f"not logged by the {' and '.join(missing)}")
-    b_map, c_map = dict(b_hist), dict(c_hist)
-    steps = sorted(s for s in set(b_map) & set(c_map) if math.isfinite(b_map[s]) and math.isfinite(c_map[s]))
-    if not steps:
-        return ParityRow(key, title, [], None, None, None, "no common step with finite values")
-    base, cand = [b_map[s] for s in steps], [c_map[s] for s in steps]
-    mrd = mean_relative_difference(base, cand, eps)
-    max_abs = max(abs(c - b) for b, c in zip(base, cand, strict=True))
-    note = ""
-    if len(steps) < max(len(b_map), len(c_map)):
-        note = (
-            f"baseline logged {len(b_map)} steps, candidate {len(c_map)}; compared the {len(steps)} in common"
-        )
-    return ParityRow(key, title, steps, mrd, max_abs, mrd <= threshold, note)
-
-
-def without_verdict(rows: Sequence[ParityRow]) -> list[ParityRow]:
-    """The same differences with no PASS/FAIL: for runs of different recipes, where parity means nothing."""
-    return [dataclasses.replace(r, passed=None) for r in rows]
-
-
-def parity_rows(
-    baseline: RunSnapshot,
-    candidate: RunSnapshot,
-    threshold: float = DEFAULT_PARITY_THRESHOLD,
-    eps: float = DEFAULT_EPS,
-) -> list[ParityRow]:
-    """The parity verdict of every §6.2 curve."""
-    return [parity_row(key, title, baseline, candidate, threshold, eps) for key, title in CURVES]
-
-
 # ----------------------------------------------------------------------------------------------
 # Markdown
 # ----------------------------------------------------------------------------------------------
@@ -264,33 +191,10 @@ def _ratio(row: TimingRow) -> str:
     return MISSING if row.ratio is None else f"{row.ratio:.2f}×"
 
 
-def _percent(value: float | None) -> str:
-    if value is None:
-        return MISSING
-    return "<0.01%" if 0 < value < 1e-4 else f"{value:.2%}"
-
-
 def _verdict(row: ParityRow) -> str:
     if row.passed is None:
         return "n/a"
     return "PASS" if row.passed else "FAIL"
-
-
-def parity_summary(rows: Sequence[ParityRow], threshold: float, *, judged: bool = True,
-                   reason: str = "the runs differ in recipe settings") -> str:
-    """One line: how many comparable curves are within the noise floor or the threshold (or why not judged)."""
-    if not judged:
-        return f"parity: not judged ({reason}: a plain run-vs-run comparison)"
-    compared = [r for r in rows if r.passed is not None]
-    passed = [r for r in compared if r.passed]
-    if not compared:
-        return "parity: no curve could be compared"
-    word = "PASS" if len(passed) == len(compared) else "FAIL"
-    if any(r.noise_floor is not None for r in compared):
-        return (f"parity {word}: {len(passed)}/{len(compared)} curves within the seed-to-seed noise floor "
-                f"(a device effect on {len(compared) - len(passed)})")
-    return (f"parity {word}: {len(passed)}/{len(compared)} curves within {threshold:.0%} mean relative difference "
-            "(one run per side: verl's 2% rule; the noise between seeds was not measured)")
 
 
 def recipe_warning(diff: ConfigDiff, limit: int = 5) -> str | None:
@@ -356,7 +260,7 @@ def render_markdown(
         [part.rstrip() + "\n" for part in sections_after_runs if part],
         ["## 6.1 Versions" if judged else "## Versions", "",
          table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)), ""],
-        _timings_section(timings, judged),
+        _timings_section(timings, judged, constructed(baseline, candidate)),
         _curves_section(parity, threshold, grid_image, curve_images or {}, judged),
         [utilisation.rstrip(), ""] if utilisation else [],
         _diff_section(diff),
@@ -373,13 +277,11 @@ def _header(baseline: RunSnapshot, candidate: RunSnapshot, diff: ConfigDiff, par
         out += [f"**{warning}**", ""]
     if first_screen:
         out += [*first_screen, ""]
-    ratios = ("- ratios are candidate / baseline (the guide's §6.3 reads A3 relative to H20: >1 means slower)"
-              if not warning else "- ratios are candidate / baseline (>1: the candidate took longer)")
     return out + [
         f"- {parity_summary(parity, threshold, judged=not warning, reason=not_judged_reason(diff))}",
         f"- tracking store: `{tracking_uri}`",
         *([f"- side by side in MLflow: {compare_link}"] if compare_link else []),
-        ratios,
+        "- ratios are candidate / baseline (>1: the candidate took longer)",
         "",
     ]
 
@@ -398,12 +300,37 @@ def _runs_section(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
     return out
 
 
-def _timings_section(timings: Sequence[TimingRow], judged: bool = True) -> list[str]:
-    """§6.3: each timing figure of both runs and their ratio."""
-    rows = [(r.label, f"`{r.key}`", _fmt_seconds(r.baseline),
-             _fmt_seconds(r.candidate), _ratio(r)) for r in timings]
-    return ["## 6.3 Performance (seconds)" if judged else "## Performance (seconds)", "",
-            table(["figure", "metric", "baseline", "candidate", "candidate / baseline"], rows), ""]
+def constructed(*snaps: RunSnapshot) -> str | None:
+    """How a run's figures were made up, when a run says so (tag ``verlflow.constructed``); None for real runs."""
+    said = [s.tags.get(CONSTRUCTED_TAG) for s in snaps]
+    if said and all(said) and len(set(said)) == 1:
+        return f"every run: {said[0]}"
+    return "; ".join(f"{s.role} `{s.name}`: {text}" for s, text in zip(snaps, said, strict=True) if text) or None
+
+
+def guide_claim_note(timings: Sequence[TimingRow], made_up: str | None) -> str:
+    """Whether these runs reproduce the guide's §6.3 ratios (each within 5%), quoted as the guide's claims."""
+    claims = ", ".join(f"{r.label} {GUIDE_RATIOS[r.key]:.2f}×" for r in timings if r.key in GUIDE_RATIOS)
+    quoted = (f"The guide's §6.3 claims, as it states them (ratios only, A3 relative to H20, one run each, no "
+              f"seconds): {claims}.")
+    if made_up:
+        return f"{quoted} **These runs' seconds are constructed** ({made_up}): they reproduce nothing."
+    rows = [r for r in timings if r.key in GUIDE_RATIOS]
+    if rows and all(r.ratio is not None and abs(r.ratio / GUIDE_RATIOS[r.key] - 1) <= 0.05 for r in rows):
+        return f"{quoted} These two runs reproduce them (each ratio within 5%)."
+    return f"{quoted} These runs do not reproduce them (not every ratio within 5% of the guide's)."
+
+
+def _timings_section(timings: Sequence[TimingRow], judged: bool = True, made_up: str | None = None) -> list[str]:
+    """§6.3: each timing figure of both runs, their ratio, and the guide's claim beside its four figures."""
+    rows = [(r.label, f"`{r.key}`", _fmt_seconds(r.baseline), _fmt_seconds(r.candidate), _ratio(r),
+             f"{GUIDE_RATIOS[r.key]:.2f}×" if r.key in GUIDE_RATIOS else "") for r in timings]
+    out = ["## 6.3 Performance (seconds)" if judged else "## Performance (seconds)", ""]
+    if made_up:
+        out += [f"⚠ Constructed figures, not measurements: {made_up}.", ""]
+    out += [table(["figure", "metric", "baseline", "candidate", "candidate / baseline", "the guide's claim (A3 / H20)"],
+                  rows), ""]
+    return out + [guide_claim_note(timings, made_up), ""] if judged else out
 
 
 def _curves_section(parity: Sequence[ParityRow], threshold: float, grid_image: str | None,
@@ -414,32 +341,43 @@ def _curves_section(parity: Sequence[ParityRow], threshold: float, grid_image: s
         out += [f"![curves]({grid_image})", ""]
     if not judged:
         rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`",
-                 describe_steps(r.steps), _percent(r.mean_relative_difference), _fmt_number(r.max_absolute_difference),
+                 describe_steps(r.steps), percent(r.mean_relative_difference), _fmt_number(r.max_absolute_difference),
                  r.note) for r in parity]
         header = ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "note"]
         return out + ["Differences per curve over the common steps: mean of |candidate − baseline| / "
                       "max(|baseline|, ε), and the largest |candidate − baseline|.", "", table(header, rows), ""]
-    if any(r.noise_floor is not None for r in parity):
-        out += ["Verdict per curve: the mean relative difference of the two sides' mean curves against the noise "
-                "floor, the largest difference between two runs of one side; a device effect (FAIL) only beyond it.",
-                ""]
+    if any(r.equivalence is not None and r.equivalence.tested for r in parity):
+        out += ["Verdict per curve: each run's curve is reduced to its level (mean over the common steps), relative to "
+                "the baseline's level; two one-sided Welch tests (TOST) ask whether the difference lies inside the "
+                "curve's margin (verl's: loss and other curves 2%, GRPO reward 4%). Equivalent when the 90% interval "
+                "lies inside ±margin (TOST p < 0.05); more seeds make both a bias and a match easier to show.", ""]
         rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`",
-                 describe_steps(r.steps), _percent(r.mean_relative_difference), _percent(r.noise_floor),
-                 "n/a" if r.passed is None else "within noise" if r.passed else "device effect", r.note)
-                for r in parity]
-        header = ["curve", "metric", "steps compared", "mean rel. diff", "noise floor", "verdict", "note"]
+                 describe_steps(r.steps), *_tested_cells(r), r.note) for r in parity]
+        header = ["curve", "metric", "steps compared", "rel. difference", "90% interval", "TOST p", "margin",
+                  "verdict", "note"]
         return out + [table(header, rows), ""]
     out += [
-        f"Verdict per curve (one run per side, so the noise between seeds is not measured): mean over the common "
-        f"steps of |candidate − baseline| / max(|baseline|, ε), PASS at or under {threshold:.0%} (verl's NPU/GPU "
-        f"precision-alignment rule: loss ≤ 2%, GRPO reward ≤ 4%).",
+        "Verdict per curve (a side has one run, so the noise between seeds is not measured: no p-value or interval): "
+        "mean over the common steps of |candidate − baseline| / max(|baseline|, ε), PASS at or under the curve's "
+        f"margin (verl's NPU/GPU precision-alignment rule: loss and other curves {threshold:.0%}, GRPO reward "
+        f"{REWARD_MARGIN:.0%}).",
         "",
     ]
     rows = [(r.title, f"[`{r.key}`]({images[r.key]})" if r.key in images else f"`{r.key}`", describe_steps(r.steps),
-             _percent(r.mean_relative_difference), _fmt_number(r.max_absolute_difference), _verdict(r), r.note)
-            for r in parity]
-    header = ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "verdict", "note"]
+             percent(r.mean_relative_difference), _fmt_number(r.max_absolute_difference), f"{r.margin:.0%}",
+             _verdict(r), r.note) for r in parity]
+    header = ["curve", "metric", "steps compared", "mean rel. diff", "max abs. diff", "margin", "verdict", "note"]
     return out + [table(header, rows), ""]
+
+
+def _tested_cells(row: ParityRow) -> tuple[str, str, str, str, str]:
+    """Relative difference, 90% interval, TOST p, margin and verdict of a tested curve."""
+    test = row.equivalence
+    if test is None or not test.tested:
+        return (percent(row.mean_relative_difference), MISSING, MISSING, f"±{row.margin:.0%}",
+                "n/a" if row.passed is None else "PASS (single-run rule)" if row.passed else "FAIL (single-run rule)")
+    return (f"{test.relative_difference:+.2%}", f"[{test.low:+.2%}, {test.high:+.2%}]", f"{test.p_value:.2g}",
+            f"±{row.margin:.0%}", "equivalent" if test.equivalent else "not shown equivalent")
 
 
 def _diff_section(diff: ConfigDiff) -> list[str]:

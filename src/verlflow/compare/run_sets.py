@@ -1,19 +1,20 @@
-"""Several runs per side: each side's mean and 95% interval, the seed-to-seed noise, and a verdict against it.
+"""Several runs per side: each side's mean and 95% interval, and a test of each difference against the seed noise.
 
     python -c "from verlflow.compare.run_sets import interval; print(interval([0.41, 0.45, 0.43]))"
 
 Two identically configured runs on one machine already differ (multi-threaded float reductions, amplified by
-GRPO's sampling), so a device comparison of one run per side cannot tell a device effect from that noise. With
-two or more runs (seeds) on a side, the largest difference between two runs of one side is the *noise floor*,
-and a difference between the sides counts as a device effect only beyond it. With one run per side the noise is
-not measured and verl's 2% alignment rule stays, labelled as such. Plain computation on
-:class:`RunSnapshot` objects: no MLflow calls.
+GRPO's sampling), so a device comparison of one run per side cannot tell a device effect from that noise. With two
+or more runs (seeds) on each side, every end-of-run figure is tested with Welch's t
+(:func:`verlflow.compare.stats.device_effect`) and counts as a device effect only when significant *and* at least
+the figure's practical threshold (:data:`THRESHOLDS`); the curves are tested for equivalence within verl's margins
+(:func:`verlflow.compare.stats.curves_equivalent`). With one run on a side the noise is not measured: nothing is
+called a device effect, the report says how many seeds would decide it, and the curves get verl's single-run rule,
+labelled as such. Plain computation on :class:`RunSnapshot` objects: no MLflow calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 
 from verlflow import names
 from verlflow.compare.diff import BACKEND_PARAMS, LOCATION_PARAMS, SEED_PARAMS
-from verlflow.compare.report import ParityRow, mean_relative_difference, table
+from verlflow.compare.report import ParityRow, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
+from verlflow.compare.stats import Effect, curves_equivalent, device_effect
 from verlflow.names import DETERMINISTIC_TAG
 
 # The end-of-run figures whose mean and interval the report gives, with a label, before the timing figures.
@@ -35,6 +37,39 @@ WITHIN_NOISE = "within noise"
 DEVICE_EFFECT = "device effect"
 # The same verdict where both sides ran on one device profile: beyond the noise, but not a device's doing.
 BEYOND_NOISE = "beyond noise"
+BELOW_THRESHOLD = "significant but below the threshold"
+NOT_MEASURED = "noise not measured"
+NOT_COMPARABLE = "not comparable"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The smallest difference of a figure that matters: absolute, or relative to the baseline's mean."""
+
+    value: float
+    relative: bool
+    why: str
+
+    def of(self, baseline_mean: float) -> float:
+        """The threshold in the figure's own unit."""
+        return self.value * abs(baseline_mean) if self.relative else self.value
+
+
+# Practical thresholds per figure (Deliver 2 of issue 42): a significant difference smaller than these is
+# "significant but below the threshold", never a device effect.
+ACCURACY_THRESHOLD = Threshold(0.01, False, "1 accuracy point")
+THRESHOLDS = {
+    "eval/gsm8k/accuracy": ACCURACY_THRESHOLD,
+    names.VAL_ACCURACY: ACCURACY_THRESHOLD,
+    names.SCORE_MEAN: Threshold(0.04, True, "4% of the baseline, verl's GRPO reward margin"),
+}
+# Every timing figure: a time within 5% does not change what hardware is worth buying.
+TIME_THRESHOLD = Threshold(0.05, True, "5% of the baseline's time")
+
+
+def threshold_for(key: str) -> Threshold:
+    """The practical threshold of a figure (:data:`THRESHOLDS`, else the timing one)."""
+    return THRESHOLDS.get(key, TIME_THRESHOLD)
 
 
 def interval(values: Sequence[float]) -> tuple[float, float | None]:
@@ -72,14 +107,15 @@ def side_figure(snaps: Sequence[RunSnapshot], key: str) -> SideFigure | None:
 
 @dataclass
 class FigureRow:
-    """One end-of-run figure of both sides, their difference and the verdict against the noise floor."""
+    """One end-of-run figure of both sides, their difference and its test against the seed noise."""
 
     key: str
     label: str
     baseline: SideFigure | None
     candidate: SideFigure | None
-    noise_floor: float | None  # the larger within-side spread; None when no side has two runs
-    verdict: str  # device effect | within noise | noise not measured | not comparable
+    effect: Effect
+    threshold: Threshold
+    verdict: str  # device effect | beyond noise | significant but below the threshold | within noise | …
 
     @property
     def difference(self) -> float | None:
@@ -89,18 +125,20 @@ class FigureRow:
         return self.candidate.mean - self.baseline.mean
 
 
-def noise_verdict(difference: float | None, floor: float | None) -> str:
-    """``device effect`` only when the difference exceeds the noise floor; what is missing otherwise."""
-    if difference is None:
-        return "not comparable"
-    if floor is None:
-        return "noise not measured"
-    return DEVICE_EFFECT if abs(difference) > floor else WITHIN_NOISE
+def effect_verdict(effect: Effect, judged: bool = True) -> str:
+    """The verdict word of a tested difference (``judged``: two device profiles, so a device's doing)."""
+    if effect.difference is None:
+        return NOT_COMPARABLE
+    if effect.p_value is None:
+        return NOT_MEASURED
+    if effect.shown:
+        return DEVICE_EFFECT if judged else BEYOND_NOISE
+    return BELOW_THRESHOLD if effect.significant else WITHIN_NOISE
 
 
 def figure_rows(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot],
                 timing_keys: Sequence[tuple[str, str]], judged: bool = True) -> list[FigureRow]:
-    """Accuracy, reward and every timing figure: both sides' means and intervals, noise floor, verdict.
+    """Accuracy, reward and every timing figure: both sides' means and intervals, Welch's test, verdict.
 
     ``judged``: the sides ran on two device profiles; otherwise a difference beyond the noise is not called a
     device effect.
@@ -110,13 +148,10 @@ def figure_rows(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot],
         b, c = side_figure(base, key), side_figure(cand, key)
         if b is None and c is None:
             continue
-        spreads = [f.spread for f in (b, c) if f is not None and f.spread is not None]
-        floor = max(spreads) if spreads else None
-        row = FigureRow(key, label, b, c, floor, "")
-        row.verdict = noise_verdict(row.difference, floor)
-        if not judged and row.verdict == DEVICE_EFFECT:
-            row.verdict = BEYOND_NOISE
-        rows.append(row)
+        threshold = threshold_for(key)
+        effect = device_effect(b.values if b else [], c.values if c else [],
+                               threshold=threshold.of(b.mean) if b else None)
+        rows.append(FigureRow(key, label, b, c, effect, threshold, effect_verdict(effect, judged)))
     return rows
 
 
@@ -144,33 +179,39 @@ def mean_snapshot(snaps: Sequence[RunSnapshot]) -> RunSnapshot:
                                histories=histories)
 
 
-def curve_noise_floor(snaps: Sequence[RunSnapshot], key: str) -> float | None:
-    """The largest mean relative difference between two runs of one side on ``key`` (their common steps)."""
-    found = []
-    for a, b in itertools.combinations(snaps, 2):
-        ma, mb = dict(a.histories.get(key, [])), dict(b.histories.get(key, []))
-        steps = sorted(s for s in set(ma) & set(mb) if math.isfinite(ma[s]) and math.isfinite(mb[s]))
-        if steps:
-            found.append(mean_relative_difference([ma[s] for s in steps], [mb[s] for s in steps]))
-    return max(found) if found else None
+def _run_curves(snaps: Sequence[RunSnapshot], key: str, steps: Sequence[int]) -> list[list[float]] | None:
+    """Each run's values of ``key`` at ``steps``; None when a run lacks one of them."""
+    curves = []
+    for snap in snaps:
+        points = dict(snap.histories.get(key, []))
+        values = [points.get(step, math.nan) for step in steps]
+        if not all(math.isfinite(v) for v in values):
+            return None
+        curves.append(values)
+    return curves
 
 
-def judged_by_noise(rows: Sequence[ParityRow], base: Sequence[RunSnapshot],
-                    cand: Sequence[RunSnapshot]) -> list[ParityRow]:
-    """The curves' rows judged against the noise floor when a side has two runs or more (else unchanged).
+def judged_by_test(rows: Sequence[ParityRow], base: Sequence[RunSnapshot],
+                   cand: Sequence[RunSnapshot]) -> list[ParityRow]:
+    """The curves' rows tested for equivalence within their margins when both sides have two runs or more.
 
-    ``rows`` compare the two sides' mean curves; a row passes when that difference is within the largest
-    difference between two runs of one side.
+    ``rows`` compare the two sides' mean curves (verl's single-run rule); with two runs or more on each side a row
+    passes only when :func:`verlflow.compare.stats.curves_equivalent` proves the sides equal within its margin.
     """
-    if max(len(base), len(cand)) < 2:
+    if min(len(base), len(cand)) < 2:
         return list(rows)
     out = []
     for row in rows:
-        floors = [f for f in (curve_noise_floor(base, row.key), curve_noise_floor(cand, row.key)) if f is not None]
-        floor = max(floors) if floors else None
-        passed = None if row.mean_relative_difference is None or floor is None \
-            else row.mean_relative_difference <= floor
-        out.append(dataclasses.replace(row, passed=passed, noise_floor=floor))
+        steps = [s for s in row.steps if all(s in dict(r.histories.get(row.key, [])) for r in (*base, *cand))]
+        b, c = _run_curves(base, row.key, steps), _run_curves(cand, row.key, steps)
+        if not steps or b is None or c is None:
+            out.append(dataclasses.replace(row, passed=None, note=row.note or "not logged by every run at a step"))
+            continue
+        parity = curves_equivalent(b, c, margin=row.margin)
+        if parity.relative_difference is None:  # a baseline level of 0: no relative difference to judge
+            out.append(dataclasses.replace(row, passed=None, note=parity.message, equivalence=parity))
+            continue
+        out.append(dataclasses.replace(row, passed=parity.equivalent, equivalence=parity))
     return out
 
 
@@ -210,10 +251,19 @@ def _signed(value: float | None) -> str:
     return MISSING if value is None else _fmt(value, "+")
 
 
+def _difference_interval(effect: Effect) -> str:
+    return MISSING if effect.low is None else f"[{_fmt(effect.low, '+')}, {_fmt(effect.high, '+')}]"
+
+
+def _threshold_cell(row: FigureRow) -> str:
+    if row.effect.threshold is None:
+        return MISSING
+    return f"{_fmt(row.effect.threshold)} ({row.threshold.why})"
+
+
 def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], rows: Sequence[FigureRow]) -> str:
-    """Markdown: the runs of each side, then every figure's mean ± 95% interval per side, noise floor, verdict."""
-    noise = max(len(base), len(cand)) >= 2
-    out = ["## Several runs: means, 95% intervals and the noise floor", ""]
+    """Markdown: the runs of each side, then every figure's mean ± 95% interval per side and its test."""
+    out = ["## Several runs: means, 95% intervals and tests", ""]
     for role, snaps in (("baseline", base), ("candidate", cand)):
         seeds = ", ".join(f"`{s.run_id[:8]}` {seed}".rstrip() for s, seed in zip(snaps, seeds_of(snaps), strict=True))
         out.append(f"- {role}: {len(snaps)} run(s): {seeds}")
@@ -227,32 +277,33 @@ def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], row
             out.append(f"  - the {role} was not deterministic ({len(loose)} of {len(snaps)} run(s) without "
                        "`verlflow.deterministic=true`): a rerun of one seed on the same device may differ")
     out.append("")
-    if noise:
-        out += ["Noise floor: the largest spread (max − min) between runs of one side; a difference between the "
-                "sides is a device effect only beyond it. Intervals: mean ± Student's t 95% half-width.", ""]
+    if min(len(base), len(cand)) >= 2:
+        out += ["Each difference (candidate − baseline) is tested with Welch's t on the runs' values: its 95% "
+                "interval and p-value. A device effect needs p < 0.05 *and* a difference at least the figure's "
+                "practical threshold; a significant difference under it is \"significant but below the "
+                "threshold\". Error rates: `verlflow/compare/stats.py`.", ""]
     else:
-        out += ["**The noise could not be measured: one run per side.** Give a side two or more runs (a comma list "
-                "of runs, or a tag filter matching several seeds) to learn how far reruns on one device fall apart; "
-                "until then the curves are judged by verl's 2% rule.", ""]
-    header = ["figure", "metric", "baseline", "candidate", "difference", "noise floor", "verdict"]
+        out += ["**The noise could not be measured: a side has one run.** Give each side two or more runs (a comma "
+                "list of runs, or a tag filter matching several seeds) to learn how far reruns on one device fall "
+                "apart; until then no difference is called a device effect and the curves are judged by verl's "
+                "single-run rule.", ""]
+    header = ["figure", "metric", "baseline", "candidate", "difference", "95% interval", "p", "threshold", "verdict"]
     body = [(r.label, f"`{r.key}`", _with_interval(r.baseline), _with_interval(r.candidate), _signed(r.difference),
-             MISSING if r.noise_floor is None else _fmt(r.noise_floor), r.verdict) for r in rows]
+             _difference_interval(r.effect), MISSING if r.effect.p_value is None else f"{r.effect.p_value:.2g}",
+             _threshold_cell(r), r.verdict) for r in rows]
     return "\n".join([*out, table(header, body), ""])
 
 
 def accuracy_line(rows: Sequence[FigureRow], judged: bool) -> str:
-    """The first screen's accuracy sentence: the difference in points and whether it exceeds the noise."""
+    """The first screen's accuracy sentence: the difference in points, its test, interval and threshold."""
     row = next((r for r in rows if r.key in (OUTCOME_FIGURES[0][0], OUTCOME_FIGURES[1][0])
                 and r.difference is not None), None)
     if row is None:
         return "- accuracy: not compared (no run logged a validation or test accuracy)"
-    points = row.difference * 100
-    text = f"- accuracy ({row.label}): candidate {points:+.2f} points vs baseline"
-    if row.noise_floor is None:
-        return text + ": the noise could not be measured (one run per side: give two seeds or more per side)"
-    beyond = row.verdict in (DEVICE_EFFECT, BEYOND_NOISE)
-    where = "beyond the noise floor" if beyond else "within the noise floor"
-    what = f"{where} of {row.noise_floor * 100:.2f} points"
-    if not judged:
-        return text + f": {what} (not a device question: parity is not judged here)"
-    return text + f": {what}" + (" — a device effect" if beyond else " — no device effect shown")
+    text = f"- accuracy ({row.label}): candidate {row.difference * 100:+.2f} points vs baseline"
+    points = device_effect([v * 100 for v in row.baseline.values], [v * 100 for v in row.candidate.values],
+                           threshold=row.threshold.of(row.baseline.mean) * 100, unit=" points")
+    words = points.message.replace(" 1 points", " 1 point")
+    if points.shown and not judged:
+        words = words.replace("a device effect", "beyond the noise (not a device question: parity is not judged here)")
+    return f"{text}: {words}"

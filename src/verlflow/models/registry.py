@@ -40,7 +40,7 @@ from verlflow.errors import VerlflowError
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
 from verlflow.models.one_version import keep_one_version
-from verlflow.models.promotion_noise import Gain, measure_gain
+from verlflow.models.promotion_noise import Gain, candidates_behind, measure_gain
 from verlflow.models.weights_digest import WEIGHTS_DIGEST_TAG, weights_digest
 from verlflow.names import (
     BACKEND_TAG,
@@ -373,7 +373,9 @@ def _read_state(client: MlflowClient, name: str, alias: str, scorer: _Scorer) ->
     gain = None
     if holder is not None and holder_value is not None and str(holder.version) != str(best.version) \
             and best_value > holder_value:
-        gain = measure_gain(client, scorer.metric, best, best_value, holder, holder_value)
+        # the best was picked from every other scored version (and a search's from its trials): a best of k
+        compared = sum(candidates_behind(client, mv) for _, _, mv in scored if str(mv.version) != str(holder.version))
+        gain = measure_gain(client, scorer.metric, best, best_value, holder, holder_value, comparisons=compared)
     return _State(holder, holder_value, best, best_value, gain)
 
 
@@ -468,7 +470,10 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
         if (gain := decision.gain) is not None:
             retry_on_lock(mlflow.set_tags, {"promote.gain": f"{gain.gain:.6g}", "promote.gain_low": f"{gain.low:.6g}",
                                             "promote.gain_high": f"{gain.high:.6g}",
-                                            "promote.problems": str(gain.problems), "promote.test": gain.method})
+                                            "promote.problems": str(gain.problems), "promote.test": gain.method,
+                                            "promote.comparisons": str(gain.comparisons)})
+            if gain.p_value is not None:
+                retry_on_lock(mlflow.set_tag, "promote.p_value", f"{gain.p_value:.4g}")
     print(describe(decision))
     return decision
 

@@ -1,0 +1,178 @@
+"""The report's first screen: the answer in words, each verdict with its p-value, interval and threshold.
+
+    python -c "from verlflow.compare.first_screen import WORK_PARAMS; print(WORK_PARAMS)"
+
+A speed claim ("faster") is made only between two accelerators on the same work (recipe, batch, rollout n,
+steps), and only as far as Welch's test of the runs' step times shows it (:func:`verlflow.compare.stats.
+device_effect`). Otherwise the screen says what differs and gives the run-vs-run figures, each labelled with its
+unit (per training step, per token, end to end), so no two of them read as a contradiction. Plain computation on
+:class:`RunSnapshot` objects and :class:`~verlflow.compare.efficiency.Efficiency` figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from verlflow import names
+from verlflow.compare import run_sets
+from verlflow.compare.efficiency import Efficiency
+from verlflow.compare.report import constructed
+from verlflow.compare.snapshot import RunSnapshot
+from verlflow.compare.stats import Effect, device_effect
+from verlflow.device import identity
+from verlflow.names import RECIPE_TAG
+
+STEP_KEY = f"{names.TIMING_MEAN_PREFIX}step"
+# What "the same work" means: the recipe, and the three settings that fix how much one run computes.
+WORK_PARAMS = (("batch", "data/train_batch_size"), ("rollout n", "actor_rollout_ref/rollout/n"),
+               ("steps", "trainer/total_training_steps"))
+
+
+def side_names(baseline: RunSnapshot, candidate: RunSnapshot) -> tuple[str, str]:
+    """How the lines name the sides: their profiles (``h20``, ``a3``), or the roles when both are one profile."""
+    named = [s.tags.get(names.PROFILE_TAG) or s.tags.get("device.name") or s.role for s in (baseline, candidate)]
+    return (named[0], named[1]) if named[0] != named[1] else ("the baseline", "the candidate")
+
+
+def header(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
+    """The first line: each side named once, with its profile and runs."""
+    def one(snap: RunSnapshot) -> str:
+        where = snap.tags.get(names.PROFILE_TAG) or snap.tags.get("device.name") or "?"
+        return f"{where} (`{snap.name}`)"
+    return f"**The answer** — baseline: {one(baseline)}; candidate: {one(candidate)}"
+
+
+def _steps(snap: RunSnapshot) -> str | None:
+    configured = snap.params.get("trainer/total_training_steps")
+    if configured not in (None, "", "None", "null"):
+        return configured
+    curve = snap.histories.get(names.SCORE_MEAN)
+    return str(len(curve)) if curve else None
+
+
+def work_differences(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
+    """How the two sides' work differs (recipe, batch, rollout n, steps), as ``rollout n 4 vs 8``."""
+    out = []
+    if baseline.tags.get(RECIPE_TAG) != candidate.tags.get(RECIPE_TAG):
+        out.append(f"recipe {baseline.tags.get(RECIPE_TAG, '?')} vs {candidate.tags.get(RECIPE_TAG, '?')}")
+    for label, key in WORK_PARAMS:
+        b, c = (_steps(s) if label == "steps" else s.params.get(key) for s in (baseline, candidate))
+        if b != c:
+            out.append(f"{label} {b or '?'} vs {c or '?'}")
+    return out
+
+
+def same_accelerator(baseline: RunSnapshot, candidate: RunSnapshot) -> bool:
+    """Whether both sides ran on one accelerator: identity's judgement from device type and name, whatever profile
+    file described it; the device type and profile where a run names no device."""
+    if identity.accelerator_key(baseline.tags) is not None and identity.accelerator_key(candidate.tags) is not None:
+        return identity.same_accelerator(baseline.tags, candidate.tags)
+    return all(baseline.tags.get(t) == candidate.tags.get(t) for t in ("device.type", names.PROFILE_TAG))
+
+
+def _ratio(base: float | None, cand: float | None) -> float | None:
+    return cand / base if base and cand and math.isfinite(base) and math.isfinite(cand) else None
+
+
+def _x(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f}×"
+
+
+def step_time_effect(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot]) -> Effect:
+    """Welch's test of the runs' mean step times, at the timing threshold (5% of the baseline's)."""
+    b = [s.metrics[STEP_KEY] for s in base_set if STEP_KEY in s.metrics]
+    c = [s.metrics[STEP_KEY] for s in cand_set if STEP_KEY in s.metrics]
+    threshold = run_sets.TIME_THRESHOLD.of(sum(b) / len(b)) if b else None
+    return device_effect(b, c, threshold=threshold, unit=" s")
+
+
+def _per_hardware(base: Efficiency, cand: Efficiency, per: str) -> tuple[float | None, float | None, float | None]:
+    """Hardware-time candidate / baseline per training step, per token and end to end, per ``chip`` / ``node``."""
+    def count(e: Efficiency) -> float:
+        return e.hardware.chips if per == "chip" else e.hardware.nodes
+    b_step = base.step_s * count(base) if base.step_s else None
+    c_step = cand.step_s * count(cand) if cand.step_s else None
+    per_step = _ratio(b_step, c_step)
+    per_token = None
+    if per_step is not None and base.tokens_per_step and cand.tokens_per_step:
+        per_token = per_step * base.tokens_per_step / cand.tokens_per_step
+    whole = _ratio(base.e2e_s * count(base) if base.e2e_s else None, cand.e2e_s * count(cand) if cand.e2e_s else None)
+    return per_step, per_token, whole
+
+
+def speed_lines(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot], effs: Sequence[Efficiency],
+                side: tuple[str, str]) -> list[str]:
+    """The speed part: a tested claim between two accelerators on the same work, else what differs and the
+    run-vs-run figures with their units."""
+    baseline, candidate = base_set[0], cand_set[0]
+    effect = step_time_effect(base_set, cand_set)
+    differs = work_differences(baseline, candidate)
+    if same_accelerator(baseline, candidate) or differs:
+        return _run_vs_run(baseline, candidate, effs, differs, effect)
+    out = [f"- speed (two accelerators, the same work): mean step time candidate / baseline "
+           f"{_x(_ratio(_mean(base_set), _mean(cand_set)))}: {effect.message}"]
+    for per in ("chip", "node"):
+        step, token, whole = _per_hardware(*effs, per)
+        if step is None:
+            out.append(f"- per {per}: not measured (no step time)")
+            continue
+        figures = f"candidate / baseline {_x(step)} per training step, {_x(token)} per token, {_x(whole)} end to end"
+        faster, slower = (side[0], side[1]) if step > 1 else (side[1], side[0])
+        times = max(step, 1 / step)
+        if effect.shown:
+            out.append(f"- per {per}: {faster} is faster: {slower} needs {times:.2f}× the {per}-time per training "
+                       f"step ({figures})")
+        elif effect.p_value is None:
+            out.append(f"- per {per}: {faster} took less {per}-time in these runs, not shown to be faster (no "
+                       f"noise measured): {figures}")
+        else:
+            out.append(f"- per {per}: no speed difference shown ({figures})")
+    return out
+
+
+def _mean(snaps: Sequence[RunSnapshot]) -> float | None:
+    values = [s.metrics[STEP_KEY] for s in snaps if STEP_KEY in s.metrics]
+    return sum(values) / len(values) if values else None
+
+
+def _run_vs_run(baseline: RunSnapshot, candidate: RunSnapshot, effs: Sequence[Efficiency],
+                differs: list[str], effect: Effect) -> list[str]:
+    """No speed claim: why, then the run-vs-run time ratios, each in its own unit, and the step times' test."""
+    why = [f"both sides ran on one accelerator ({baseline.tags.get('device.name') or baseline.tags.get('device.type')})"
+           ] if same_accelerator(baseline, candidate) else []
+    why += [f"the work differs ({'; '.join(differs)})"] if differs else []
+    base, cand = effs
+    step = _ratio(base.step_s, cand.step_s)
+    token = step * base.tokens_per_step / cand.tokens_per_step if step and base.tokens_per_step \
+        and cand.tokens_per_step else None
+    tokens = (f" at {base.tokens_per_step:,.0f} vs {cand.tokens_per_step:,.0f} tokens per step"
+              if base.tokens_per_step and cand.tokens_per_step else "")
+    return [f"- speed: no speed claim: {' and '.join(why)}",
+            f"  - run vs run, candidate / baseline: time per training step {_x(step)}{tokens}; time per token "
+            f"{_x(token)}; end to end {_x(_ratio(base.e2e_s, cand.e2e_s))} (over {_steps(baseline) or '?'} vs "
+            f"{_steps(candidate) or '?'} steps)",
+            f"  - mean step time, run vs run: {effect.message.replace('a device effect', 'beyond the noise')}"]
+
+
+def cost_line(effs: Sequence[Efficiency], side: tuple[str, str], prices_given: bool) -> str:
+    """Cost per 1k samples of each side at the prices given, or how to give them."""
+    if not prices_given:
+        return "- cost per 1k samples: no prices given (`-P prices=prices.yaml`, see Efficiency)"
+    def one(name: str, e: Efficiency) -> str:
+        cost = "unknown" if e.cost_per_1k_samples is None else f"{e.cost_per_1k_samples:.4g}"
+        return f"{name} {cost}" + (f" (at {e.price_text})" if e.price_text else " (no price for its profile)")
+    return f"- cost per 1k samples: {one(side[0], effs[0])}, {one(side[1], effs[1])}"
+
+
+def first_screen(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot], baseline: RunSnapshot,
+                 candidate: RunSnapshot, effs: Sequence[Efficiency], figures: Sequence[run_sets.FigureRow],
+                 judged: bool, prices_given: bool) -> list[str]:
+    """The report's opening lines: the sides, speed (tested, or why not claimed), cost, accuracy."""
+    side = side_names(baseline, candidate)
+    made_up = constructed(*base_set, *cand_set)
+    return [f"{header(baseline, candidate)}:",
+            *([f"- ⚠ constructed figures, not measurements: {made_up}"] if made_up else []),
+            *speed_lines(base_set, cand_set, effs, side),
+            cost_line(effs, side, prices_given),
+            run_sets.accuracy_line(figures, judged)]

@@ -1,0 +1,250 @@
+"""The tests behind every verdict of ``compare`` and ``promote``: pure functions on numbers, with measured error rates.
+
+    python -c "from verlflow.compare.stats import device_effect as d; print(d([41.0, 43.0, 42.0], [45.0, 46.5, 44.0]))"
+
+- :func:`device_effect`: one figure (final accuracy, a timing) measured once per seed on each side. Welch's t-test
+  (unequal variances) on candidate − baseline; ``Effect.low`` / ``Effect.high`` is its 95 % interval. A difference
+  is *shown* only when it is significant (p < alpha) and at least the figure's practical threshold; a significant
+  difference under the threshold is "significant but below the threshold". With fewer than 2 values on a side the
+  noise is not measured and nothing is shown: the message says how many seeds per side would detect the threshold
+  at the spread seen (80 % power).
+- :func:`curves_equivalent`: two sets of training curves. Each run's curve is reduced to its level (the mean over
+  the steps), relative to the baseline's mean level; two one-sided tests (TOST, Welch) ask whether the relative
+  difference lies inside ±margin (verl's alignment margins: 2 % loss, 4 % GRPO reward). Equivalence must be
+  *proved*: more seeds make a real bias easier to detect and a real match easier to prove. A bias that changes sign
+  along the curve averages out in the level; the report's per-step curves show it.
+- :func:`promotion_gain`: two models' 0/1 scores on the same problems. Exact McNemar (a binomial test on the
+  problems only one model got right), one-sided, at alpha/2 (the old 95 % interval's lower bound) divided by the
+  number of models the challenger was picked from (Bonferroni; Holm's first step is the same); the interval of the
+  gain is the Clopper-Pearson interval of the discordant split at that level, so ``low > 0`` exactly when the test
+  passes.
+
+Error rates measured by simulation (``python tests/test_compare_stats.py``: 4,000 seeded draws per cell, alpha 0.05,
+no threshold; the tests assert the same at 2,000 draws):
+
+- ``device_effect``, no effect, normal noise: shown in 2.4 % (2 seeds per side), 3.4 % (3) and 4.6 % (5) of draws;
+  a 2-sd effect at 10 seeds per side: shown in 98.6 %. (The old "beyond the largest within-side range" rule: 20.7 %
+  false at 2 seeds, 2.4 % power at 10.) A practical threshold only lowers the false rate.
+- ``curves_equivalent``, reward margin 4 %, a curve rising 0.2 → 0.6 over 20 steps with 1 % run-to-run and 1 %
+  step-to-step noise: a 6 % bias is not equivalent in 99.9 % / 100 % / 100 % of draws at 2 / 3 / 5 seeds per side
+  (the old "within the largest single-run difference" rule passed it 15 % / 52 % / 81 %); identical curves are
+  equivalent in 45 % / 95 % / 100 % (at 2 seeds a match is hard to prove: one degree of freedom).
+- ``promotion_gain``: 4 problems right only for the challenger and 0 only for the holder (of 1,319): p = 0.0625,
+  not beyond the noise. Five challengers exactly as good as the holder (1,319 problems at 60 %, agreeing with it on
+  about 76 %), the best of them tested: false promotions in 9.7 % of draws with ``comparisons=1`` and 2.4 % with
+  ``comparisons=5`` (nominal 2.5 %).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sp
+
+# Power at which "seeds needed" is computed: the usual 80 %.
+POWER = 0.8
+MAX_SEEDS = 1000
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Whether one figure differs between the sides beyond the seed-to-seed noise and the practical threshold."""
+
+    difference: float | None  # candidate mean − baseline mean; None when a side has no value
+    p_value: float | None  # Welch's two-sided p; None when the noise could not be measured
+    low: float | None  # 95 % interval of candidate − baseline (at 1 − alpha)
+    high: float | None
+    threshold: float | None  # the practical threshold in the figure's unit; None: any significant difference
+    shown: bool  # significant and at least the threshold: a device effect on the first screen
+    significant: bool  # p < alpha, whatever the size
+    message: str  # the verdict in words
+
+    @property
+    def below_threshold(self) -> bool:
+        """Significant, but smaller than the practical threshold: never a device effect on the first screen."""
+        return self.significant and not self.shown
+
+
+@dataclass(frozen=True)
+class Parity:
+    """Whether two sets of curves match within ±margin (relative), proved by two one-sided tests."""
+
+    relative_difference: float | None  # (candidate level − baseline level) / |baseline level|
+    low: float | None  # the (1 − 2·alpha) interval of that relative difference (90 % at alpha 0.05)
+    high: float | None
+    margin: float
+    p_value: float | None  # TOST: the larger of the two one-sided p; None when the noise could not be measured
+    equivalent: bool  # proved inside ±margin
+    tested: bool  # both sides had two runs or more (else verl's single-run rule is all there is)
+    message: str
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A challenger's gain over the holder on the same problems, with an exact test corrected for selection."""
+
+    gain: float  # (won − lost) / problems
+    low: float  # interval of the gain at 1 − alpha / comparisons (95 % for one comparison)
+    high: float
+    p_value: float  # one-sided exact McNemar, times comparisons (Bonferroni), at most 1
+    problems: int
+    won: int  # right only for the challenger
+    lost: int  # right only for the holder
+    comparisons: int
+    alpha: float
+    beyond_noise: bool  # p_value < alpha / 2 (the lower bound of the interval above zero)
+
+    @property
+    def confidence(self) -> float:
+        """The interval's level: 1 − alpha / comparisons."""
+        return 1 - self.alpha / self.comparisons
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def seeds_needed(sd: float, threshold: float, alpha: float = 0.05, power: float = POWER) -> int | None:
+    """Seeds per side for a two-sided t-test at ``alpha`` to detect ``threshold`` with ``power`` at spread ``sd``.
+
+    Noncentral t; None when there is no spread or no threshold to detect, or more than :data:`MAX_SEEDS`.
+    """
+    if not sd > 0 or not threshold > 0:
+        return None
+    for n in range(2, MAX_SEEDS + 1):
+        df = 2 * n - 2
+        critical = sp.t.ppf(1 - alpha / 2, df)
+        if sp.nct.sf(critical, df, threshold / (sd * math.sqrt(2 / n))) >= power:
+            return n
+    return None
+
+
+def _welch(base: np.ndarray, cand: np.ndarray) -> tuple[float, float, float]:
+    """Difference of means, its standard error and Welch-Satterthwaite degrees of freedom."""
+    vb, vc = base.var(ddof=1) / base.size, cand.var(ddof=1) / cand.size
+    se = math.sqrt(vb + vc)
+    df = (vb + vc) ** 2 / (vb**2 / (base.size - 1) + vc**2 / (cand.size - 1)) if se > 0 else float("nan")
+    return float(cand.mean() - base.mean()), se, df
+
+
+def _not_measured(base: np.ndarray, cand: np.ndarray, threshold: float | None, alpha: float, unit: str = "") -> str:
+    """Why the noise is unknown, and how many seeds would tell a ``threshold`` apart at the spread seen."""
+    counts = f"{base.size} run(s) on the baseline, {cand.size} on the candidate"
+    goal = f" to test it against the threshold of {_fmt(threshold)}{unit}" if threshold else ""
+    spreads = [a.std(ddof=1) for a in (base, cand) if a.size >= 2]
+    if spreads and not max(spreads) > 0:
+        return (f"the noise could not be measured ({counts}): every run of a side gave the same value, no spread "
+                "to measure (reruns of one seed, or a figure that did not move)"
+                + (f"; threshold {_fmt(threshold)}{unit}" if threshold else ""))
+    if not spreads:
+        return f"the noise could not be measured ({counts}): give each side 2 seeds or more{goal}"
+    sd = max(spreads)
+    n = seeds_needed(sd, threshold, alpha) if threshold else None
+    if n is None:
+        return f"the noise could not be measured ({counts}): give each side 2 seeds or more{goal}"
+    return (f"the noise could not be measured ({counts}): at the spread seen (sd {_fmt(sd)}{unit}), {n} seeds per "
+            f"side would detect a difference of {_fmt(threshold)}{unit}")
+
+
+def device_effect(baseline: Sequence[float], candidate: Sequence[float], *, alpha: float = 0.05,
+                  threshold: float | None = None, unit: str = "") -> Effect:
+    """Whether a figure differs between the sides: Welch's t on per-seed values, then the practical threshold.
+
+    ``baseline`` / ``candidate``: one value per run (seed) of each side. ``threshold``: the smallest difference
+    that matters, in the figure's unit (None: every significant difference is shown); ``unit``: how the message
+    names that unit (``" points"``).
+    """
+    base, cand = np.asarray(baseline, float), np.asarray(candidate, float)
+    if base.size == 0 or cand.size == 0:
+        return Effect(None, None, None, None, threshold, False, False, "not comparable: a side has no value")
+    difference = float(cand.mean() - base.mean())
+    if base.size < 2 or cand.size < 2:
+        return Effect(difference, None, None, None, threshold, False, False,
+                      _not_measured(base, cand, threshold, alpha, unit))
+    diff, se, df = _welch(base, cand)
+    if not se > 0:
+        return Effect(diff, None, None, None, threshold, False, False,
+                      _not_measured(base, cand, threshold, alpha, unit))
+    p = float(2 * sp.t.sf(abs(diff) / se, df))
+    half = float(sp.t.ppf(1 - alpha / 2, df)) * se
+    significant = p < alpha
+    shown = significant and (threshold is None or abs(diff) >= threshold)
+    where = f"p = {p:.2g}, {1 - alpha:.0%} interval [{_fmt(diff - half)}, {_fmt(diff + half)}]{unit}"
+    limit = f", threshold {_fmt(threshold)}{unit}" if threshold is not None else ""
+    if shown:
+        text = f"a device effect ({where}{limit})"
+    elif significant:
+        text = f"significant but below the threshold ({where}{limit})"
+    else:
+        text = f"within the noise ({where}{limit})"
+    return Effect(diff, p, diff - half, diff + half, threshold, shown, significant, text)
+
+
+def _levels(curves: Sequence[Sequence[float]]) -> np.ndarray:
+    """Each run's level: the mean of its per-step values (the runs of a side cut to their common length)."""
+    length = min(len(c) for c in curves)
+    return np.asarray([np.mean(np.asarray(c[:length], float)) for c in curves], float)
+
+
+def curves_equivalent(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]], *, margin: float,
+                      alpha: float = 0.05) -> Parity:
+    """Whether the candidate's curves match the baseline's within ±``margin`` of the baseline's level (TOST).
+
+    ``baseline`` / ``candidate``: one curve (per-step values over the same steps) per run. With one run on a side
+    the noise is not measured: ``equivalent`` is verl's single-run rule (|relative difference| ≤ margin),
+    ``tested`` False.
+    """
+    if not baseline or not candidate or min(len(c) for c in (*baseline, *candidate)) == 0:
+        return Parity(None, None, None, margin, None, False, False, "not comparable: a side has no curve")
+    base, cand = _levels(baseline), _levels(candidate)
+    scale = abs(float(base.mean()))
+    if scale == 0:
+        return Parity(None, None, None, margin, None, False, False, "not comparable: the baseline's level is 0")
+    base, cand = base / scale, cand / scale
+    relative = float(cand.mean() - base.mean())
+    if base.size < 2 or cand.size < 2:
+        within = abs(relative) <= margin
+        return Parity(relative, None, None, margin, None, within, False,
+                      f"one run on a side: {relative:+.2%} against ±{margin:.0%} by verl's single-run rule "
+                      "(the noise between seeds was not measured; give each side 3 seeds or more to test it)")
+    diff, se, df = _welch(base, cand)
+    if not se > 0:
+        within = abs(relative) <= margin
+        return Parity(relative, relative, relative, margin, None, within, False,
+                      f"{relative:+.2%} against ±{margin:.0%}: the runs of a side are identical, no noise measured")
+    p = float(max(sp.t.sf((diff + margin) / se, df), sp.t.cdf((diff - margin) / se, df)))
+    half = float(sp.t.ppf(1 - alpha, df)) * se
+    equivalent = p < alpha
+    where = f"{relative:+.2%}, {1 - 2 * alpha:.0%} interval [{diff - half:+.2%}, {diff + half:+.2%}], TOST p = {p:.2g}"
+    text = (f"equivalent within ±{margin:.0%} ({where})" if equivalent
+            else f"not shown equivalent within ±{margin:.0%} ({where})")
+    return Parity(relative, diff - half, diff + half, margin, p, equivalent, True, text)
+
+
+def promotion_gain(challenger: Sequence[float], holder: Sequence[float], *, comparisons: int = 1,
+                   alpha: float = 0.05) -> Gain:
+    """The challenger's gain over the holder, scored 0/1 on the same problems in the same order.
+
+    Exact McNemar, one-sided (is the challenger better?) at ``alpha`` / 2 / ``comparisons``: ``comparisons`` is
+    how many models the challenger was picked from on these scores (best of k: k).
+    """
+    if comparisons < 1:
+        raise ValueError(f"comparisons must be at least 1, got {comparisons}")
+    mine, theirs = np.asarray(challenger, float) > 0.5, np.asarray(holder, float) > 0.5
+    if mine.shape != theirs.shape or mine.size == 0:
+        raise ValueError("need the scores of both models on the same, non-empty list of problems")
+    won, lost, n = int(np.sum(mine & ~theirs)), int(np.sum(theirs & ~mine)), int(mine.size)
+    discordant = won + lost
+    if discordant == 0:
+        return Gain(0.0, 0.0, 0.0, 1.0, n, 0, 0, comparisons, alpha, False)
+    p_one = float(sp.binom.sf(won - 1, discordant, 0.5))  # P(X >= won) when neither model is better
+    p = min(1.0, p_one * comparisons)
+    level = 1 - alpha / comparisons
+    tail = (1 - level) / 2  # Clopper-Pearson: the exact interval of the share of discordant problems won
+    share_low = float(sp.beta.ppf(tail, won, lost + 1)) if won else 0.0
+    share_high = float(sp.beta.ppf(1 - tail, won + 1, lost)) if lost else 1.0
+    low, high = (discordant / n * (2 * share - 1) for share in (share_low, share_high))
+    return Gain((won - lost) / n, low, high, p, n, won, lost, comparisons, alpha, p < alpha / 2)
