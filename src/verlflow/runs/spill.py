@@ -35,14 +35,80 @@ Point = tuple[str, float, int, int]
 Entry = Point | dict[str, Any]
 
 
-def append(path: Path, run_id: str, entries: Iterable[Entry]) -> None:
-    """Append ``entries`` (points or kind records) to the JSONL spill file at ``path``."""
+# What a failed append leaves free (bytes, when it wrote that much): room for the run's end (tags, final status).
+END_RESERVE = 4096
+
+
+class SpillFull(OSError):
+    """The spill folder took only ``kept`` of the entries (full disk, a file-size limit, read-only): the rest stay
+    with the caller. The file holds whole lines only: nothing written before is lost, no line is torn."""
+
+    def __init__(self, path: Path, kept: int, cause: OSError):
+        super().__init__(cause.errno, cause.strerror)
+        self.path, self.kept, self.cause = path, kept, cause
+
+    def __str__(self) -> str:
+        return f"the spill folder {self.path.parent} is full or not writable ({self.cause.strerror or self.cause})"
+
+
+def append(path: Path, run_id: str, entries: Iterable[Entry]) -> int:
+    """Append ``entries`` (points or kind records) to the JSONL spill file at ``path``, durably (fsync); returns
+    how many. Append-only: what the file holds is never rewritten. When the folder runs out of room, the file is
+    cut back to its last whole line (leaving :data:`END_RESERVE` bytes free when this call wrote that much) and
+    :class:`SpillFull` says how many entries it kept."""
+    return _append_lines(Path(path), [json.dumps(_as_json(run_id, entry)) + "\n" for entry in entries])
+
+
+def append_missing(path: Path, run_id: str, entries: Iterable[Entry]) -> int:
+    """Append those of ``entries`` the spill file does not hold yet (a writer spilled part of them); returns how
+    many of ``entries`` the file holds now. :class:`SpillFull` when the folder took only part of them."""
+    path = Path(path)
     lines = [json.dumps(_as_json(run_id, entry)) + "\n" for entry in entries]
+    held = set(path.read_text(errors="replace").splitlines(keepends=True)) if path.exists() else set()
+    missing = [line for line in lines if line not in held]
+    try:
+        _append_lines(path, missing)
+    except SpillFull as full:
+        full.kept += len(lines) - len(missing)
+        raise
+    return len(lines)
+
+
+def _append_lines(path: Path, lines: list[str]) -> int:
     if not lines:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:
-        out.writelines(lines)
+        return 0
+    data = [line.encode() for line in lines]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise SpillFull(path, 0, exc) from exc
+    try:
+        start = os.fstat(fd).st_size
+        blob, done = b"".join(data), 0
+        try:
+            while done < len(blob):
+                done += os.write(fd, blob[done:])
+            os.fsync(fd)
+        except OSError as exc:
+            kept, size = _whole_lines(data, done)
+            os.ftruncate(fd, start + size)
+            raise SpillFull(path, kept, exc) from exc
+    finally:
+        os.close(fd)
+    return len(lines)
+
+
+def _whole_lines(data: list[bytes], written: int) -> tuple[int, int]:
+    """How many of ``data``'s lines to keep of ``written`` bytes, and their size: whole lines only, and
+    :data:`END_RESERVE` given back when that many were written (the run's end must still fit)."""
+    room = written - END_RESERVE if written > END_RESERVE else written
+    kept = size = 0
+    for line in data:
+        if size + len(line) > room:
+            break
+        kept, size = kept + 1, size + len(line)
+    return kept, size
 
 
 def _as_json(run_id: str, entry: Entry) -> dict[str, Any]:
@@ -151,7 +217,11 @@ def upload(path: str | os.PathLike[str]) -> int:
     def write_points() -> None:
         nonlocal points, count
         for run_id in dict.fromkeys(r for r, _ in points):
-            metrics = [m for r, m in points if r == run_id and is_new(r, m)]
+            metrics = []
+            for r, m in points:  # a point spilled twice (by a writer and its replacement) is written once
+                if r == run_id and is_new(r, m):
+                    metrics.append(m)
+                    held[(r, m.key)].add((m.step, m.timestamp, m.value))
             for start in range(0, len(metrics), _BATCH):
                 client.log_batch(run_id, metrics=metrics[start:start + _BATCH])
             count += len(metrics)
