@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from verlflow import known_warnings
 from verlflow.runs import spill
 from verlflow.runs.spill import Entry, Point
 from verlflow.runs.store_retry import retry_on_lock
@@ -60,6 +61,7 @@ def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: 
     # A Ctrl-C to the terminal's process group is the trainer's to handle: it ends its run, then closes the stream.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    known_warnings.install()  # MLflow's traceback per SQLite lock retry: the writer waits it out (retry_on_lock)
     cap_http(WRITER_HTTP_KNOBS)
     import mlflow
 
