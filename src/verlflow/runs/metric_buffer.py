@@ -52,7 +52,8 @@ RETRY_S = env_number("VERLFLOW_METRICS_RETRY_S", 5.0, minimum=0)
 # Seconds between two writes: steps arriving meanwhile go in one write. Each write is a transaction on the
 # tracking store that takes CPU from training (2 cores: a write per 0.4 s step cost ~20% wall time).
 WRITE_EVERY_S = env_number("VERLFLOW_METRICS_WRITE_S", 2.0, minimum=0)
-# The most the end of a run waits for the tracking server before leaving the rest to the spill file.
+# The most the end of a run waits for the tracking server to take a write before leaving the rest to the spill file
+# (counted again from each write: a replay that goes on is not cut).
 FLUSH_WAIT_S = env_number("VERLFLOW_METRICS_FLUSH_S", 120.0, minimum=0)
 # Writers one run may start: one that keeps dying is replaced this often, then the trainer writes at the end.
 MAX_WRITERS = 4
@@ -203,8 +204,10 @@ class MetricBuffer:
         return True
 
     def close(self, wait_s: float = FLUSH_WAIT_S) -> int:
-        """Wait up to ``wait_s`` for everything to be written; returns how much is left in the spill file."""
-        deadline = time.monotonic() + wait_s
+        """Wait for everything to be written, up to ``wait_s`` without progress; returns how much is left in the
+        spill file. The window counts from the writer's last write: a server that answers again within it gets
+        the whole replay, however long, and the run ends complete with nothing to upload by hand."""
+        deadline, written = time.monotonic() + wait_s, self.written
         if self._process is not None:
             self._feed.put(("close",))
         while self._process is not None and self.written < self.enqueued and time.monotonic() < deadline:
@@ -214,6 +217,8 @@ class MetricBuffer:
                     self._feed.put(("close",))
                 continue
             self._read_acks(wait_s=0.2)
+            if self.written > written:  # the server answers: the window starts again
+                deadline, written = time.monotonic() + wait_s, self.written
         self._end_writer()
         left = kept = self.enqueued - self.written
         if left:  # outage, or no writer left: the spill file gets everything not reported written

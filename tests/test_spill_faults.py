@@ -1,4 +1,5 @@
-"""A full spill disk during an outage loses nothing already on disk, and the points it could not take stay in memory.
+"""A full spill disk during an outage loses nothing already on disk, and the points it could not take stay in memory;
+a server that answers again before the end gets the whole replay, however long it takes.
 
 The spill folder is a real 64 KiB filesystem (a tmpfs mounted here when the test may mount one, as root;
 otherwise a 64 KiB file-size limit, RLIMIT_FSIZE, on the trainer and its writer process, which inherits it).
@@ -132,3 +133,19 @@ def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(s
     assert client.get_run(run_id).info.status == "FINISHED"
     steps = {m.step for key in KEYS for m in client.get_metric_history(run_id, key)}
     assert steps == set(range(1, max(steps) + 1))  # what was kept is the first steps, whole
+
+
+def test_the_end_waits_for_a_replay_that_goes_on_past_the_window(server, tmp_path):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    server.error_every = 1  # the outage
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
+    records = 30
+    for index in range(records):  # one write each: the replay takes ~records x delay_s
+        buffer.log_record({"kind": "tags", "tags": {f"replayed.{index:02d}": str(index)}})
+    wait_until(lambda: buffer.written >= 0 and buffer.outage, 120, "the writer's report of the outage")
+    server.heal()
+    server.delay_s = 0.5  # back, but slow: 15 s of replay, twice the window
+    assert buffer.close(wait_s=8) == 0  # before: cut after 8 s, the rest left to a manual upload
+    tags = client.get_run(run_id).data.tags
+    assert sorted(k for k in tags if k.startswith("replayed.")) == [f"replayed.{i:02d}" for i in range(records)]
