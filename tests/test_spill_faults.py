@@ -21,9 +21,10 @@ import mlflow
 import pytest
 from conftest import MlflowServer, wait_until
 from fault_proxy import FaultProxy
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import metric_buffer
+from verlflow.runs import metric_buffer, spill
 from verlflow.runs.metric_buffer import MetricBuffer
 
 SMALL = 64 * 1024
@@ -149,3 +150,22 @@ def test_the_end_waits_for_a_replay_that_goes_on_past_the_window(server, tmp_pat
     assert buffer.close(wait_s=8) == 0  # before: cut after 8 s, the rest left to a manual upload
     tags = client.get_run(run_id).data.tags
     assert sorted(k for k in tags if k.startswith("replayed.")) == [f"replayed.{i:02d}" for i in range(records)]
+
+
+def test_an_upload_after_an_outage_reads_no_metric_history(server, tmp_path):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    for step in (1, 2):  # written before the outage
+        client.log_batch(run_id, metrics=[Metric(key, step, 1_000_000 + step, step) for key in KEYS])
+    path = tmp_path / "metrics.spill.jsonl"
+    spill.append(path, run_id, [(key, float(step), 1_000_000 + step, step) for step in (3, 4) for key in KEYS])
+    spill.append(path, run_id, [{"kind": "status", "status": "FINISHED", "end_time": 1_000_010}])
+    asked = len(server.paths)
+    assert spill.upload(path) == 2 * len(KEYS)
+    # Before: one metric-history read per key (~1 s each behind a slow proxy: 69 keys outlasted the end's window).
+    assert not [p for p in server.paths[asked:] if "metrics/get-history" in p], server.paths[asked:]
+    assert all(sorted(m.step for m in client.get_metric_history(run_id, key)) == [1, 2, 3, 4] for key in KEYS)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    spill.uploaded_marker(path).replace(path)  # uploaded again: the histories are read, nothing is doubled
+    assert spill.upload(path) == 0
+    assert all(len(client.get_metric_history(run_id, key)) == 4 for key in KEYS)

@@ -20,6 +20,7 @@ run exactly as the trainer would have with a server that answered.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -179,6 +180,16 @@ def _torn_status(bad: list[tuple[int, str]]) -> dict[str, Any] | None:
     return None
 
 
+def _latest_steps(client, run_id: str) -> dict[str, float]:
+    """Each metric key of ``run_id`` with the step of its latest point (MLflow keeps the highest step there), from
+    one read of the run; a key's step is unknown (infinite: read its history) where the run does not give it."""
+    data = client.get_run(run_id).data
+    steps: dict[str, float] = dict.fromkeys(data.metrics, math.inf)
+    for metric in getattr(data, "_metric_objs", None) or ():  # MLflow's RunData keeps the Metric objects
+        steps[metric.key] = metric.step
+    return steps
+
+
 def upload(path: str | os.PathLike[str]) -> int:
     """Write a spill file's records into their runs, in order (metrics with their step and time); returns how many
     metric points it wrote, and renames the file to :func:`uploaded_marker`.
@@ -205,14 +216,21 @@ def upload(path: str | os.PathLike[str]) -> int:
             records.append(status)
     client = MlflowClient()
     held: dict[tuple[str, str], set[tuple[int, int, float]]] = {}
+    read: set[tuple[str, str]] = set()  # keys whose history has been read
+    latest: dict[str, dict[str, float]] = {}
     points: list[tuple[str, Metric]] = []
     count = 0
 
     def is_new(run_id: str, metric: Metric) -> bool:
-        if (run_id, metric.key) not in held:
-            held[(run_id, metric.key)] = {(m.step, m.timestamp, m.value)
-                                          for m in client.get_metric_history(run_id, metric.key)}
-        return (metric.step, metric.timestamp, metric.value) not in held[(run_id, metric.key)]
+        """Not in the run yet: one read of the run gives each key's last step, and a key's history is read only
+        for a point at or before it (a second upload), not for the steps an outage left out."""
+        if run_id not in latest:
+            latest[run_id] = _latest_steps(client, run_id)
+        seen = held.setdefault((run_id, metric.key), set())
+        if (run_id, metric.key) not in read and metric.step <= latest[run_id].get(metric.key, -math.inf):
+            seen |= {(m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, metric.key)}
+            read.add((run_id, metric.key))
+        return (metric.step, metric.timestamp, metric.value) not in seen
 
     def write_points() -> None:
         nonlocal points, count
@@ -222,6 +240,7 @@ def upload(path: str | os.PathLike[str]) -> int:
                 if r == run_id and is_new(r, m):
                     metrics.append(m)
                     held[(r, m.key)].add((m.step, m.timestamp, m.value))
+            latest.pop(run_id, None)  # read again after the writes, for the records that follow
             for start in range(0, len(metrics), _BATCH):
                 client.log_batch(run_id, metrics=metrics[start:start + _BATCH])
             count += len(metrics)
