@@ -169,3 +169,23 @@ def test_an_upload_after_an_outage_reads_no_metric_history(server, tmp_path):
     spill.uploaded_marker(path).replace(path)  # uploaded again: the histories are read, nothing is doubled
     assert spill.upload(path) == 0
     assert all(len(client.get_metric_history(run_id, key)) == 4 for key in KEYS)
+
+
+def test_an_experiment_deleted_while_training_is_named_and_its_data_kept(server, tmp_path, capfd):
+    client = MlflowClient()
+    experiment = client.create_experiment(f"deleted-while-training-{tmp_path.name}")
+    run_id = client.create_run(experiment).info.run_id
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
+    buffer.log({"loss": 1.0}, 1)
+    assert buffer.flush(120)
+    client.delete_experiment(experiment)
+    for step in (2, 3):
+        buffer.log({"loss": 1.0 / step}, step)
+    # Before: taken for an outage, the end waited out its whole window, then gave an upload that could only fail.
+    assert buffer.close(wait_s=60) == 2
+    lines = [line for line in capfd.readouterr().err.splitlines() if "was deleted" in line]
+    assert len(lines) == 1 and run_id in lines[0] and "Restore it" in lines[0], lines
+    client.restore_experiment(experiment)
+    client.restore_run(run_id)
+    assert spill.upload(tmp_path / "spill.jsonl") == 2
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2, 3]

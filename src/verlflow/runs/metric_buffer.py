@@ -95,6 +95,7 @@ class MetricBuffer:
         self._cpu_before = 0.0
         self.outage = False  # the writer says the server does not answer
         self.spill_full = False  # the writer says the spill folder takes no more
+        self.run_deleted = False  # the writer says the run (or its experiment) is deleted: no wait brings it back
         self.dropped = 0  # points not kept: the spill folder was full and MEMORY_POINTS were held here
         self.writers_started = 0
         self._process: Any = None
@@ -210,7 +211,8 @@ class MetricBuffer:
         deadline, written = time.monotonic() + wait_s, self.written
         if self._process is not None:
             self._feed.put(("close",))
-        while self._process is not None and self.written < self.enqueued and time.monotonic() < deadline:
+        while (self._process is not None and self.written < self.enqueued and time.monotonic() < deadline
+               and not self.run_deleted):
             if not self._process.is_alive():
                 self._replace_if_dead()
                 if self._process is not None:
@@ -225,7 +227,13 @@ class MetricBuffer:
             kept = self._spill_leftover(left)
             if not self.outage and kept == left:  # the writers died, not the server: write them from here
                 left = self._write_spill_here(left)
-        if left:
+        if left and self.run_deleted:
+            _spilled[self.run_id] = self.spill_path
+            print(f"verlflow: run {self.run_id} was deleted in the tracking store {self.tracking_uri} (or its "
+                  f"experiment was) while it trained: its {left} unwritten metric points and records are kept in "
+                  f"{self.spill_path}. Restore it (mlflow experiments restore / mlflow runs restore), then upload "
+                  f"them:\n  {spill.upload_command(self.spill_path, self.tracking_uri)}", file=sys.stderr, flush=True)
+        elif left:
             _spilled[self.run_id] = self.spill_path
             print(f"verlflow: the tracking server {self.tracking_uri} did not take {left} metric points and records "
                   f"within {wait_s:g} s (VERLFLOW_METRICS_FLUSH_S); {'they' if kept == left else f'{kept} of them'} "
@@ -281,6 +289,8 @@ class MetricBuffer:
                     self.outage = body[0]
                 elif kind == "spill_full":
                     self.spill_full = body[0]
+                elif kind == "deleted":
+                    self.run_deleted = body[0]
         except (EOFError, OSError):  # the writer has ended: _replace_if_dead sees to it
             pass
 

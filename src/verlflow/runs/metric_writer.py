@@ -45,6 +45,11 @@ def points(item: Step) -> list[Point]:
     return [(key, value, timestamp, step) for key, value in values]
 
 
+def run_deleted(exc: BaseException) -> bool:
+    """Whether a write failed because its run is deleted (its experiment deleted while training, say)."""
+    return "must be in the 'active' state" in str(exc) and "deleted" in str(exc)
+
+
 def cap_http(knobs: Mapping[str, float]) -> None:
     """Lower MLflow's HTTP env settings (retries, timeout) to at most ``knobs``; a smaller value set stays."""
     for key, cap in knobs.items():
@@ -193,8 +198,13 @@ class _Writer:
         """Say the server is away (once per outage) and mirror the entries not yet on disk to the spill file."""
         if self.outage_started is None:
             self.outage_started = time.time()
-            logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
-                           first_line(exc, 200), self.spill_path)
+            if run_deleted(exc):  # not an outage: no wait brings the run back, a restore does
+                logger.warning("run %s is deleted in the tracking store (or its experiment is): its metrics are kept "
+                               "in %s, training goes on", self.run_id, self.spill_path)
+                self.report(("deleted", True))
+            else:
+                logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
+                               first_line(exc, 200), self.spill_path)
             self.report(("outage", True))
         try:
             self.spilled += spill.append(self.spill_path, self.run_id, self.pending[self.spilled:])
