@@ -7,7 +7,8 @@ Every request is forwarded to the server unless a fault applies to it (checked i
 - ``hang_on``: once a request whose path holds this text arrives, it and every later request hang;
 - ``hang_after``: requests after the first N hang (0: accept-and-never-answer from the start);
 - ``error_every``: every K-th request is answered ``500`` without reaching the server;
-- ``error_burst``: ``(text, n)``: the first n requests whose path holds the text are answered ``500``.
+- ``error_burst``: ``(text, n)``: the first n requests whose path holds the text are answered ``500``;
+- ``delay_s``: every forwarded request waits this long first (a slow server, or one behind a slow proxy).
 
 A hung request is read, then held until :meth:`heal` or :meth:`stop`; ``hung`` counts them and ``paths`` lists
 what arrived, so a test waits for a hang with ``wait_until`` instead of sleeping.
@@ -32,6 +33,7 @@ class FaultProxy:
         self.hang_after: int | None = None
         self.error_every = 0
         self.error_burst: tuple[str, int] | None = None
+        self.delay_s = 0.0
         self.paths: list[str] = []
         self.hung = 0
         self._hanging = False
@@ -50,7 +52,7 @@ class FaultProxy:
         """No more faults: held requests are dropped (their clients time out or retry), new ones are forwarded."""
         with self._lock:
             self.hang_on, self.hang_after, self.error_every, self._hanging = None, None, 0, False
-            self.error_burst = None
+            self.error_burst, self.delay_s = None, 0.0
             released, self._release = self._release, threading.Event()
         released.set()
 
@@ -100,6 +102,8 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
+                if proxy.delay_s:
+                    proxy._release.wait(proxy.delay_s)  # a slow answer; heal() or stop() cut it short
                 upstream = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
                 upstream.request(self.command, self.path, body=body, headers=headers)

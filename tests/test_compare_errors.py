@@ -80,3 +80,19 @@ def test_a_filter_side_keeps_its_train_runs_and_leaves_out_runs_that_trained_not
     result = compare_runs("tags.device.type = 'cpu' and attributes.run_name != 'train-b'", "train-b", "")
     assert [s.run_id for s in result.baseline_runs] == [two_runs["train-a"]]  # prep matched too, trained nothing
     MlflowClient().delete_run(result.run_id)
+
+
+def test_a_deleted_run_is_refused_and_an_unfinished_one_warned_of(two_runs, capsys):
+    from verlflow.compare.reading import read_runs, resolve_run
+
+    client = MlflowClient()
+    gone = client.create_run("0", run_name="gone")
+    client.delete_run(gone.info.run_id)
+    # Before: a deleted baseline was compared without a word.
+    with pytest.raises(VerlflowError, match=r"baseline run 'gone' .* is deleted"):
+        resolve_run(gone.info.run_id, "baseline")
+    live = client.create_run("0", run_name="live")  # still RUNNING, as a run being trained is
+    client.log_batch(live.info.run_id, metrics=[mlflow.entities.Metric("timing_s/e2e", 5.0, 0, 0)])
+    read_runs([resolve_run(live.info.run_id, "baseline")], [resolve_run("train-b", "candidate")])
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "'live'" in warned[0] and "RUNNING" in warned[0], warned

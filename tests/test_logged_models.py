@@ -119,3 +119,25 @@ def test_register_versions_the_runs_own_model_and_evaluations_are_linked_to_the_
                                            f"tags.`verlflow.step` = 'evaluate' and tags.`verlflow.model_uri` = '{uri}'")
         linked = {(m.key, m.run_id) for m in client.get_logged_model(model.model_id).metrics}
         assert ("eval/gsm8k/accuracy", evaluation.info.run_id) in linked, uri
+
+
+@pytest.mark.slow
+def test_the_runs_end_removes_a_model_left_pending_or_failed_by_an_earlier_attempt(trained, client):
+    from mlflow.entities import LoggedModelStatus
+
+    from verlflow.runs import logged_models
+
+    final = _models(client, trained)["model"]
+    # What a SIGKILL mid-upload (PENDING) and a failed artifact write (FAILED) leave beside the run's model.
+    pending = client.create_logged_model(experiment_id=trained.experiment_id, name="model",
+                                         source_run_id=trained.run_id)
+    failed = client.create_logged_model(experiment_id=trained.experiment_id, name="model",
+                                        source_run_id=trained.run_id)
+    client.finalize_logged_model(failed.model_id, LoggedModelStatus.FAILED)
+    # The resumed run's end (the final checkpoint recorded again: the READY model is reused).
+    again = logged_models.record_final_model(trained.run_id, final.tags["verlflow.checkpoint_dir"], STEPS)
+    assert again.model_id == final.model_id
+    left = client.search_logged_models(experiment_ids=[trained.experiment_id],
+                                       filter_string=f"source_run_id = '{trained.run_id}'")
+    assert {m.model_id for m in left} == {m.model_id for m in left if m.status == "READY"}  # before: both stayed
+    assert pending.model_id not in {m.model_id for m in left} and failed.model_id not in {m.model_id for m in left}

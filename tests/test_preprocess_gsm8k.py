@@ -304,3 +304,16 @@ def test_unreachable_hub_fails_fast_and_suggests_a_local_source(tmp_path, env):
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and len(lines) == 1, done.stdout + done.stderr
     assert "openai/gsm8k" in lines[0] and "-P source=/data/gsm8k" in lines[0] and "synthetic" in lines[0]
+
+
+def test_a_split_with_corrupt_pages_is_one_line_naming_the_file(tmp_path):
+    gsm8k.preprocess("synthetic", tmp_path / "data", 16, log_to_mlflow=False)
+    damaged = tmp_path / "data" / "test.parquet"
+    data = bytearray(damaged.read_bytes())
+    data[4:68] = b"\xff" * 64  # the first page's header, after the magic: the footer still reads
+    damaged.write_bytes(bytes(data))
+    # Before: pyarrow's "OSError: Couldn't deserialize thrift" traceback from the digest that train and evaluate take.
+    with pytest.raises(VerlflowError, match=re.escape(str(damaged)) + " is corrupt"):
+        gsm8k.data_dir_digest(tmp_path / "data")
+    with pytest.raises(VerlflowError, match="is corrupt"):
+        gsm8k.read_split(tmp_path / "data", "test")

@@ -170,3 +170,19 @@ def test_two_registers_of_one_run_at_once_leave_one_version(store, checkpoint, t
     assert len(versions) == 1, [v.version for v in versions]
     assert str(client.get_registered_model("race-model").aliases["challenger"]) == str(versions[0].version)
     assert _running_runs() == 0
+
+
+def test_a_version_whose_artifacts_were_removed_is_named_so(tracking_uri):
+    from mlflow.entities import LoggedModelStatus
+
+    from verlflow.models.model_uri import resolve_model
+
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    model = client.create_logged_model(experiment_id="0", name="model", source_run_id=run_id)
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)  # its artifacts removed: none left
+    client.create_registered_model("emptied")
+    client.create_model_version("emptied", source=f"models:/{model.model_id}", run_id=run_id, model_id=model.model_id)
+    # Before: "model folder '/tmp/tmpXXXX' has no config.json", a temp folder the user never gave.
+    with pytest.raises(VerlflowError, match=r"model 'models:/emptied/1' has no files in the artifact store"):
+        resolve_model("models:/emptied/1")

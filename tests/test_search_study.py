@@ -178,3 +178,35 @@ def test_bad_pruner_is_one_line():
 def test_journal_path_that_is_a_folder_is_refused(tmp_path: Path):
     with pytest.raises(VerlflowError, match="is a folder"):
         open_storage(str(tmp_path), "s", 1, 2, 0)
+
+
+KILLED_WORKER = textwrap.dedent("""
+    import sys, time
+    from optuna.pruners import NopPruner
+    from verlflow.search.study import TrialSeededSampler, open_storage, open_study
+    study = open_study(study_name="s", storage=open_storage(sys.argv[1], "s", 1, 600, 2), direction="maximize",
+                       sampler=TrialSeededSampler(7, 10), pruner=NopPruner(), identity={})
+    def objective(trial):
+        trial.suggest_float("x", 0.0, 1.0)
+        trial.suggest_float("y", 1e-4, 1e-1, log=True)
+        while True:  # until SIGKILLed
+            time.sleep(0.1)
+    study.optimize(objective, n_trials=1)
+""")
+
+
+def test_a_trial_of_a_search_killed_and_resumed_at_once_is_failed_and_retried(tmp_path):
+    storage = str(tmp_path / "s.journal")
+    worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, storage], env=dict(os.environ))
+    try:
+        wait_until(lambda: [t for t in _study(storage, grace=600).trials
+                            if "verlflow:heartbeat" in t.system_attrs and len(t.params) == 2],
+                   120, "the killed worker's trial running", watch=[worker])
+    finally:
+        worker.kill()
+        worker.wait(timeout=60)
+    resumed = _study(storage, grace=600)  # at once: its heartbeat is seconds old, the grace period 10 minutes
+    resumed.optimize(_objective, n_trials=1)
+    lost, retried = sorted(resumed.trials, key=lambda t: t.number)
+    assert (lost.state, retried.state) == (TrialState.FAIL, TrialState.COMPLETE)  # before: RUNNING for good
+    assert retried.params == lost.params

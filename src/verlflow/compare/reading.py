@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterable, Sequence
 
 import mlflow
@@ -47,7 +48,19 @@ def resolve_run(ref: str, role: str = "run") -> Run:
         raise VerlflowError(
             f"{role} is empty: give a run id, a run name, or a filter such as \"tags.device.type = 'npu'\""
         )
-    return tracking.get_run(ref)
+    run = tracking.get_run(ref)
+    experiment = MlflowClient().get_experiment(run.info.experiment_id)
+    if "deleted" in (run.info.lifecycle_stage, experiment.lifecycle_stage):
+        raise VerlflowError(f"{role} run '{run.info.run_name}' ({run.info.run_id}) is deleted (or its experiment is): "
+                            "restore it (mlflow runs restore / mlflow experiments restore) or give another run")
+    return run
+
+
+def _warn_unfinished(snap: RunSnapshot) -> None:
+    """One line for a run that has not finished (still RUNNING, FAILED, KILLED): its figures may be partial."""
+    if snap.status != "FINISHED":
+        print(f"verlflow compare: warning: {snap.role} run '{snap.name}' ({snap.run_id}) is {snap.status}, not "
+              "FINISHED: its figures cover the steps it logged so far", file=sys.stderr, flush=True)
 
 
 def resolve_runs(ref: str, role: str = "run") -> list[Run]:
@@ -150,6 +163,7 @@ def read_runs(baseline: Sequence[Run], candidate: Sequence[Run]) -> tuple[list[R
     snaps = [*sides[0], *sides[1]]
     runs = [*baseline, *candidate]
     for snap in snaps:
+        _warn_unfinished(snap)
         if not _has_timing(snap):
             raise VerlflowError(
                 f"{snap.role} run '{snap.name}' ({snap.run_id}) has no timing metrics "

@@ -43,3 +43,15 @@ def parquet_columns(path: str | os.PathLike[str]) -> list[str]:
         return sorted(pq.read_schema(path).names)
     except Exception:  # not parquet / unreadable: reported by check_parquet_split with the reason
         return []
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict]:
+    """Every row of a parquet split, as dicts; a file whose pages cannot be read (corrupt, truncated) is one line
+    naming it, where pyarrow raised ``OSError: Couldn't deserialize thrift`` from deep in a step."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow's ArrowInvalid / OSError for damaged pages
+        raise VerlflowError(f"{path} is corrupt: its rows cannot be read ({first_line(exc, 120)}): preprocess "
+                            "again (mlflow run . -e preprocess), or give another data_dir") from None

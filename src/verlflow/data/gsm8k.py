@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from verlflow.data.checks import read_rows
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG
@@ -168,7 +169,7 @@ def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     from verlflow.data.checks import check_parquet_split
 
     check_parquet_split(path)
-    return pd.DataFrame(pq.read_table(path).to_pylist())
+    return pd.DataFrame(read_rows(path))
 
 
 # --- local folder -------------------------------------------------------------------------------
@@ -349,7 +350,7 @@ def data_dir_digest(data_dir: str | Path) -> str | None:
     paths = {split: Path(data_dir) / f"{split}.parquet" for split in SPLITS}
     if not all(p.is_file() for p in paths.values()):
         return None
-    digests = {split: _rows_digest(pq.read_table(path).to_pylist()) for split, path in paths.items()}
+    digests = {split: _rows_digest(read_rows(path)) for split, path in paths.items()}
     return _combined_digest(digests)
 
 
@@ -389,7 +390,7 @@ def log_split_inputs(data_dir: str | Path, contexts: dict[str, str]) -> list[str
         path = Path(data_dir).expanduser().resolve() / f"{split}.parquet"
         if not path.is_file():
             continue
-        rows = pq.read_table(path).to_pylist()
+        rows = read_rows(path)
         mlflow.log_input(split_dataset(rows, path, split, _rows_digest(rows)), context=context)
         logged.append(split)
     return logged

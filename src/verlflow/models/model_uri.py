@@ -145,10 +145,20 @@ def _from_download(uri: str, *, source_run_id: str | None) -> ResolvedModel:
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
     except MlflowException as exc:
+        if "No such artifact" in str(exc):  # a local store whose artifacts were removed
+            raise _artifacts_gone(uri, "no files") from None
         raise VerlflowError(f"cannot download model '{uri}': {first_line(exc)}") from None
+    if local.is_dir() and not (local / "MLmodel").is_file() and not (local / "config.json").is_file():
+        # A server downloads nothing, without an error, when the artifacts are gone: not a folder the user gave
+        raise _artifacts_gone(uri, "no files" if not any(local.iterdir()) else "no MLmodel or config.json")
     resolved = _from_folder(uri, local)
     resolved.source_run_id = source_run_id
     return resolved
+
+
+def _artifacts_gone(uri: str, held: str) -> VerlflowError:
+    return VerlflowError(f"model '{uri}' has {held} in the artifact store (its artifacts were removed): register "
+                         "its run again, or give another version")
 
 
 def _from_hub(repo_id: str) -> ResolvedModel:

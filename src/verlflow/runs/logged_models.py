@@ -162,8 +162,31 @@ def replay_final_model(client: MlflowClient, run_id: str, checkpoint: str | Path
     model = final_model_of(run_id, client, step=step)
     if model is None:
         model = log_final_model(client, client.get_run(run_id), Path(checkpoint), step)
+    remove_unfinished_models(client, run_id)
     link_step_metrics(client, run_id)
     return model
+
+
+def remove_unfinished_models(client: MlflowClient, run_id: str) -> list[str]:
+    """Delete the run's LoggedModels that never became READY (an upload that failed, or was killed and left
+    PENDING), once the run has its final model; returns their ids. Before, they stayed beside the READY one in
+    the UI, an orphan ``model`` per fault (a SIGKILL mid-upload, then ``--resume``)."""
+    experiment_id = client.get_run(run_id).info.experiment_id
+    removed, token = [], None
+    while True:
+        page = client.search_logged_models(experiment_ids=[experiment_id], filter_string=f"source_run_id = '{run_id}'",
+                                           page_token=token)
+        for model in page:
+            if model.status != LoggedModelStatus.READY:
+                client.delete_logged_model(model.model_id)
+                removed.append(model.model_id)
+        token = page.token
+        if not token:
+            break
+    if removed:
+        log.info("removed %d unfinished LoggedModel(s) of run %s (an earlier upload failed or was killed)",
+                 len(removed), run_id)
+    return removed
 
 
 def record_checkpoint_model(run_id: str, checkpoint: str | Path, step: int) -> LoggedModel | None:
@@ -198,14 +221,19 @@ def link_step_metrics(client: MlflowClient, run_id: str) -> int:
         models_at.setdefault(output.step, []).append(output.model_id)
     if not models_at:
         return 0
+    # Points a model already has (linked by an earlier end of this run, before a resume) are not linked again:
+    # MLflow's SQL store refuses a second copy (UNIQUE constraint), which failed the resumed run's final model.
+    linked = {(model_id, m.key, m.timestamp, m.step) for ids in models_at.values() for model_id in ids
+              for m in client.get_logged_model(model_id).metrics or ()}
     points = []
     for key in run.data.metrics:
         if key.startswith(UNSTEPPED_PREFIXES):
             continue
         for point in client.get_metric_history(run_id, key):
             for model_id in models_at.get(point.step, ()):
-                points.append(Metric(point.key, point.value, point.timestamp, point.step, model_id=model_id,
-                                     run_id=run_id))
+                if (model_id, point.key, point.timestamp, point.step) not in linked:
+                    points.append(Metric(point.key, point.value, point.timestamp, point.step, model_id=model_id,
+                                         run_id=run_id))
     for start in range(0, len(points), _METRICS_PER_BATCH):
         client.log_batch(run_id, metrics=points[start:start + _METRICS_PER_BATCH])
     return len(points)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from verlflow.runs import spill
-from verlflow.runs.metric_writer import WRITER_HTTP_KNOBS, cap_http, points, write_until_closed
+from verlflow.runs.metric_writer import MEMORY_POINTS, WRITER_HTTP_KNOBS, cap_http, points, write_until_closed
 from verlflow.runs.spill import Entry
 from verlflow.util import env_number, environ_restored, first_line
 
@@ -52,7 +52,8 @@ RETRY_S = env_number("VERLFLOW_METRICS_RETRY_S", 5.0, minimum=0)
 # Seconds between two writes: steps arriving meanwhile go in one write. Each write is a transaction on the
 # tracking store that takes CPU from training (2 cores: a write per 0.4 s step cost ~20% wall time).
 WRITE_EVERY_S = env_number("VERLFLOW_METRICS_WRITE_S", 2.0, minimum=0)
-# The most the end of a run waits for the tracking server before leaving the rest to the spill file.
+# The most the end of a run waits for the tracking server to take a write before leaving the rest to the spill file
+# (counted again from each write: a replay that goes on is not cut).
 FLUSH_WAIT_S = env_number("VERLFLOW_METRICS_FLUSH_S", 120.0, minimum=0)
 # Writers one run may start: one that keeps dying is replaced this often, then the trainer writes at the end.
 MAX_WRITERS = 4
@@ -93,6 +94,9 @@ class MetricBuffer:
         self._written_before = 0  # by writers that have ended
         self._cpu_before = 0.0
         self.outage = False  # the writer says the server does not answer
+        self.spill_full = False  # the writer says the spill folder takes no more
+        self.run_deleted = False  # the writer says the run (or its experiment) is deleted: no wait brings it back
+        self.dropped = 0  # points not kept: the spill folder was full and MEMORY_POINTS were held here
         self.writers_started = 0
         self._process: Any = None
         self._start_writer()
@@ -145,8 +149,18 @@ class MetricBuffer:
         return None if self._process is None else self._process.pid
 
     def log(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
-        """Queue one step's metrics (never blocks on the server or on the writer)."""
+        """Queue one step's metrics (never blocks on the server or on the writer).
+
+        While the spill folder is full, at most :data:`MEMORY_POINTS` unwritten points are held: a later step's
+        points are dropped (counted, said once) until the server or the folder takes some."""
         values = [(k, float(v)) for k, v in metrics.items()]
+        if self.spill_full and self.enqueued - self.written + len(values) > MEMORY_POINTS:
+            if not self.dropped:
+                print(f"verlflow: the spill folder {self.spill_path.parent} is full and {MEMORY_POINTS} unwritten "
+                      "metric points are held in memory (VERLFLOW_METRICS_MEMORY_POINTS): later steps' points are "
+                      "dropped until the tracking server answers", file=sys.stderr, flush=True)
+            self.dropped += len(values)
+            return
         self._hand_over(("step", (int(step), timestamp_ms or int(time.time() * 1000), values)), len(values))
 
     def log_record(self, record: dict[str, Any]) -> None:
@@ -191,31 +205,54 @@ class MetricBuffer:
         return True
 
     def close(self, wait_s: float = FLUSH_WAIT_S) -> int:
-        """Wait up to ``wait_s`` for everything to be written; returns how much is left in the spill file."""
-        deadline = time.monotonic() + wait_s
+        """Wait for everything to be written, up to ``wait_s`` without progress; returns how much is left in the
+        spill file. The window counts from the writer's last write: a server that answers again within it gets
+        the whole replay, however long, and the run ends complete with nothing to upload by hand."""
+        deadline, written = time.monotonic() + wait_s, self.written
         if self._process is not None:
             self._feed.put(("close",))
-        while self._process is not None and self.written < self.enqueued and time.monotonic() < deadline:
+        while (self._process is not None and self.written < self.enqueued and time.monotonic() < deadline
+               and not self.run_deleted):
             if not self._process.is_alive():
                 self._replace_if_dead()
                 if self._process is not None:
                     self._feed.put(("close",))
                 continue
             self._read_acks(wait_s=0.2)
+            if self.written > written:  # the server answers: the window starts again
+                deadline, written = time.monotonic() + wait_s, self.written
         self._end_writer()
-        left = self.enqueued - self.written
+        left = kept = self.enqueued - self.written
         if left:  # outage, or no writer left: the spill file gets everything not reported written
-            self.spill_path.unlink(missing_ok=True)
-            spill.append(self.spill_path, self.run_id, self._leftover())
-            if not self.outage:  # the writers died, not the server: write them from here
+            kept = self._spill_leftover(left)
+            if not self.outage and kept == left:  # the writers died, not the server: write them from here
                 left = self._write_spill_here(left)
-        if left:
+        if left and self.run_deleted:
+            _spilled[self.run_id] = self.spill_path
+            print(f"verlflow: run {self.run_id} was deleted in the tracking store {self.tracking_uri} (or its "
+                  f"experiment was) while it trained: its {left} unwritten metric points and records are kept in "
+                  f"{self.spill_path}. Restore it (mlflow experiments restore / mlflow runs restore), then upload "
+                  f"them:\n  {spill.upload_command(self.spill_path, self.tracking_uri)}", file=sys.stderr, flush=True)
+        elif left:
             _spilled[self.run_id] = self.spill_path
             print(f"verlflow: the tracking server {self.tracking_uri} did not take {left} metric points and records "
-                  f"within {wait_s:g} s (VERLFLOW_METRICS_FLUSH_S); they are kept in {self.spill_path} with the "
-                  "run's final status. Upload them once the server answers, from any shell:\n"
-                  f"  {spill.upload_command(self.spill_path, self.tracking_uri)}", file=sys.stderr, flush=True)
+                  f"within {wait_s:g} s (VERLFLOW_METRICS_FLUSH_S); {'they' if kept == left else f'{kept} of them'} "
+                  f"are kept in {self.spill_path} with the run's final status. Upload them once the server answers, "
+                  f"from any shell:\n  {spill.upload_command(self.spill_path, self.tracking_uri)}",
+                  file=sys.stderr, flush=True)
         return left
+
+    def _spill_leftover(self, left: int) -> int:
+        """Add to the spill file what it lacks of the ``left`` unwritten entries (append-only: what a writer put
+        there stays); returns how many it holds. A full folder is one line: which, and how much is lost."""
+        try:
+            return spill.append_missing(self.spill_path, self.run_id, self._leftover())
+        except spill.SpillFull as full:
+            dropped = f", and {self.dropped} points of later steps were dropped before" if self.dropped else ""
+            print(f"verlflow: {full}: {full.kept} of the {left} metric points and records the tracking server did "
+                  f"not take are kept in {self.spill_path}, the other {left - full.kept} are lost{dropped} (free "
+                  "room there, or give verlflow.output_dir a folder with room)", file=sys.stderr, flush=True)
+            return full.kept
 
     def _write_spill_here(self, left: int) -> int:
         try:
@@ -250,6 +287,10 @@ class MetricBuffer:
                     self._written_now, self._cpu_now = body
                 elif kind == "outage":
                     self.outage = body[0]
+                elif kind == "spill_full":
+                    self.spill_full = body[0]
+                elif kind == "deleted":
+                    self.run_deleted = body[0]
         except (EOFError, OSError):  # the writer has ended: _replace_if_dead sees to it
             pass
 
@@ -435,7 +476,13 @@ def defer_end(run_id: str, status: str, tags: Mapping[str, str] | None = None) -
     if path is None:
         return False
     records = [{"kind": "tags", "tags": dict(tags)}] if tags else []
-    spill.append(path, run_id, [*records, {"kind": "status", "status": status, "end_time": int(time.time() * 1000)}])
+    try:
+        spill.append(path, run_id, [*records, {"kind": "status", "status": status,
+                                               "end_time": int(time.time() * 1000)}])
+    except spill.SpillFull as full:
+        print(f"verlflow: {full}: run {run_id}'s final status {status} is not in {path.name}; the tracking server "
+              "shows the run RUNNING after the upload", file=sys.stderr, flush=True)
+        return True
     print(f"verlflow: run {run_id} is {status}; the tracking server shows it once the command above has run",
           file=sys.stderr, flush=True)
     return True

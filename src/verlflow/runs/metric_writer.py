@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from verlflow import known_warnings
 from verlflow.runs import spill
 from verlflow.runs.spill import Entry, Point
 from verlflow.runs.store_retry import retry_on_lock
@@ -31,6 +32,9 @@ WRITER_NICE = int(env_number("VERLFLOW_METRICS_NICE", 19, integer=True))
 # The writer retries by itself every RETRY_S: one try per call, so that close() and an orphaned writer end in seconds.
 WRITER_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 10}
 _BATCH = spill._BATCH
+# While the spill folder is full, the trainer keeps at most this many unwritten points in memory (and drops later
+# steps' points beyond it, saying how many): ~200 bytes each in each of the two processes.
+MEMORY_POINTS = int(env_number("VERLFLOW_METRICS_MEMORY_POINTS", 1_000_000, integer=True, minimum=1))
 # One step on the way to the writer: (step, timestamp in ms, [(key, value), ...]).
 Step = tuple[int, int, list[tuple[str, float]]]
 
@@ -39,6 +43,11 @@ def points(item: Step) -> list[Point]:
     """A step's metric points as the writer keeps and spills them."""
     step, timestamp, values = item
     return [(key, value, timestamp, step) for key, value in values]
+
+
+def run_deleted(exc: BaseException) -> bool:
+    """Whether a write failed because its run is deleted (its experiment deleted while training, say)."""
+    return "must be in the 'active' state" in str(exc) and "deleted" in str(exc)
 
 
 def cap_http(knobs: Mapping[str, float]) -> None:
@@ -57,6 +66,7 @@ def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: 
     # A Ctrl-C to the terminal's process group is the trainer's to handle: it ends its run, then closes the stream.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    known_warnings.install()  # MLflow's traceback per SQLite lock retry: the writer waits it out (retry_on_lock)
     cap_http(WRITER_HTTP_KNOBS)
     import mlflow
 
@@ -91,6 +101,7 @@ class _Writer:
         self.last_write = 0.0
         self.outage_started: float | None = None
         self.stopped = False  # SIGTERM: write what was taken once, spill it if that fails, and exit
+        self.spill_full = False  # the spill folder took only part of what is pending
 
     def stop(self, signum=None, frame=None) -> None:
         """SIGTERM handler (a scheduler stopping the job): end after one last write."""
@@ -151,6 +162,9 @@ class _Writer:
                 logger.warning("tracking server back after %.0f s: metrics replayed", time.time() - self.outage_started)
                 self.outage_started = None
                 self.report(("outage", False))
+            if self.spill_full:
+                self.spill_full = False
+                self.report(("spill_full", False))
             with contextlib.suppress(FileNotFoundError):
                 self.spill_path.unlink()
         if self.pending:
@@ -184,8 +198,26 @@ class _Writer:
         """Say the server is away (once per outage) and mirror the entries not yet on disk to the spill file."""
         if self.outage_started is None:
             self.outage_started = time.time()
-            logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
-                           first_line(exc, 200), self.spill_path)
+            if run_deleted(exc):  # not an outage: no wait brings the run back, a restore does
+                logger.warning("run %s is deleted in the tracking store (or its experiment is): its metrics are kept "
+                               "in %s, training goes on", self.run_id, self.spill_path)
+                self.report(("deleted", True))
+            else:
+                logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
+                               first_line(exc, 200), self.spill_path)
             self.report(("outage", True))
-        spill.append(self.spill_path, self.run_id, self.pending[self.spilled:])
-        self.spilled = len(self.pending)
+        try:
+            self.spilled += spill.append(self.spill_path, self.run_id, self.pending[self.spilled:])
+        except spill.SpillFull as full:  # the points stay here (and with the trainer) until the server answers
+            self.spilled += full.kept
+            if not self.spill_full:
+                logger.warning("%s: %d metric points and records are on disk in %s, %d more are kept in memory "
+                               "(at most %d, VERLFLOW_METRICS_MEMORY_POINTS) until the server answers",
+                               full, self.spilled, self.spill_path.name, len(self.pending) - self.spilled,
+                               MEMORY_POINTS)
+                self.report(("spill_full", True))
+            self.spill_full = True
+            return
+        if self.spill_full:
+            self.spill_full = False
+            self.report(("spill_full", False))

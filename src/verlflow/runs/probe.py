@@ -23,6 +23,7 @@ from pathlib import Path
 import mlflow
 
 from verlflow.errors import VerlflowError
+from verlflow.runs.store_retry import open_store
 from verlflow.util import env_number, url_secret
 
 PROBE_TIMEOUT_S = env_number("VERLFLOW_PROBE_TIMEOUT_S", 5.0, minimum=0)
@@ -97,10 +98,12 @@ def _probe_once(url: str, timeout_s: float) -> str | None:
 
 def check_tracking_server(uri: str | None = None, *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Raise a one-line :class:`VerlflowError` when the tracking URI cannot be used: it holds a password, it is
-    a ``file:`` store, or an http(s) server does not answer its API (about 2 x timeout at most)."""
+    a ``file:`` store, or an http(s) server does not answer its API (about 2 x timeout at most). A SQLite store
+    is opened here, waiting for another process's write lock (:func:`~verlflow.runs.store_retry.open_store`)."""
     uri = uri or mlflow.get_tracking_uri()
     check_tracking_uri(uri)
     if not uri.startswith(("http://", "https://")):
+        open_store(uri)  # a SQLite store another process holds locked: one line, then a wait
         return
     url = uri.rstrip("/") + API_PROBE
     for attempt in range(PROBE_ATTEMPTS):

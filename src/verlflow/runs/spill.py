@@ -20,6 +20,7 @@ run exactly as the trainer would have with a server that answered.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -35,14 +36,80 @@ Point = tuple[str, float, int, int]
 Entry = Point | dict[str, Any]
 
 
-def append(path: Path, run_id: str, entries: Iterable[Entry]) -> None:
-    """Append ``entries`` (points or kind records) to the JSONL spill file at ``path``."""
+# What a failed append leaves free (bytes, when it wrote that much): room for the run's end (tags, final status).
+END_RESERVE = 4096
+
+
+class SpillFull(OSError):
+    """The spill folder took only ``kept`` of the entries (full disk, a file-size limit, read-only): the rest stay
+    with the caller. The file holds whole lines only: nothing written before is lost, no line is torn."""
+
+    def __init__(self, path: Path, kept: int, cause: OSError):
+        super().__init__(cause.errno, cause.strerror)
+        self.path, self.kept, self.cause = path, kept, cause
+
+    def __str__(self) -> str:
+        return f"the spill folder {self.path.parent} is full or not writable ({self.cause.strerror or self.cause})"
+
+
+def append(path: Path, run_id: str, entries: Iterable[Entry]) -> int:
+    """Append ``entries`` (points or kind records) to the JSONL spill file at ``path``, durably (fsync); returns
+    how many. Append-only: what the file holds is never rewritten. When the folder runs out of room, the file is
+    cut back to its last whole line (leaving :data:`END_RESERVE` bytes free when this call wrote that much) and
+    :class:`SpillFull` says how many entries it kept."""
+    return _append_lines(Path(path), [json.dumps(_as_json(run_id, entry)) + "\n" for entry in entries])
+
+
+def append_missing(path: Path, run_id: str, entries: Iterable[Entry]) -> int:
+    """Append those of ``entries`` the spill file does not hold yet (a writer spilled part of them); returns how
+    many of ``entries`` the file holds now. :class:`SpillFull` when the folder took only part of them."""
+    path = Path(path)
     lines = [json.dumps(_as_json(run_id, entry)) + "\n" for entry in entries]
+    held = set(path.read_text(errors="replace").splitlines(keepends=True)) if path.exists() else set()
+    missing = [line for line in lines if line not in held]
+    try:
+        _append_lines(path, missing)
+    except SpillFull as full:
+        full.kept += len(lines) - len(missing)
+        raise
+    return len(lines)
+
+
+def _append_lines(path: Path, lines: list[str]) -> int:
     if not lines:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as out:
-        out.writelines(lines)
+        return 0
+    data = [line.encode() for line in lines]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise SpillFull(path, 0, exc) from exc
+    try:
+        start = os.fstat(fd).st_size
+        blob, done = b"".join(data), 0
+        try:
+            while done < len(blob):
+                done += os.write(fd, blob[done:])
+            os.fsync(fd)
+        except OSError as exc:
+            kept, size = _whole_lines(data, done)
+            os.ftruncate(fd, start + size)
+            raise SpillFull(path, kept, exc) from exc
+    finally:
+        os.close(fd)
+    return len(lines)
+
+
+def _whole_lines(data: list[bytes], written: int) -> tuple[int, int]:
+    """How many of ``data``'s lines to keep of ``written`` bytes, and their size: whole lines only, and
+    :data:`END_RESERVE` given back when that many were written (the run's end must still fit)."""
+    room = written - END_RESERVE if written > END_RESERVE else written
+    kept = size = 0
+    for line in data:
+        if size + len(line) > room:
+            break
+        kept, size = kept + 1, size + len(line)
+    return kept, size
 
 
 def _as_json(run_id: str, entry: Entry) -> dict[str, Any]:
@@ -113,6 +180,16 @@ def _torn_status(bad: list[tuple[int, str]]) -> dict[str, Any] | None:
     return None
 
 
+def _latest_steps(client, run_id: str) -> dict[str, float]:
+    """Each metric key of ``run_id`` with the step of its latest point (MLflow keeps the highest step there), from
+    one read of the run; a key's step is unknown (infinite: read its history) where the run does not give it."""
+    data = client.get_run(run_id).data
+    steps: dict[str, float] = dict.fromkeys(data.metrics, math.inf)
+    for metric in getattr(data, "_metric_objs", None) or ():  # MLflow's RunData keeps the Metric objects
+        steps[metric.key] = metric.step
+    return steps
+
+
 def upload(path: str | os.PathLike[str]) -> int:
     """Write a spill file's records into their runs, in order (metrics with their step and time); returns how many
     metric points it wrote, and renames the file to :func:`uploaded_marker`.
@@ -139,19 +216,31 @@ def upload(path: str | os.PathLike[str]) -> int:
             records.append(status)
     client = MlflowClient()
     held: dict[tuple[str, str], set[tuple[int, int, float]]] = {}
+    read: set[tuple[str, str]] = set()  # keys whose history has been read
+    latest: dict[str, dict[str, float]] = {}
     points: list[tuple[str, Metric]] = []
     count = 0
 
     def is_new(run_id: str, metric: Metric) -> bool:
-        if (run_id, metric.key) not in held:
-            held[(run_id, metric.key)] = {(m.step, m.timestamp, m.value)
-                                          for m in client.get_metric_history(run_id, metric.key)}
-        return (metric.step, metric.timestamp, metric.value) not in held[(run_id, metric.key)]
+        """Not in the run yet: one read of the run gives each key's last step, and a key's history is read only
+        for a point at or before it (a second upload), not for the steps an outage left out."""
+        if run_id not in latest:
+            latest[run_id] = _latest_steps(client, run_id)
+        seen = held.setdefault((run_id, metric.key), set())
+        if (run_id, metric.key) not in read and metric.step <= latest[run_id].get(metric.key, -math.inf):
+            seen |= {(m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, metric.key)}
+            read.add((run_id, metric.key))
+        return (metric.step, metric.timestamp, metric.value) not in seen
 
     def write_points() -> None:
         nonlocal points, count
         for run_id in dict.fromkeys(r for r, _ in points):
-            metrics = [m for r, m in points if r == run_id and is_new(r, m)]
+            metrics = []
+            for r, m in points:  # a point spilled twice (by a writer and its replacement) is written once
+                if r == run_id and is_new(r, m):
+                    metrics.append(m)
+                    held[(r, m.key)].add((m.step, m.timestamp, m.value))
+            latest.pop(run_id, None)  # read again after the writes, for the records that follow
             for start in range(0, len(metrics), _BATCH):
                 client.log_batch(run_id, metrics=metrics[start:start + _BATCH])
             count += len(metrics)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -67,20 +68,54 @@ def retry_on_lock(call: Callable[..., T], *args: Any, wait_s: float | None = Non
     Gives up after ``wait_s`` seconds (default ``VERLFLOW_STORE_LOCK_WAIT_S``) and raises the last lock
     error; any other error is raised at once.
     """
-    deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
+    def say() -> None:
+        log.info("tracking store is locked by another process; %s waits for it", getattr(call, "__name__", "a write"))
+
+    return _retried(lambda: call(*args, **kwargs), LOCK_WAIT_S if wait_s is None else wait_s, say)
+
+
+def _retried(call: Callable[[], T], wait_s: float, say: Callable[[], None]) -> T:
+    deadline = time.monotonic() + wait_s
     pause, said = _FIRST_PAUSE_S, False
     while True:
         try:
-            return call(*args, **kwargs)
+            return call()
         except Exception as exc:
             if not is_lock_error(exc) or time.monotonic() + pause > deadline:
                 raise
             if not said:
-                log.info("tracking store is locked by another process; %s waits for it",
-                         getattr(call, "__name__", "a write"))
+                say()
                 said = True
         time.sleep(pause * (0.5 + random.random()))  # jitter: two waiting processes do not retry in step
         pause = min(pause * 2, _MAX_PAUSE_S)
+
+
+def open_store(uri: str, wait_s: float | None = None) -> None:
+    """Open a SQLite tracking store and its model registry before a step uses them, waiting out another process's
+    write lock with one line instead of failing: MLflow reads the store's tables when it first builds each (its
+    ``_all_tables_exist``), outside any retry, and a lock held there was a traceback after ~10 s. MLflow keeps
+    the stores it built, so the step's own calls find them open. Past the wait, one line (:class:`VerlflowError`).
+    """
+    from verlflow.errors import VerlflowError
+
+    if not uri.startswith("sqlite:"):
+        return
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    store = uri.removeprefix("sqlite:///").split("?")[0]
+
+    def say() -> None:
+        print(f"verlflow: the tracking store {store} is locked by another process: waiting for it (up to "
+              f"{wait_s:g} s, VERLFLOW_STORE_LOCK_WAIT_S)", file=sys.stderr, flush=True)
+
+    try:  # the client builds the tracking store, its first registry call the registry's
+        _retried(lambda: MlflowClient(uri).search_experiments(max_results=1), wait_s, say)
+        _retried(lambda: MlflowClient(uri).search_registered_models(max_results=1), wait_s, say)
+    except Exception as exc:
+        if not is_lock_error(exc):
+            raise
+        raise VerlflowError(f"the tracking store {store} stayed locked by another process for {wait_s:g} s "
+                            "(VERLFLOW_STORE_LOCK_WAIT_S): end that process (verlflow runs lists a store's runs), "
+                            "or raise the wait") from None
 
 
 def retrying_on_lock(func: Callable[..., T]) -> Callable[..., T]:

@@ -13,7 +13,9 @@ Storage (``-P storage=``):
 SQLite (``sqlite:///…``) works for one worker only: it locks under parallel writers. Both kinds record a
 heartbeat for each running trial; a trial whose worker died (no heartbeat for ``grace_period`` seconds)
 is marked failed by the next worker that starts a trial, its MLflow runs are closed, and its params are
-queued again (Optuna's retry callback). Optuna's journal storage has no heartbeat of its own:
+queued again (Optuna's retry callback). With a journal, a trial whose worker ran on this host and is gone (a
+search SIGKILLed and resumed at once) is failed the same way without waiting for the grace period.
+Optuna's journal storage has no heartbeat of its own:
 :class:`HeartbeatJournalStorage` adds one, stored as a trial system attribute.
 """
 
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import re
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -38,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, SPACE_TAG
+from verlflow.processes import process_alive, process_start
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.search.journal_repair import set_aside_torn_tail
 from verlflow.search.storage_url import storage_url_with_password
@@ -56,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - an Optuna that moved it
                       "verlflow's journal heartbeats need: install optuna>=4.2,<6") from exc
 
 HEARTBEAT_ATTR = "verlflow:heartbeat"
+WORKER_ATTR = "verlflow:worker"
 # Trial user attributes that tie an Optuna trial to its MLflow runs.
 RUN_ID_ATTR = "mlflow_run_id"
 PARENT_RUN_ID_ATTR = "mlflow_parent_run_id"
@@ -98,6 +104,21 @@ class StaleTrialHandler:
         self._retry(study, trial)
 
 
+def _this_worker() -> str:
+    """This process as a trial's worker: ``host pid start`` (the start tells a reused pid)."""
+    return f"{socket.gethostname()} {os.getpid()} {process_start(os.getpid())}"
+
+
+def _worker_gone(worker: str | None) -> bool:
+    """Whether the worker recorded on a trial ran on this host and no longer does."""
+    if not worker:
+        return False
+    host, pid, start = (worker.split(" ") + ["", "", ""])[:3]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    return not process_alive(int(pid), None if start == "None" else start)
+
+
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
     """Optuna's journal storage with heartbeats, so trials of a killed worker are found and retried."""
 
@@ -108,19 +129,28 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
         self.heartbeat_interval = heartbeat_interval
         self.grace_period = grace_period
         self._stale_callback = stale_callback
+        self._stamped: set[int] = set()  # trials whose worker this process has recorded
 
     def record_heartbeat(self, trial_id: int) -> None:
-        """Stamp the trial with the current time (called every ``heartbeat_interval`` s while it runs)."""
+        """Stamp the trial with the current time (called every ``heartbeat_interval`` s while it runs), and with
+        the worker running it on its first beat (host, pid, process start), so a dead worker is seen at once."""
+        if trial_id not in self._stamped:
+            self.set_trial_system_attr(trial_id, WORKER_ATTR, _this_worker())
+            self._stamped.add(trial_id)
         self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """RUNNING trials without a heartbeat for ``grace_period`` s, or whose worker on this host is gone (a
+        search killed and resumed at once: before, its trial stayed RUNNING for good when the resumed search
+        ended within the grace period)."""
         now = time.time()
         stale = []
         for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             beat = trial.system_attrs.get(HEARTBEAT_ATTR)
             if beat is None and trial.datetime_start is not None:
                 beat = trial.datetime_start.timestamp()
-            if beat is not None and now - float(beat) > self.grace_period:
+            if (beat is not None and now - float(beat) > self.grace_period) or _worker_gone(
+                    trial.system_attrs.get(WORKER_ATTR)):
                 stale.append(trial._trial_id)
         return stale
 
