@@ -15,11 +15,9 @@ MLflow makes up (``bold-cat-123``) and the pipeline's bare step name ``train`` a
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import time
-import urllib.parse
 from collections.abc import Sequence
 
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
@@ -157,12 +155,9 @@ def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids:
     file, folder): the ``mlflow ui --backend-store-uri …`` command to start, then the page's path to open
     on the address it prints (its port is whatever ``mlflow ui`` chose, so none is assumed).
     """
-    # The UI builds this route as ?runs=<JSON list>&experiments=<JSON list>; quoted so terminals link it whole.
-    query = urllib.parse.urlencode({
-        "runs": json.dumps(list(run_ids), separators=(",", ":")),
-        "experiments": json.dumps(list(dict.fromkeys(experiment_ids)), separators=(",", ":")),
-    })
-    page = f"#/compare-runs?{query}"
+    from verlflow.runs.ui_links import compare_route
+
+    page = f"#{compare_route(experiment_ids, run_ids)}"  # in the Model-training view, as every printed link
     if tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
     return f"mlflow ui --backend-store-uri '{tracking_uri}', then open /{page} on the address it prints"
