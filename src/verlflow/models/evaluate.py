@@ -12,8 +12,11 @@ batched with a KV cache through transformers (left padding), or through vLLM whe
 Logged: ``eval/gsm8k/accuracy`` (strict ``#### <n>`` extraction), ``eval/gsm8k/accuracy_flexible``
 (last number), ``eval/gsm8k/num_samples``, ``eval/gsm8k/response_length_mean`` and the table
 ``eval/gsm8k_predictions.json`` of every prediction. A registered version also gets the tag
-``eval.gsm8k.accuracy``, which ``promote`` ranks versions by; the run links to the model's training run
-through the tag ``verlflow.source_run_id``.
+``eval.gsm8k.accuracy``, which ``promote`` ranks versions by: its headline, the evaluation on the most
+problems of the test split. A smaller or train-split evaluation never replaces it (a 200-problem look at
+``@challenger`` would otherwise make promote compare 512 problems with 200); it is kept beside it, named by
+its split and size (``eval.gsm8k.test.n200.accuracy``). The run links to the model's training run through
+the tag ``verlflow.source_run_id``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class EvalResult:
     source_run_id: str | None = None
     model_name: str | None = None
     model_version: str | None = None
+    split: str = "test"
 
 
 def max_new_tokens_for(source_run_id: str | None) -> int:
@@ -293,6 +297,7 @@ def evaluate_model(
             answers = generate_hf(model, prompts, budget, batch_size)
         result = _score_and_log(problems, answers, run_id=run.info.run_id, model_uri=model_uri, model=model,
                                 engine=engine, budget=budget)
+        result.split = split
         if model.registered_name:
             tag_version(model.registered_name, model.version, result)
     where = f"{model.registered_name} v{model.version}" if model.registered_name else model_uri
@@ -345,13 +350,46 @@ def _question(problem: dict[str, Any]) -> str:
     return str(info.get("question") or problem["prompt"][-1]["content"])
 
 
-def tag_version(name: str, version: str, result: EvalResult) -> None:
-    """Put the score on a registered version, where promote and the registry UI see it."""
+# The split whose largest evaluation is a version's headline score (the one training never saw).
+HEADLINE_SPLIT = "test"
+VERSION_NUM_SAMPLES_TAG = "eval.gsm8k.num_samples"
+
+
+def side_tag_prefix(split: str, num_samples: int) -> str:
+    """Where an evaluation that is not the headline is kept on the version: ``eval.gsm8k.test.n200``."""
+    return f"eval.gsm8k.{split}.n{num_samples}"
+
+
+def is_headline(current_tags: dict[str, str], result: EvalResult) -> bool:
+    """Whether ``result`` becomes the version's headline: on the test split and on at least as many problems."""
+    if result.split != HEADLINE_SPLIT:
+        return False
+    current = current_tags.get(VERSION_NUM_SAMPLES_TAG, "")
+    return not current.isdigit() or result.num_samples >= int(current)
+
+
+def tag_version(name: str, version: str, result: EvalResult) -> str:
+    """Put the score on a registered version, where promote and the registry UI see it; returns the tag prefix.
+
+    The headline tags (``eval.gsm8k.accuracy`` …) take it only when :func:`is_headline`; otherwise it is
+    kept beside the headline under :func:`side_tag_prefix`, and a line says which score stays the headline.
+    """
     client = MlflowClient()
-    for key, value in {
-        VERSION_ACCURACY_TAG: f"{result.accuracy:.6g}",
-        "eval.gsm8k.accuracy_flexible": f"{result.accuracy_flexible:.6g}",
-        "eval.gsm8k.num_samples": str(result.num_samples),
-        "eval.run_id": result.run_id,
-    }.items():
+    current = client.get_model_version(name, version).tags
+    headline = is_headline(current, result)
+    prefix = "eval.gsm8k" if headline else side_tag_prefix(result.split, result.num_samples)
+    values = {"accuracy": f"{result.accuracy:.6g}", "accuracy_flexible": f"{result.accuracy_flexible:.6g}",
+              "num_samples": str(result.num_samples), "run_id": result.run_id}
+    tags = {f"{prefix}.{key}": value for key, value in values.items()}
+    if headline:
+        tags = {**tags, "eval.run_id": tags.pop("eval.gsm8k.run_id"), "eval.gsm8k.split": result.split}
+    for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
+    if not headline:
+        kept = (f"keeps its headline accuracy {float(current[VERSION_ACCURACY_TAG]):.4f} on "
+                f"{current.get(VERSION_NUM_SAMPLES_TAG, '?')} {HEADLINE_SPLIT} problems"
+                if current.get(VERSION_ACCURACY_TAG)
+                else f"has no headline yet (an evaluation of the {HEADLINE_SPLIT} split)")
+        print(f"evaluate: {name} v{version} {kept}; this {result.num_samples}-problem {result.split} evaluation "
+              f"is kept beside it as tag {prefix}.accuracy", flush=True)
+    return prefix
