@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.models import champion_notes
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
 from verlflow.models.one_version import keep_one_version
@@ -257,9 +258,33 @@ def describe_version(client: MlflowClient, name: str, version: str) -> str:
     if tags.get("device.type"):
         parts.append(f"{tags['device.type']} (recipe {tags.get(RECIPE_TAG, '?')})")
     parts.append(f"from train run {tags.get('source_run_id') or mv.run_id}")
-    text = " · ".join(parts)
+    model_tags = client.get_registered_model(name).tags
+    text = champion_notes.with_note(" · ".join(parts), champion_notes.version_note(CHAMPION, model_tags, version))
     client.update_model_version(name, version, description=text)
     return text
+
+
+def describe_champion(client: MlflowClient, decision: PromotionDecision) -> None:
+    """Write a promote decision where the registry shows it: which version holds the alias, since when, why.
+
+    Tags on the registered model (:mod:`verlflow.models.champion_notes`), its description, and every version's
+    description (its own line, then what the alias is to it). Kept apart from the decision itself.
+    """
+    if decision.version is None:
+        return
+    name, alias = decision.model_name, decision.alias
+    current = client.get_registered_model(name).tags
+    tags = champion_notes.decision_tags(alias, decision.version, decision.moved, decision.reason, current,
+                                        champion_notes.now_utc())
+    for key, value in tags.items():
+        client.set_registered_model_tag(name, key, value)
+    if alias != CHAMPION:  # the descriptions speak of the champion; other aliases keep their tags only
+        return
+    merged = {**current, **tags}
+    client.update_registered_model(name, description=champion_notes.model_description(alias, merged))
+    for mv in client.search_model_versions(f"name='{filter_quote(name)}'"):
+        note = champion_notes.version_note(alias, merged, str(mv.version))
+        client.update_model_version(name, mv.version, description=champion_notes.with_note(mv.description or "", note))
 
 
 # MLflow's registry keeps a model's name in a 256-character column (registered_models.name).
@@ -469,6 +494,7 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
             retry_on_lock(mlflow.set_tags, {"promote.gain": f"{gain.gain:.6g}", "promote.gain_low": f"{gain.low:.6g}",
                                             "promote.gain_high": f"{gain.high:.6g}",
                                             "promote.problems": str(gain.problems), "promote.test": gain.method})
+    describe_champion(client, decision)
     print(describe(decision))
     return decision
 
