@@ -35,11 +35,18 @@ STEP_PLACEHOLDERS = {"train"}
 MAX_NAME_CHARS = 160
 
 
-def train_run_name(recipe: str, profile: str, overrides: str = "") -> str:
+# First in a dry run's name: it launched nothing, and must not read as the real run of its recipe and profile.
+DRY_RUN_PREFIX = "dry run"
+
+
+def train_run_name(recipe: str, profile: str, overrides: str = "", *, dry_run: bool = False) -> str:
     """``<short overrides> · <recipe> · <profile>``, or ``<recipe> · <profile>`` without overrides.
 
     Recipe/profile paths are shortened to their stem; only the overrides are cut (with "…") to fit.
+    A dry run's name starts with ``dry run · ``.
     """
+    if dry_run:
+        return f"{DRY_RUN_PREFIX}{SEPARATOR}{train_run_name(recipe, profile, overrides)}"
     tail = SEPARATOR.join((_stem(recipe), _stem(profile)))
     short = " ".join(short_overrides(overrides))
     if not short:
@@ -76,9 +83,10 @@ def short_overrides(overrides: str) -> list[str]:
     return [f"{prefix}{'.'.join(segments[-depth[i]:])}{rest}" for i, (prefix, segments, rest) in enumerate(parsed)]
 
 
-def train_run_description(recipe: str, profile: str, overrides: str) -> str:
+def train_run_description(recipe: str, profile: str, overrides: str, *, dry_run: bool = False) -> str:
     """The run's description (Markdown): the recipe, the profile and every override in full."""
-    lines = [f"Recipe `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
+    what = "Dry run (the verl command composed and checked, nothing trained): recipe" if dry_run else "Recipe"
+    lines = [f"{what} `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
     tokens = override_tokens(overrides)
     if not tokens:
         return lines[0] + ", no overrides."
@@ -113,22 +121,22 @@ def is_generated_name(name: str | None) -> bool:
     return parts[0] in words[0] and parts[1] in words[1]
 
 
-def name_train_run(run_id: str, recipe: str, profile: str, overrides: str = "") -> str:
+def name_train_run(run_id: str, recipe: str, profile: str, overrides: str = "", *, dry_run: bool = False) -> str:
     """Give a train run its descriptive name (unless it has a real one) and description; return its name."""
     client = LockRetryingClient()
     run = client.get_run(run_id)
     if not run.data.tags.get(MLFLOW_RUN_NOTE):  # a description someone wrote is kept
-        client.set_tag(run_id, MLFLOW_RUN_NOTE, train_run_description(recipe, profile, overrides))
+        client.set_tag(run_id, MLFLOW_RUN_NOTE, train_run_description(recipe, profile, overrides, dry_run=dry_run))
     current = run.info.run_name
     if not (is_generated_name(current) or current in STEP_PLACEHOLDERS):
         return current
-    name = train_run_name(recipe, profile, overrides)
+    name = train_run_name(recipe, profile, overrides, dry_run=dry_run)
     client.update_run(run_id, name=name)
     return name
 
 
 def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: str = "", *, tries: int = 3,
-                           pause_s: float = 1.0) -> str | None:
+                           pause_s: float = 1.0, dry_run: bool = False) -> str | None:
     """:func:`name_train_run`, tried again after a server error, then a warning: a name is not worth a run.
 
     A flaky server's 500s on the naming calls (three in a row outlast a training's short request retries)
@@ -138,7 +146,7 @@ def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: st
 
     for attempt in range(tries):
         try:
-            return name_train_run(run_id, recipe, profile, overrides)
+            return name_train_run(run_id, recipe, profile, overrides, dry_run=dry_run)
         except MlflowException as exc:
             if attempt + 1 == tries:
                 log.warning("could not name train run %s (%s): it keeps its generated name", run_id,
