@@ -192,6 +192,20 @@ def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
     assert client.get_experiment(experiment_id).tags[experiments.EXPERIMENT_KIND_TAG] == "genai_development"
 
 
+def test_names_put_what_tells_runs_apart_first():
+    from verlflow.runs.naming import evaluate_run_name, model_ref
+    from verlflow.search.trial import pruned_name, trial_run_name
+
+    assert evaluate_run_name("models:/m@challenger", 200) == "evaluate · @challenger · 200"
+    assert [model_ref(u) for u in ("models:/m/3", "runs:/5d1e0a2b99/model", "/ckpt/hf/", "Qwen/Qwen3-4B")] == \
+        ["v3", "run 5d1e0a2b", "hf", "Qwen3-4B"]
+    name = trial_run_name("smoke-default", 3, {"actor_rollout_ref.actor.optim.lr": 3.2e-06,
+                                               "actor_rollout_ref.rollout.n": 8})
+    assert name == "t3 · lr=3.2e-06 n=8 · smoke-default"
+    assert pruned_name(name) == "t3 pruned · lr=3.2e-06 n=8 · smoke-default" == pruned_name(pruned_name(name))
+    assert train_run_name("tiny", "cpu-verl", dry_run=True) == "dry run · tiny · cpu-verl"
+
+
 def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_full():
     assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "seed=2 · smoke · cpu"
     assert train_run_name("recipes/smoke.yaml", "a3", overrides="") == "smoke · a3"

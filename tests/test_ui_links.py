@@ -171,7 +171,7 @@ def test_the_printed_ui_command_serves_the_links_when_5000_is_taken(tmp_path, mo
     import subprocess
     import sys
 
-    from conftest import wait_until
+    from conftest import stop_process_group, wait_until
 
     monkeypatch.delenv(ui_links.UI_PORT_ENV, raising=False)
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -197,8 +197,7 @@ def test_the_printed_ui_command_serves_the_links_when_5000_is_taken(tmp_path, mo
 
         wait_until(answers, 180, "the printed mlflow ui command to serve its links", poll_s=0.5, watch=[ui])
     finally:
-        ui.terminate()
-        ui.wait(timeout=60)
+        stop_process_group(ui)
 
 
 def _artifact_files(client: MlflowClient, run_id: str, path: str = "") -> list[str]:
@@ -280,3 +279,19 @@ def test_register_and_compare_runs_are_filed_with_the_runs_they_act_on(printed):
     filed = {(r.data.tags.get("verlflow.step"), r.info.experiment_id) for r in runs}
     assert {step for step, _ in filed} >= {"register", "compare", "train", "main"}
     assert {experiment for _, experiment in filed} == {recipe}
+
+
+def test_standalone_steps_and_main_are_named_apart_at_the_default_column_width(printed):
+    """`evaluate · @challenger · 16`, `register · <model> v<N>`, `promote · <model> @champion`, `main · …`."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    standalone = {r.data.tags.get("verlflow.step"): r.info.run_name for r in runs
+                  if "mlflow.parentRunId" not in r.data.tags}
+    model = "tiny-qwen3-gsm8k-tiny"
+    assert standalone["evaluate"] == "evaluate · @challenger · 16"
+    assert re.fullmatch(rf"register · {model} v\d+", standalone["register"]), standalone
+    assert standalone["promote"] == f"promote · {model} @champion"
+    assert re.fullmatch(rf"main · {model} · \d\d-\d\d \d\d:\d\d", standalone["main"]), standalone
+    trials = [r.info.run_name for r in runs if r.data.tags.get("optuna.trial_number")]
+    assert sorted(name.split(" · ")[0] for name in trials) == ["t0", "t1"] and all("n=" in n for n in trials)

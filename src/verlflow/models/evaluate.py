@@ -260,7 +260,7 @@ def evaluate_model(
     *,
     max_new_tokens: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    run_name: str = "evaluate",
+    run_name: str | None = None,
     run_id: str | None = None,
 ) -> EvalResult:
     """Measure GSM8K accuracy of a model and log it as an MLflow run (what step ``evaluate`` does).
@@ -269,8 +269,11 @@ def evaluate_model(
     ``data_dir=""``: the data the model trained on (:func:`default_eval_data`).
     ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``. The evaluated split
     is logged as the run's dataset input (context ``evaluation``), the same dataset preprocess logged.
-    ``run_id``: the run to log into, already created (by ``main``).
+    ``run_id``: the run to log into, already created (by ``main``). ``run_name``: default
+    ``evaluate · <model> · <problems>`` (:func:`verlflow.runs.naming.evaluate_run_name`).
     """
+    from verlflow.runs.naming import evaluate_run_name
+
     engine = choose_backend(backend)
     model = None if data_dir else resolve_model(model_uri)  # no data_dir: the model says which data
     data_dir = data_dir or default_eval_data(model, split)
@@ -286,6 +289,7 @@ def evaluate_model(
     if model.registered_name:
         tags.update({MODEL_NAME_TAG: model.registered_name, MODEL_VERSION_TAG: model.version})
 
+    run_name = run_name or (None if run_id else evaluate_run_name(model_uri, len(problems)))
     with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id) as run:
         log_split_inputs(data_dir, {split: EVAL_INPUT_CONTEXT})
         prompts = [list(p["prompt"]) for p in problems]

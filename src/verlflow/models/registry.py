@@ -58,6 +58,7 @@ from verlflow.names import (
     find_metric,
     metric_names,
 )
+from verlflow.runs import naming as run_names
 from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote
@@ -215,7 +216,8 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
         digest = weights_digest(checkpoint)
         known = identical_version(client, name, digest)
     if known is not None:
-        with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id, experiment=beside):
+        with tracking.tracked_run(run_name=_register_name(step_run_id, name, known.version), tags=tags,
+                                  run_id=step_run_id, experiment=beside):
             point_alias(client, name, alias, known.version)
             mlflow.set_tags({MODEL_VERSION_TAG: str(known.version), REUSED_VERSION_TAG: "true"})
         why = (f"run {run_id} is already" if digest is None
@@ -230,16 +232,24 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     if digest := data_digest_of(train_run):
         lineage[DATA_DIGEST_TAG] = digest
 
-    with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id, experiment=beside):
+    with tracking.tracked_run(run_name=_register_name(step_run_id, name), tags=tags, run_id=step_run_id,
+                              experiment=beside) as run:
         model = checkpoint_model(client, train_run, checkpoint)
         with contextlib.redirect_stderr(io.StringIO()):  # MLflow's "Created version …": the line below says it
             mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
         mv = keep_one_version(client, mv, run_id)  # two registers at once: one version stays
         point_alias(client, name, alias, mv.version)
         retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
+        if step_run_id is None:
+            client.update_run(run.info.run_id, name=run_names.register_run_name(name, mv.version))
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
           f"{mv.version}")
     return mv
+
+
+def _register_name(step_run_id: str | None, name: str, version: str | int | None = None) -> str | None:
+    """A standalone register's run name; ``main``'s child keeps the name ``main`` gave it."""
+    return None if step_run_id else run_names.register_run_name(name, version)
 
 
 def describe_version(client: MlflowClient, name: str, version: str) -> str:
@@ -482,7 +492,8 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
         raise VerlflowError(f"no version of '{model_name}' has a value for '{metric}' (version tag "
                             f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
     tags = {STEP_TAG: "promote", MODEL_NAME_TAG: model_name}
-    with tracking.tracked_run(run_name="promote", tags=tags, run_id=run_id) as run:
+    run_name = None if run_id else run_names.promote_run_name(model_name, alias)
+    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id) as run:
         decision = promote_alias(client, model_name, metric, alias, force)
         decision.run_id = run.info.run_id
         retry_on_lock(mlflow.set_tags, {

@@ -156,6 +156,40 @@ def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: st
     return None
 
 
+def model_ref(model_uri: str) -> str:
+    """A model reference short enough for a name column: ``@challenger``, ``v3``, ``run 5d1e0a2b``, a folder's name."""
+    uri = model_uri.strip().rstrip("/")
+    if uri.startswith("models:/"):
+        rest = uri.removeprefix("models:/")
+        if "@" in rest:
+            return "@" + rest.rsplit("@", 1)[1]
+        name, _, version = rest.rpartition("/")
+        return f"v{version}" if name and version.isdigit() else rest
+    if uri.startswith("runs:/"):
+        return f"run {uri.removeprefix('runs:/').split('/', 1)[0][:8]}"
+    return _stem(uri) or uri
+
+
+def evaluate_run_name(model_uri: str, problems: int) -> str:
+    """A standalone evaluation's name: ``evaluate · @challenger · 200`` (what, then on how many problems)."""
+    return SEPARATOR.join(("evaluate", model_ref(model_uri), str(problems)))
+
+
+def main_run_name(model_name: str, started: float | None = None) -> str:
+    """The pipeline's name: ``main · <model> · <local time>`` (two mains differ at a glance by model and time)."""
+    return SEPARATOR.join(("main", model_name, time.strftime("%m-%d %H:%M", time.localtime(started))))
+
+
+def register_run_name(model_name: str, version: str | int | None = None) -> str:
+    """A standalone register's name: ``register · <model> v<N>`` once the version is known."""
+    return SEPARATOR.join(("register", f"{model_name} v{version}" if version else model_name))
+
+
+def promote_run_name(model_name: str, alias: str) -> str:
+    """A standalone promote's name: ``promote · <model> @<alias>``."""
+    return SEPARATOR.join(("promote", f"{model_name} @{alias}"))
+
+
 def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:
     """Where MLflow's compare-runs page for ``run_ids`` is, for a reader of the report.
 
