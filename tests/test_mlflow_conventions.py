@@ -266,3 +266,22 @@ def test_the_private_mlflow_rules_verlflow_leans_on_are_in_this_mlflow(tracking_
         pass
     assert is_generated_name(run.info.run_name)
     assert not is_generated_name("team-baseline-2")  # user-chosen, though shaped like one
+
+
+def test_a_refusal_under_mlflow_run_leaves_a_run_named_for_its_step_and_reason(tracking_uri, tmp_path):
+    """`mlflow run` opens the run before the step starts (MLFLOW_RUN_ID); a step that refuses its input leaves it
+    named for the step and why, never as `skittish-sow-161`."""
+    import os
+    import subprocess
+    import sys
+
+    run = MlflowClient().create_run("0")  # as mlflow run creates it: no name given, MLflow makes one up
+    assert is_generated_name(run.info.run_name)
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu", "--data_dir", "empty"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id})
+    assert done.returncode == 2, done.stderr[-2000:]
+    named = MlflowClient().get_run(run.info.run_id)
+    assert named.info.run_name == "train · refused: data_dir 'empty' has no train.parquet"
+    assert named.data.tags["verlflow.error"].startswith("data_dir 'empty' has no train.parquet: run `mlflow run")

@@ -190,6 +190,43 @@ def promote_run_name(model_name: str, alias: str) -> str:
     return SEPARATOR.join(("promote", f"{model_name} @{alias}"))
 
 
+REFUSED_REASON_CHARS = 60
+
+
+def refused_run_name(step: str, reason: str) -> str:
+    """``<step> · refused: <what was wrong>``: a run ``mlflow run`` opened for a step that refused its input."""
+    what = reason.split(": ", 1)[0].strip()
+    what = what if len(what) <= REFUSED_REASON_CHARS else what[:REFUSED_REASON_CHARS - 1] + "…"
+    return SEPARATOR.join((step, f"refused: {what}"))
+
+
+def name_refused_run(step: str, reason: str) -> None:
+    """Under ``mlflow run`` a step that refused its input before opening its run leaves the run MLflow made
+    (``skittish-sow-161``, ended FAILED by the launcher): name it for the step and the reason, tag the reason.
+
+    One short try (the store may be why it refused); a run with a real name is left as it is.
+    """
+    import os
+
+    from verlflow.names import ERROR_TAG
+    from verlflow.runs.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
+
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        return
+    try:
+        with bounded_http(WRITER_HTTP_KNOBS):
+            client = LockRetryingClient()
+            run = client.get_run(run_id)
+            if not is_generated_name(run.info.run_name):
+                return
+            client.update_run(run_id, name=refused_run_name(step, reason))
+            if not run.data.tags.get(ERROR_TAG):
+                client.set_tag(run_id, ERROR_TAG, reason[:5000])
+    except Exception as exc:  # a name is not worth a second error line
+        log.debug("could not name the refused run %s: %s", run_id, exc)
+
+
 def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:
     """Where MLflow's compare-runs page for ``run_ids`` is, for a reader of the report.
 
