@@ -39,7 +39,7 @@ def test_a_dry_run_then_a_real_run_compare_filters_pick_the_real_one(tracking_ur
     dry_run, trained = _train_runs(client)
     assert dry_run.info.run_name == "dry run · tiny · cpu-verl" and dry_run.info.status == "FINISHED"
     assert dry_run.data.tags["mlflow.note.content"].startswith("Dry run (")
-    assert not trained.info.run_name.startswith("dry run")
+    assert not trained.info.run_name.startswith("dry run") and trained.data.tags["verlflow.dry_run"] == "false"
     # A filter matching both (the recipe): the real run only.
     assert [r.info.run_id for r in resolve_runs("tags.verlflow.recipe = 'tiny'")] == [trained.info.run_id]
     # A filter matching only the dry run, or the dry run by id: one line saying so and what to select.

@@ -23,7 +23,7 @@ from verlflow.backends.train_setup import check_train_inputs, choose_train_setup
 from verlflow.backends.writable import check_writable_folders
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
-from verlflow.names import DATA_DIGEST_TAG, MODEL_NAME_TAG, STEP_TAG
+from verlflow.names import DATA_DIGEST_TAG, DRY_RUN_TAG, MODEL_NAME_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
 from verlflow.runs import tracking, ui_links
 from verlflow.step_requests import TrainRequest
@@ -78,7 +78,9 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
     interval = system_metrics.sampling_interval(cfg.verlflow)
     check_train_inputs(cfg, data_dir, require_splits=backend.checks_up_front)
     check_writable_folders(cfg, backend.spill_root(cfg))
-    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request)}
+    # Every train run says whether it trained, so a filter can leave dry runs out: tags.verlflow.dry_run = 'false'.
+    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request),
+                DRY_RUN_TAG: str(request.dry_run).lower()}
     prepared = backend.prepare(cfg, launch, cluster)
     tags = tracking.standard_tags(backend=backend.name, recipe=recipe, profile=profile)
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at,
