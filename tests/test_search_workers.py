@@ -196,7 +196,7 @@ def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, trac
     # Pruning is the search working: FINISHED (no red cross), tagged, and its name says so first.
     assert child.info.status == "FINISHED"
     assert child.data.tags["optuna.pruned"] == "true" and child.data.tags["optuna.state"] == "PRUNED"
-    assert re.match(r"t\d+ pruned · lr=", child.info.run_name), child.info.run_name
+    assert re.match(r"t\d+ pruned · \S+=", child.info.run_name), child.info.run_name
     # Pruned at its first validation and stopped soon after, far from its 200 steps.
     steps = [m.step for m in client.get_metric_history(child.info.run_id, METRIC)]
     assert steps[0] == 1 and max(steps) < 100, steps
