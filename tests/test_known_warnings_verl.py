@@ -1,4 +1,5 @@
-"""verl's repeated warnings are dropped at their source: in the launch's environment, which its Ray workers inherit."""
+"""Quiet: verl's repeated warnings dropped at their source (the launch environment, inherited by Ray workers),
+and MLflow's artifact-download bars off in a step."""
 
 from __future__ import annotations
 
@@ -28,3 +29,16 @@ def test_the_launch_environment_drops_verls_engine_warnings_and_keeps_every_othe
 def test_the_users_own_warning_filters_still_win():
     value = known_warnings.python_warnings("default::UserWarning")
     assert value.endswith(",default::UserWarning")  # applied last by Python, so it takes precedence
+
+
+def test_a_step_switches_off_mlflows_artifact_download_bars_unless_the_user_set_them(monkeypatch):
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+
+    from verlflow import progress
+
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    progress.quiet_library_bars()
+    assert MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.get() is False  # as MLflow reads it before drawing a bar
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")
+    progress.quiet_library_bars()
+    assert MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.get() is True
