@@ -290,7 +290,8 @@ def evaluate_model(
         tags.update({MODEL_NAME_TAG: model.registered_name, MODEL_VERSION_TAG: model.version})
 
     run_name = run_name or (None if run_id else evaluate_run_name(model_uri, len(problems)))
-    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id) as run:
+    beside = None if run_id or mlflow.active_run() else _experiment_of(model.source_run_id)
+    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id, experiment=beside) as run:
         log_split_inputs(data_dir, {split: EVAL_INPUT_CONTEXT})
         prompts = [list(p["prompt"]) for p in problems]
         log.info("evaluating %s on %d %s problems (%s, max %d new tokens)", model_uri, len(problems), split,
@@ -309,6 +310,18 @@ def evaluate_model(
           f"{result.num_samples} {split} problems, mean response {result.response_length_mean:.1f} tokens "
           f"(run {result.run_id})")
     return result
+
+
+def _experiment_of(run_id: str | None) -> str | None:
+    """The experiment a standalone evaluation is filed in (unless the caller chose one): its model's train run's,
+    not Default among nothing it relates to."""
+    if not run_id:
+        return None
+    try:
+        client = MlflowClient()
+        return client.get_experiment(client.get_run(run_id).info.experiment_id).name
+    except MlflowException:
+        return None
 
 
 def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]], *, run_id: str, model_uri: str,

@@ -493,7 +493,8 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
                             f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
     tags = {STEP_TAG: "promote", MODEL_NAME_TAG: model_name}
     run_name = None if run_id else run_names.promote_run_name(model_name, alias)
-    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id) as run:
+    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id,
+                              experiment=None if run_id else _newest_version_experiment(client, model_name)) as run:
         decision = promote_alias(client, model_name, metric, alias, force)
         decision.run_id = run.info.run_id
         retry_on_lock(mlflow.set_tags, {
@@ -508,6 +509,17 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
     describe_champion(client, decision)
     print(describe(decision))
     return decision
+
+
+def _newest_version_experiment(client: MlflowClient, name: str) -> str | None:
+    """Where a standalone promote is filed (unless the caller chose): beside the newest version's train run."""
+    try:
+        versions = client.search_model_versions(f"name='{filter_quote(name)}'")
+        newest = max(versions, key=lambda mv: int(mv.version), default=None)
+        run_id = newest and (newest.tags.get("source_run_id") or newest.run_id)
+        return client.get_experiment(client.get_run(run_id).info.experiment_id).name if run_id else None
+    except MlflowException:
+        return None
 
 
 def describe(decision: PromotionDecision) -> str:
