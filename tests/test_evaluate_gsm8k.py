@@ -83,6 +83,35 @@ def test_registered_version_on_real_gsm8k_is_scored_logged_and_tagged(store, fix
     assert {"response", "extracted_answer", "correct"} <= set(rows[0])
 
 
+@pytest.mark.slow
+def test_a_smaller_evaluation_never_replaces_a_versions_headline(store, capsys):
+    """The README's `evaluate -P limit=200` of @challenger after main's 512: the 512 stays what promote ranks by."""
+    from verlflow.data import gsm8k
+    from verlflow.models import registry
+
+    data = store["root"] / "data-512"
+    gsm8k.preprocess("synthetic", data, 512, log_to_mlflow=False)
+    version = registry.register_checkpoint(_train_like_run(store["checkpoint"]), "tiny-eval-headline")
+    uri = f"models:/tiny-eval-headline/{version.version}"
+    full = evaluate.evaluate_model(uri, str(data), "test", 512, "auto")
+    small = evaluate.evaluate_model(uri, str(data), "test", 200, "auto")
+    on_train = evaluate.evaluate_model(uri, str(data), "train", 64, "auto")
+
+    tags = MlflowClient().get_model_version("tiny-eval-headline", version.version).tags
+    assert tags["eval.gsm8k.num_samples"] == "512" and tags["eval.run_id"] == full.run_id
+    assert float(tags["eval.gsm8k.accuracy"]) == pytest.approx(full.accuracy, abs=1e-6)
+    # Kept beside it, named by split and size.
+    assert float(tags["eval.gsm8k.test.n200.accuracy"]) == pytest.approx(small.accuracy, abs=1e-6)
+    assert tags["eval.gsm8k.test.n200.run_id"] == small.run_id
+    assert tags["eval.gsm8k.train.n64.run_id"] == on_train.run_id
+    out = capsys.readouterr().out
+    assert "keeps its headline accuracy" in out and "on 512 test problems; this 200-problem test evaluation" in out
+    # An evaluation on as many problems again is the newer headline.
+    again = evaluate.evaluate_model(uri, str(data), "test", 512, "auto")
+    tags = MlflowClient().get_model_version("tiny-eval-headline", version.version).tags
+    assert tags["eval.run_id"] == again.run_id
+
+
 def test_score_uses_verl_strict_and_flexible_extraction():
     scored = evaluate.score(["so #### 1,234", "the answer is 42", "#### 7"], ["1234", "42", "8"])
     assert [s["correct"] for s in scored] == [True, False, False]

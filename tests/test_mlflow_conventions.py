@@ -192,6 +192,20 @@ def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
     assert client.get_experiment(experiment_id).tags[experiments.EXPERIMENT_KIND_TAG] == "genai_development"
 
 
+def test_names_put_what_tells_runs_apart_first():
+    from verlflow.runs.naming import evaluate_run_name, model_ref
+    from verlflow.search.trial import pruned_name, trial_run_name
+
+    assert evaluate_run_name("models:/m@challenger", 200) == "evaluate · @challenger · 200"
+    assert [model_ref(u) for u in ("models:/m/3", "runs:/5d1e0a2b99/model", "/ckpt/hf/", "Qwen/Qwen3-4B")] == \
+        ["v3", "run 5d1e0a2b", "hf", "Qwen3-4B"]
+    name = trial_run_name("smoke-default", 3, {"actor_rollout_ref.actor.optim.lr": 3.2e-06,
+                                               "actor_rollout_ref.rollout.n": 8})
+    assert name == "t3 · lr=3.2e-06 n=8 · smoke-default"
+    assert pruned_name(name) == "t3 pruned · lr=3.2e-06 n=8 · smoke-default" == pruned_name(pruned_name(name))
+    assert train_run_name("tiny", "cpu-verl", dry_run=True) == "dry run · tiny · cpu-verl"
+
+
 def test_train_run_names_carry_the_overrides_in_short_and_the_description_in_full():
     assert train_run_name("smoke", "cpu", overrides="data.seed=2") == "seed=2 · smoke · cpu"
     assert train_run_name("recipes/smoke.yaml", "a3", overrides="") == "smoke · a3"
@@ -252,3 +266,22 @@ def test_the_private_mlflow_rules_verlflow_leans_on_are_in_this_mlflow(tracking_
         pass
     assert is_generated_name(run.info.run_name)
     assert not is_generated_name("team-baseline-2")  # user-chosen, though shaped like one
+
+
+def test_a_refusal_under_mlflow_run_leaves_a_run_named_for_its_step_and_reason(tracking_uri, tmp_path):
+    """`mlflow run` opens the run before the step starts (MLFLOW_RUN_ID); a step that refuses its input leaves it
+    named for the step and why, never as `skittish-sow-161`."""
+    import os
+    import subprocess
+    import sys
+
+    run = MlflowClient().create_run("0")  # as mlflow run creates it: no name given, MLflow makes one up
+    assert is_generated_name(run.info.run_name)
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu", "--data_dir", "empty"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id})
+    assert done.returncode == 2, done.stderr[-2000:]
+    named = MlflowClient().get_run(run.info.run_id)
+    assert named.info.run_name == "train · refused: data_dir 'empty' has no train.parquet"
+    assert named.data.tags["verlflow.error"].startswith("data_dir 'empty' has no train.parquet: run `mlflow run")

@@ -278,7 +278,8 @@ def test_bad_sources_and_arguments_name_the_value(tmp_path):
         (lambda: gsm8k.load_examples("synthetic", "train", limit=-1), "got -1"),
         (lambda: gsm8k.load_examples("synthetic", "validation"), "unknown split 'validation'"),
         (lambda: gsm8k.load_examples("synthetic:abc", "train"), "'synthetic:abc'"),
-        (lambda: gsm8k.read_split(empty, "train"), f"no train.parquet in {empty}: run `mlflow run . -e preprocess`"),
+        (lambda: gsm8k.read_split(empty, "train"), f"no train.parquet in {empty}: run `mlflow run . --env-manager "
+                                                   "local --experiment-name verlflow/data -e preprocess"),
     ]
     for call, expected in cases:
         with pytest.raises(VerlflowError) as caught:

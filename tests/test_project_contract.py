@@ -51,14 +51,22 @@ def test_entry_point_files_run_nothing_when_a_spawned_process_reimports_them(tra
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
-def test_readme_shows_the_entry_point_table():
-    assert steps_markdown() in (ROOT / "README.md").read_text()
+def test_the_entry_points_page_shows_the_generated_table_and_the_readme_links_it():
+    assert steps_markdown() in (ROOT / "docs" / "entry-points.md").read_text()
+    assert "(docs/entry-points.md)" in (ROOT / "README.md").read_text()
 
 
-def test_mlflow_run_is_told_to_use_the_local_environment():
-    readme = (ROOT / "README.md").read_text()
-    run_lines = [line for line in readme.splitlines() if "mlflow run ." in line]
-    assert run_lines and all("--env-manager local" in line for line in run_lines)
+def test_every_mlflow_run_command_in_the_docs_uses_the_local_environment_and_names_its_experiment():
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        run_lines = [line for line in page.read_text().splitlines()
+                     if "mlflow run ." in line and "`mlflow run .`" not in line]
+        assert all("--env-manager local" in line for line in run_lines), page
+        assert all("--experiment-name" in line for line in run_lines), [line for line in run_lines
+                                                                        if "--experiment-name" not in line]
+
+
+def test_the_readme_stays_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
 
 
 def test_every_step_names_a_function_that_exists():

@@ -12,6 +12,7 @@ on 2 cores, mostly start-up. The file takes about 2-3 minutes (plus the shared s
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -192,8 +193,10 @@ def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, trac
     client = MlflowClient()
     (child,) = _runs(client, f"tags.`mlflow.parentRunId` = '{result.parent_run_id}' and "
                              "tags.`verlflow.step` = 'train'")
-    assert child.info.status == "KILLED"
+    # Pruning is the search working: FINISHED (no red cross), tagged, and its name says so first.
+    assert child.info.status == "FINISHED"
     assert child.data.tags["optuna.pruned"] == "true" and child.data.tags["optuna.state"] == "PRUNED"
+    assert re.match(r"t\d+ pruned · \S+=", child.info.run_name), child.info.run_name
     # Pruned at its first validation and stopped soon after, far from its 200 steps.
     steps = [m.step for m in client.get_metric_history(child.info.run_id, METRIC)]
     assert steps[0] == 1 and max(steps) < 100, steps

@@ -62,7 +62,7 @@ def test_missing_hub_data_exits_2_with_the_command_before_any_run(tmp_path, step
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     (line,) = [line for line in done.stderr.splitlines() if line.startswith(f"verlflow {step[0]}: error:")]
-    assert ("`mlflow run . --env-manager local -e preprocess -P source=openai/gsm8k "
+    assert ("`mlflow run . --env-manager local --experiment-name verlflow/data -e preprocess -P source=openai/gsm8k "
             "-P output_dir=data/openai-gsm8k`") in line, line
     assert _all_runs(uri) == []
     assert not (tmp_path / "data").exists()
@@ -75,8 +75,8 @@ def test_an_explicit_data_dir_without_splits_is_refused_before_the_run(tmp_path)
                            "--data_dir", "empty"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env=_env(MLFLOW_TRACKING_URI=uri))
     assert done.returncode == 2, done.stderr[-2000:]
-    assert ("data_dir 'empty' has no train.parquet: run `mlflow run . --env-manager local -e preprocess "
-            "-P source=synthetic -P output_dir=empty` first") in done.stderr
+    assert ("data_dir 'empty' has no train.parquet: run `mlflow run . --env-manager local --experiment-name "
+            "verlflow/data -e preprocess -P source=synthetic -P output_dir=empty` first") in done.stderr
     assert _all_runs(uri) == []
 
 

@@ -104,7 +104,7 @@ def test_a_name_the_user_gave_is_kept_and_a_generated_one_replaced(tracking_uri)
 def test_compare_runs_link_points_at_the_tracking_server_or_says_how_to_open_it():
     link = run_names.compare_runs_link("http://mlflow.example:5000/", ["3", "3"], ["r1", "r2"])
     assert link == ("http://mlflow.example:5000/#/compare-runs?runs=%5B%22r1%22%2C%22r2%22%5D"
-                    "&experiments=%5B%223%22%5D")
+                    "&experiments=%5B%223%22%5D&workflowType=machine_learning")
     local = run_names.compare_runs_link("sqlite:///mlflow.db", ["0"], ["r1", "r2"])
     assert local.startswith("mlflow ui --backend-store-uri 'sqlite:///mlflow.db', then open /#/compare-runs?")
     assert local.endswith("on the address it prints") and "5000" not in local

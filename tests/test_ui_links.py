@@ -1,8 +1,10 @@
-"""Every link a step prints opens its page: main, train, search, compare and register on a real `mlflow server`.
+"""Every link a step prints opens its page in the Model-training view: main, train, search, compare, register,
+evaluate and promote on a real `mlflow server`.
 
 One module-scoped session on a real server (the tiny recipe: main, a standalone train, a 2-trial search, a
-compare of two train runs, a register) collects what each step printed; each URL is then fetched (the UI
-answers it) and the run, experiment or model version its route names is read back from the same server.
+compare of two train runs, a register, an evaluate of its version and a promote) collects what each step
+printed; each URL is then fetched (the UI answers it on the served port) and the run, experiment or model
+version its route names is read back from the same server.
 """
 
 from __future__ import annotations
@@ -21,10 +23,18 @@ from conftest import MlflowServer
 from mlflow.tracking import MlflowClient
 
 from verlflow.runs import ui_links
-from verlflow.step_requests import CompareRequest, MainRequest, RegisterRequest, SearchRequest, TrainRequest
+from verlflow.step_requests import (
+    CompareRequest,
+    EvaluateRequest,
+    MainRequest,
+    PromoteRequest,
+    RegisterRequest,
+    SearchRequest,
+    TrainRequest,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("main", "train", "search", "compare", "register")
+STEPS = ("main", "train", "search", "compare", "register", "evaluate", "promote")
 URL = re.compile(r"http://127\.0\.0\.1:\d+/#\S+")
 
 
@@ -42,7 +52,9 @@ def _short_search(tmp_path: Path) -> Path:
 def printed(tmp_path_factory, tiny_workdir):
     """(server, {step: what it printed}) after each step ran once against the server."""
     from verlflow.steps.compare import run_compare
+    from verlflow.steps.evaluate import run_evaluate
     from verlflow.steps.main import run_main
+    from verlflow.steps.promote import run_promote
     from verlflow.steps.register import run_register
     from verlflow.steps.search import run_search
     from verlflow.steps.train import run_train
@@ -83,7 +95,10 @@ def printed(tmp_path_factory, tiny_workdir):
             (standalone,) = [r for r in trains if "mlflow.parentRunId" not in r.data.tags]
             capture("compare", lambda: run_compare(CompareRequest(pipeline.step_run_ids["train"],
                                                                   standalone.info.run_id)))
-            capture("register", lambda: run_register(RegisterRequest(run_id=standalone.info.run_id)))
+            version = capture("register", lambda: run_register(RegisterRequest(run_id=standalone.info.run_id)))
+            capture("evaluate", lambda: run_evaluate(EvaluateRequest(
+                f"models:/{version.name}@challenger", limit=16)))
+            capture("promote", lambda: run_promote(PromoteRequest(version.name)))
         yield server, out
     finally:
         server.stop()
@@ -94,8 +109,9 @@ def _check_route(client: MlflowClient, route: str) -> str:
     path, _, query = route.partition("?")
     params = urllib.parse.parse_qs(query)
     parts = path.strip("/").split("/")
+    # A fresh browser opens the GenAI view on any page without it.
+    assert params.get("workflowType") == ["machine_learning"], route
     if parts[0] == "experiments" and len(parts) == 3:
-        assert params.get("workflowType") == ["machine_learning"], route
         assert client.get_experiment(parts[1]).lifecycle_stage == "active"
         return "runs table"
     if parts[0] == "experiments" and len(parts) == 4:
@@ -131,17 +147,57 @@ def test_every_printed_link_opens_a_page_that_names_what_exists(printed):
     assert {"runs table", "run", "model version"} <= kinds["search"]
     assert {"run", "compare runs"} <= kinds["compare"]
     assert kinds["register"] == {"model version", "run"}
+    assert kinds["evaluate"] == {"run", "runs table", "model version"}
+    assert kinds["promote"] == {"run", "model version"}
     # On a server, no step asks the user to start a UI of their own.
     assert not any("mlflow ui" in text for text in out.values())
 
 
-def test_a_file_store_gets_the_command_that_serves_the_links_first():
+def test_a_file_store_gets_the_command_that_serves_the_links_first(monkeypatch):
+    monkeypatch.setenv(ui_links.UI_PORT_ENV, "5123")
     lines = ui_links.link_lines("main", [("runs", ui_links.experiment_route("3"))], "sqlite:///mlflow.db")
     assert lines[0] == "main: open in the MLflow UI after starting it with: mlflow ui --backend-store-uri " \
-                       "'sqlite:///mlflow.db' --port 5000"
-    assert lines[1] == "main: runs: http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
+                       "sqlite:///mlflow.db --port 5123"
+    assert lines[1] == "main: runs: http://127.0.0.1:5123/#/experiments/3/runs?workflowType=machine_learning"
     secret = ui_links.link_lines("x", [("run", ui_links.run_route("1", "r"))], "http://u:pw@host:5000/")
     assert secret == ["x: run: http://***@host:5000/#/experiments/1/runs/r?workflowType=machine_learning"]
+
+
+@pytest.mark.slow
+def test_the_printed_ui_command_serves_the_links_when_5000_is_taken(tmp_path, monkeypatch):
+    """Something already on 5000 (another UI): the command names a free port and the links use it; the UI that
+    command starts answers them."""
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import stop_process_group, wait_until
+
+    monkeypatch.delenv(ui_links.UI_PORT_ENV, raising=False)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", ui_links.DEFAULT_UI_PORT))
+        except OSError:
+            pass  # already taken by someone else: the same case
+        lines = ui_links.link_lines("train", [("this run", ui_links.run_route("0", "r"))], store)
+    command = lines[0].split("starting it with: ", 1)[1]
+    port = int(command.rsplit("--port ", 1)[1])
+    assert port != ui_links.DEFAULT_UI_PORT
+    assert lines[1] == f"train: this run: http://127.0.0.1:{port}/#/experiments/0/runs/r?workflowType=machine_learning"
+    argv = [sys.executable, "-m", "mlflow", *command.split()[1:]]
+    ui = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(lines[1].split(": ", 2)[2].split("#")[0], timeout=5) as page:
+                    return page.status == 200
+            except OSError:
+                return False
+
+        wait_until(answers, 180, "the printed mlflow ui command to serve its links", poll_s=0.5, watch=[ui])
+    finally:
+        stop_process_group(ui)
 
 
 def _artifact_files(client: MlflowClient, run_id: str, path: str = "") -> list[str]:
@@ -223,3 +279,19 @@ def test_register_and_compare_runs_are_filed_with_the_runs_they_act_on(printed):
     filed = {(r.data.tags.get("verlflow.step"), r.info.experiment_id) for r in runs}
     assert {step for step, _ in filed} >= {"register", "compare", "train", "main"}
     assert {experiment for _, experiment in filed} == {recipe}
+
+
+def test_standalone_steps_and_main_are_named_apart_at_the_default_column_width(printed):
+    """`evaluate · @challenger · 16`, `register · <model> v<N>`, `promote · <model> @champion`, `main · …`."""
+    server, _ = printed
+    client = MlflowClient(server.url)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=500)
+    standalone = {r.data.tags.get("verlflow.step"): r.info.run_name for r in runs
+                  if "mlflow.parentRunId" not in r.data.tags}
+    model = "tiny-qwen3-gsm8k-tiny"
+    assert standalone["evaluate"] == "evaluate · @challenger · 16"
+    assert re.fullmatch(rf"register · {model} v\d+", standalone["register"]), standalone
+    assert standalone["promote"] == f"promote · {model} @champion"
+    assert re.fullmatch(rf"main · {model} · \d\d-\d\d \d\d:\d\d", standalone["main"]), standalone
+    trials = [r.info.run_name for r in runs if r.data.tags.get("optuna.trial_number")]
+    assert sorted(name.split(" · ")[0] for name in trials) == ["t0", "t1"] and all("n=" in n for n in trials)

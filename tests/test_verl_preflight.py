@@ -90,7 +90,8 @@ def test_model_and_data_must_be_usable(data_dir, tmp_path):
                                "(it has answer, question)")
     assert lines[2].startswith("data.reward_fn_key=data_source: ")
     assert lines[3] == (f"data.train_files={wrong_columns / 'train.parquet'}: lacks verl's column reward_model: "
-                        "write it with `mlflow run . -e preprocess`")
+                        "write it with `mlflow run . --env-manager local --experiment-name verlflow/data -e preprocess "
+                        f"-P source=openai/gsm8k -P output_dir={wrong_columns}`")
     assert lines[4].startswith(f"data.val_files={tmp_path / 'absent.parquet'}: file not found")
     lines, _, _ = _lines("", data_dir, tmp_path, model="/nowhere/Qwen3-4B")
     assert lines == ["actor_rollout_ref.model.path=/nowhere/Qwen3-4B: no such folder and not a hub id (org/name): "

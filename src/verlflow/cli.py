@@ -88,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             run_step(args.step, values)
     except VerlflowError as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        if args.step != "runs":
+            from verlflow.runs.naming import name_refused_run
+
+            name_refused_run(args.step, str(exc))
         sys.exit(EXIT_BAD_INPUT)
     except TrackingDeadline as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)

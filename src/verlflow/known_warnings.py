@@ -61,6 +61,33 @@ KNOWN: tuple[Known, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class KnownPythonWarning:
+    """A harmless Python warning raised in verl's own processes (the launch, its Ray workers): how its message
+    starts, its category, and why verlflow may drop it there."""
+
+    starts_with: str  # literal: no ':' or ',' (PYTHONWARNINGS separators)
+    category: str
+    why: str
+
+
+# verl imports verl.workers.engine in the trainer and again in every Ray worker; each optional engine it lacks
+# warns once per process (5 engines × every worker: 39 lines on a 4-worker CPU launch), none of them used here.
+_ENGINE_WHY = ("an optional verl training engine that is not installed; verlflow's recipes use FSDP, which is, "
+               "and verl falls back without it: repeated in every Ray worker")
+VERL_PROCESS_WARNINGS: tuple[KnownPythonWarning, ...] = tuple(
+    KnownPythonWarning(f"{engine} engine is not available", "UserWarning", _ENGINE_WHY)
+    for engine in ("torchtitan", "veomni", "automodel", "mindspeed", "megatron")
+)
+
+
+def python_warnings(existing: str = "") -> str:
+    """``PYTHONWARNINGS`` for verl's processes and Ray workers (which inherit it): :data:`VERL_PROCESS_WARNINGS`
+    dropped at their source, then the user's own filters, which Python applies last and so win."""
+    ours = [f"ignore:{known.starts_with}:{known.category}" for known in VERL_PROCESS_WARNINGS]
+    return ",".join([*ours, *([existing] if existing.strip() else [])])
+
+
 class _DropKnown(logging.Filter):
     """Drops the records of one logger whose message starts with one of the given texts."""
 

@@ -67,13 +67,17 @@ def progress_bar(total: int, desc: str, unit: str = "it", *, stream: IO[str] | N
 
 
 def quiet_library_bars() -> None:
-    """Switch off the Hugging Face libraries' own bars (weight loading, downloads) when stderr is no terminal.
+    """Switch off the Hugging Face libraries' own bars (weight loading, downloads) when stderr is no terminal,
+    and MLflow's artifact-download bars always.
 
     Through the environment (``HF_HUB_DISABLE_PROGRESS_BARS``, read when transformers is imported), so it
     costs no import and reaches the processes a step starts; a value the user set is kept.
     """
     if not is_terminal():
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # MLflow draws a bar for each artifact it downloads: the steps read only small tables (a rerun of main
+    # showed four "Downloading artifacts" bars for the promote's per-problem scores), never worth a bar.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def say(line: str) -> None:

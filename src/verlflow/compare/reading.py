@@ -22,7 +22,15 @@ from verlflow.compare.report import CURVES
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import needed_keys
 from verlflow.errors import VerlflowError
-from verlflow.names import TIMING_E2E, TIMING_MEAN_PREFIX, TIMING_PREFIX, canonical_metrics, metric_names
+from verlflow.names import (
+    DRY_RUN_TAG,
+    PROFILE_TAG,
+    TIMING_E2E,
+    TIMING_MEAN_PREFIX,
+    TIMING_PREFIX,
+    canonical_metrics,
+    metric_names,
+)
 from verlflow.runs import tracking
 
 # A reference is a filter string when it holds a comparison operator (run ids and names do not).
@@ -63,13 +71,28 @@ def _warn_unfinished(snap: RunSnapshot) -> None:
               "FINISHED: its figures cover the steps it logged so far", file=sys.stderr, flush=True)
 
 
+def _is_dry(run: Run) -> bool:
+    return run.data.tags.get(DRY_RUN_TAG) == "true"
+
+
+def refuse_dry_run(run: Run, role: str) -> Run:
+    """A run named on its own that is a dry run: one line saying so and how to select train runs."""
+    if _is_dry(run):
+        profile = run.data.tags.get(PROFILE_TAG, "<profile>")
+        raise VerlflowError(
+            f"{role} run '{run.info.run_name}' ({run.info.run_id}) is a dry run (nothing trained): name a train run, "
+            f"or a filter such as \"tags.verlflow.profile = '{profile}'\" (dry runs are left out of filters)")
+    return run
+
+
 def resolve_runs(ref: str, role: str = "run") -> list[Run]:
-    """The runs a side names: a run id or name, a comma list of them, or a filter string (every run it matches)."""
+    """The runs a side names: a run id or name, a comma list of them, or a filter string (every run it matches,
+    dry runs left out)."""
     ref = (ref or "").strip()
     if ref and not is_filter(ref) and "," in ref:
-        return [resolve_run(part, role) for part in ref.split(",") if part.strip()]
+        return [refuse_dry_run(resolve_run(part, role), role) for part in ref.split(",") if part.strip()]
     if not ref or not is_filter(ref):
-        return [resolve_run(ref, role)]
+        return [refuse_dry_run(resolve_run(ref, role), role)]
     client = MlflowClient()
     experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
     try:
@@ -78,6 +101,9 @@ def resolve_runs(ref: str, role: str = "run") -> list[Run]:
     except MlflowException as exc:
         first = (str(exc.message).strip().splitlines() or ["(no detail)"])[0]
         raise VerlflowError(f'{role} filter "{ref}" is not a valid MLflow filter: {first}') from None
+    if runs and all(_is_dry(r) for r in runs):
+        raise VerlflowError(f'{role} filter "{ref}" matches only dry runs (nothing trained): train a run with it first')
+    runs = [r for r in runs if not _is_dry(r)]
     if not runs:
         raise VerlflowError(
             f'{role} filter "{ref}" matches no run in the tracking store {mlflow.get_tracking_uri()}'

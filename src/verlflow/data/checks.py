@@ -18,7 +18,9 @@ def check_parquet_split(path: str | os.PathLike[str], required: tuple[str, ...] 
 
     file = Path(path)
     if file.is_file() and file.stat().st_size == 0:
-        raise VerlflowError(f"{file} is empty (0 bytes): preprocess again (mlflow run . -e preprocess)")
+        from verlflow.data.fix_commands import preprocess_command
+
+        raise VerlflowError(f"{file} is empty (0 bytes): preprocess again: `{preprocess_command('', file.parent)}`")
     try:
         meta = pq.ParquetFile(file)
     except Exception as exc:  # pyarrow's ArrowInvalid / OSError for a file that is not parquet

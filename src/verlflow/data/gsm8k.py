@@ -165,7 +165,9 @@ def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     _check_split(split)
     path = Path(data_dir) / f"{split}.parquet"
     if not path.is_file():
-        raise VerlflowError(f"no {split}.parquet in {data_dir}: run `mlflow run . -e preprocess` first")
+        from verlflow.data.fix_commands import preprocess_command
+
+        raise VerlflowError(f"no {split}.parquet in {data_dir}: run `{preprocess_command('', data_dir)}` first")
     from verlflow.data.checks import check_parquet_split
 
     check_parquet_split(path)

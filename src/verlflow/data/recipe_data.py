@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from verlflow.data.fix_commands import preprocess_command
 from verlflow.data.gsm8k import default_output_dir
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
@@ -50,12 +51,6 @@ def can_prepare(source: str) -> bool:
     from verlflow.data.gsm8k import SYNTHETIC
 
     return source.startswith(SYNTHETIC) or Path(source).expanduser().is_dir()
-
-
-def preprocess_command(source: str, output_dir: str | Path) -> str:
-    """The complete command that writes ``source``'s splits into ``output_dir``."""
-    return (f"mlflow run . --env-manager local -e preprocess -P source={source} "
-            f"-P output_dir={output_dir}")
 
 
 def step_data_dir(data_dir: str, source: str, *, splits: tuple[str, ...] = SPLITS) -> str:

@@ -12,8 +12,11 @@ batched with a KV cache through transformers (left padding), or through vLLM whe
 Logged: ``eval/gsm8k/accuracy`` (strict ``#### <n>`` extraction), ``eval/gsm8k/accuracy_flexible``
 (last number), ``eval/gsm8k/num_samples``, ``eval/gsm8k/response_length_mean`` and the table
 ``eval/gsm8k_predictions.json`` of every prediction. A registered version also gets the tag
-``eval.gsm8k.accuracy``, which ``promote`` ranks versions by; the run links to the model's training run
-through the tag ``verlflow.source_run_id``.
+``eval.gsm8k.accuracy``, which ``promote`` ranks versions by: its headline, the evaluation on the most
+problems of the test split. A smaller or train-split evaluation never replaces it (a 200-problem look at
+``@challenger`` would otherwise make promote compare 512 problems with 200); it is kept beside it, named by
+its split and size (``eval.gsm8k.test.n200.accuracy``). The run links to the model's training run through
+the tag ``verlflow.source_run_id``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class EvalResult:
     source_run_id: str | None = None
     model_name: str | None = None
     model_version: str | None = None
+    split: str = "test"
 
 
 def max_new_tokens_for(source_run_id: str | None) -> int:
@@ -256,7 +260,7 @@ def evaluate_model(
     *,
     max_new_tokens: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    run_name: str = "evaluate",
+    run_name: str | None = None,
     run_id: str | None = None,
 ) -> EvalResult:
     """Measure GSM8K accuracy of a model and log it as an MLflow run (what step ``evaluate`` does).
@@ -265,8 +269,11 @@ def evaluate_model(
     ``data_dir=""``: the data the model trained on (:func:`default_eval_data`).
     ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``. The evaluated split
     is logged as the run's dataset input (context ``evaluation``), the same dataset preprocess logged.
-    ``run_id``: the run to log into, already created (by ``main``).
+    ``run_id``: the run to log into, already created (by ``main``). ``run_name``: default
+    ``evaluate · <model> · <problems>`` (:func:`verlflow.runs.naming.evaluate_run_name`).
     """
+    from verlflow.runs.naming import evaluate_run_name
+
     engine = choose_backend(backend)
     model = None if data_dir else resolve_model(model_uri)  # no data_dir: the model says which data
     data_dir = data_dir or default_eval_data(model, split)
@@ -282,7 +289,9 @@ def evaluate_model(
     if model.registered_name:
         tags.update({MODEL_NAME_TAG: model.registered_name, MODEL_VERSION_TAG: model.version})
 
-    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id) as run:
+    run_name = run_name or (None if run_id else evaluate_run_name(model_uri, len(problems)))
+    beside = None if run_id or mlflow.active_run() else _experiment_of(model.source_run_id)
+    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id, experiment=beside) as run:
         log_split_inputs(data_dir, {split: EVAL_INPUT_CONTEXT})
         prompts = [list(p["prompt"]) for p in problems]
         log.info("evaluating %s on %d %s problems (%s, max %d new tokens)", model_uri, len(problems), split,
@@ -293,6 +302,7 @@ def evaluate_model(
             answers = generate_hf(model, prompts, budget, batch_size)
         result = _score_and_log(problems, answers, run_id=run.info.run_id, model_uri=model_uri, model=model,
                                 engine=engine, budget=budget)
+        result.split = split
         if model.registered_name:
             tag_version(model.registered_name, model.version, result)
     where = f"{model.registered_name} v{model.version}" if model.registered_name else model_uri
@@ -300,6 +310,18 @@ def evaluate_model(
           f"{result.num_samples} {split} problems, mean response {result.response_length_mean:.1f} tokens "
           f"(run {result.run_id})")
     return result
+
+
+def _experiment_of(run_id: str | None) -> str | None:
+    """The experiment a standalone evaluation is filed in (unless the caller chose one): its model's train run's,
+    not Default among nothing it relates to."""
+    if not run_id:
+        return None
+    try:
+        client = MlflowClient()
+        return client.get_experiment(client.get_run(run_id).info.experiment_id).name
+    except MlflowException:
+        return None
 
 
 def _score_and_log(problems: list[dict[str, Any]], answers: list[tuple[str, int]], *, run_id: str, model_uri: str,
@@ -345,13 +367,46 @@ def _question(problem: dict[str, Any]) -> str:
     return str(info.get("question") or problem["prompt"][-1]["content"])
 
 
-def tag_version(name: str, version: str, result: EvalResult) -> None:
-    """Put the score on a registered version, where promote and the registry UI see it."""
+# The split whose largest evaluation is a version's headline score (the one training never saw).
+HEADLINE_SPLIT = "test"
+VERSION_NUM_SAMPLES_TAG = "eval.gsm8k.num_samples"
+
+
+def side_tag_prefix(split: str, num_samples: int) -> str:
+    """Where an evaluation that is not the headline is kept on the version: ``eval.gsm8k.test.n200``."""
+    return f"eval.gsm8k.{split}.n{num_samples}"
+
+
+def is_headline(current_tags: dict[str, str], result: EvalResult) -> bool:
+    """Whether ``result`` becomes the version's headline: on the test split and on at least as many problems."""
+    if result.split != HEADLINE_SPLIT:
+        return False
+    current = current_tags.get(VERSION_NUM_SAMPLES_TAG, "")
+    return not current.isdigit() or result.num_samples >= int(current)
+
+
+def tag_version(name: str, version: str, result: EvalResult) -> str:
+    """Put the score on a registered version, where promote and the registry UI see it; returns the tag prefix.
+
+    The headline tags (``eval.gsm8k.accuracy`` …) take it only when :func:`is_headline`; otherwise it is
+    kept beside the headline under :func:`side_tag_prefix`, and a line says which score stays the headline.
+    """
     client = MlflowClient()
-    for key, value in {
-        VERSION_ACCURACY_TAG: f"{result.accuracy:.6g}",
-        "eval.gsm8k.accuracy_flexible": f"{result.accuracy_flexible:.6g}",
-        "eval.gsm8k.num_samples": str(result.num_samples),
-        "eval.run_id": result.run_id,
-    }.items():
+    current = client.get_model_version(name, version).tags
+    headline = is_headline(current, result)
+    prefix = "eval.gsm8k" if headline else side_tag_prefix(result.split, result.num_samples)
+    values = {"accuracy": f"{result.accuracy:.6g}", "accuracy_flexible": f"{result.accuracy_flexible:.6g}",
+              "num_samples": str(result.num_samples), "run_id": result.run_id}
+    tags = {f"{prefix}.{key}": value for key, value in values.items()}
+    if headline:
+        tags = {**tags, "eval.run_id": tags.pop("eval.gsm8k.run_id"), "eval.gsm8k.split": result.split}
+    for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
+    if not headline:
+        kept = (f"keeps its headline accuracy {float(current[VERSION_ACCURACY_TAG]):.4f} on "
+                f"{current.get(VERSION_NUM_SAMPLES_TAG, '?')} {HEADLINE_SPLIT} problems"
+                if current.get(VERSION_ACCURACY_TAG)
+                else f"has no headline yet (an evaluation of the {HEADLINE_SPLIT} split)")
+        print(f"evaluate: {name} v{version} {kept}; this {result.num_samples}-problem {result.split} evaluation "
+              f"is kept beside it as tag {prefix}.accuracy", flush=True)
+    return prefix

@@ -37,6 +37,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.models import champion_notes
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG, require_registered_model
 from verlflow.models.one_version import keep_one_version
@@ -57,6 +58,7 @@ from verlflow.names import (
     find_metric,
     metric_names,
 )
+from verlflow.runs import naming as run_names
 from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import filter_quote
@@ -214,7 +216,8 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
         digest = weights_digest(checkpoint)
         known = identical_version(client, name, digest)
     if known is not None:
-        with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id, experiment=beside):
+        with tracking.tracked_run(run_name=_register_name(step_run_id, name, known.version), tags=tags,
+                                  run_id=step_run_id, experiment=beside):
             point_alias(client, name, alias, known.version)
             mlflow.set_tags({MODEL_VERSION_TAG: str(known.version), REUSED_VERSION_TAG: "true"})
         why = (f"run {run_id} is already" if digest is None
@@ -229,16 +232,24 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     if digest := data_digest_of(train_run):
         lineage[DATA_DIGEST_TAG] = digest
 
-    with tracking.tracked_run(run_name="register", tags=tags, run_id=step_run_id, experiment=beside):
+    with tracking.tracked_run(run_name=_register_name(step_run_id, name), tags=tags, run_id=step_run_id,
+                              experiment=beside) as run:
         model = checkpoint_model(client, train_run, checkpoint)
         with contextlib.redirect_stderr(io.StringIO()):  # MLflow's "Created version …": the line below says it
             mv = retry_on_lock(mlflow.register_model, model.model_uri, name, tags=lineage)
         mv = keep_one_version(client, mv, run_id)  # two registers at once: one version stays
         point_alias(client, name, alias, mv.version)
         retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
+        if step_run_id is None:
+            client.update_run(run.info.run_id, name=run_names.register_run_name(name, mv.version))
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
           f"{mv.version}")
     return mv
+
+
+def _register_name(step_run_id: str | None, name: str, version: str | int | None = None) -> str | None:
+    """A standalone register's run name; ``main``'s child keeps the name ``main`` gave it."""
+    return None if step_run_id else run_names.register_run_name(name, version)
 
 
 def describe_version(client: MlflowClient, name: str, version: str) -> str:
@@ -257,9 +268,33 @@ def describe_version(client: MlflowClient, name: str, version: str) -> str:
     if tags.get("device.type"):
         parts.append(f"{tags['device.type']} (recipe {tags.get(RECIPE_TAG, '?')})")
     parts.append(f"from train run {tags.get('source_run_id') or mv.run_id}")
-    text = " · ".join(parts)
+    model_tags = client.get_registered_model(name).tags
+    text = champion_notes.with_note(" · ".join(parts), champion_notes.version_note(CHAMPION, model_tags, version))
     client.update_model_version(name, version, description=text)
     return text
+
+
+def describe_champion(client: MlflowClient, decision: PromotionDecision) -> None:
+    """Write a promote decision where the registry shows it: which version holds the alias, since when, why.
+
+    Tags on the registered model (:mod:`verlflow.models.champion_notes`), its description, and every version's
+    description (its own line, then what the alias is to it). Kept apart from the decision itself.
+    """
+    if decision.version is None:
+        return
+    name, alias = decision.model_name, decision.alias
+    current = client.get_registered_model(name).tags
+    tags = champion_notes.decision_tags(alias, decision.version, decision.moved, decision.reason, current,
+                                        champion_notes.now_utc())
+    for key, value in tags.items():
+        client.set_registered_model_tag(name, key, value)
+    if alias != CHAMPION:  # the descriptions speak of the champion; other aliases keep their tags only
+        return
+    merged = {**current, **tags}
+    client.update_registered_model(name, description=champion_notes.model_description(alias, merged))
+    for mv in client.search_model_versions(f"name='{filter_quote(name)}'"):
+        note = champion_notes.version_note(alias, merged, str(mv.version))
+        client.update_model_version(name, mv.version, description=champion_notes.with_note(mv.description or "", note))
 
 
 # MLflow's registry keeps a model's name in a 256-character column (registered_models.name).
@@ -459,7 +494,9 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
         raise VerlflowError(f"no version of '{model_name}' has a value for '{metric}' (version tag "
                             f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
     tags = {STEP_TAG: "promote", MODEL_NAME_TAG: model_name}
-    with tracking.tracked_run(run_name="promote", tags=tags, run_id=run_id) as run:
+    run_name = None if run_id else run_names.promote_run_name(model_name, alias)
+    with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id,
+                              experiment=None if run_id else _newest_version_experiment(client, model_name)) as run:
         decision = promote_alias(client, model_name, metric, alias, force)
         decision.run_id = run.info.run_id
         retry_on_lock(mlflow.set_tags, {
@@ -474,8 +511,20 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
                                             "promote.comparisons": str(gain.comparisons)})
             if gain.p_value is not None:
                 retry_on_lock(mlflow.set_tag, "promote.p_value", f"{gain.p_value:.4g}")
+    describe_champion(client, decision)
     print(describe(decision))
     return decision
+
+
+def _newest_version_experiment(client: MlflowClient, name: str) -> str | None:
+    """Where a standalone promote is filed (unless the caller chose): beside the newest version's train run."""
+    try:
+        versions = client.search_model_versions(f"name='{filter_quote(name)}'")
+        newest = max(versions, key=lambda mv: int(mv.version), default=None)
+        run_id = newest and (newest.tags.get("source_run_id") or newest.run_id)
+        return client.get_experiment(client.get_run(run_id).info.experiment_id).name if run_id else None
+    except MlflowException:
+        return None
 
 
 def describe(decision: PromotionDecision) -> str:

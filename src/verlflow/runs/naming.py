@@ -15,11 +15,9 @@ MLflow makes up (``bold-cat-123``) and the pipeline's bare step name ``train`` a
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import time
-import urllib.parse
 from collections.abc import Sequence
 
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
@@ -37,11 +35,18 @@ STEP_PLACEHOLDERS = {"train"}
 MAX_NAME_CHARS = 160
 
 
-def train_run_name(recipe: str, profile: str, overrides: str = "") -> str:
+# First in a dry run's name: it launched nothing, and must not read as the real run of its recipe and profile.
+DRY_RUN_PREFIX = "dry run"
+
+
+def train_run_name(recipe: str, profile: str, overrides: str = "", *, dry_run: bool = False) -> str:
     """``<short overrides> · <recipe> · <profile>``, or ``<recipe> · <profile>`` without overrides.
 
     Recipe/profile paths are shortened to their stem; only the overrides are cut (with "…") to fit.
+    A dry run's name starts with ``dry run · ``.
     """
+    if dry_run:
+        return f"{DRY_RUN_PREFIX}{SEPARATOR}{train_run_name(recipe, profile, overrides)}"
     tail = SEPARATOR.join((_stem(recipe), _stem(profile)))
     short = " ".join(short_overrides(overrides))
     if not short:
@@ -78,9 +83,10 @@ def short_overrides(overrides: str) -> list[str]:
     return [f"{prefix}{'.'.join(segments[-depth[i]:])}{rest}" for i, (prefix, segments, rest) in enumerate(parsed)]
 
 
-def train_run_description(recipe: str, profile: str, overrides: str) -> str:
+def train_run_description(recipe: str, profile: str, overrides: str, *, dry_run: bool = False) -> str:
     """The run's description (Markdown): the recipe, the profile and every override in full."""
-    lines = [f"Recipe `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
+    what = "Dry run (the verl command composed and checked, nothing trained): recipe" if dry_run else "Recipe"
+    lines = [f"{what} `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
     tokens = override_tokens(overrides)
     if not tokens:
         return lines[0] + ", no overrides."
@@ -115,22 +121,22 @@ def is_generated_name(name: str | None) -> bool:
     return parts[0] in words[0] and parts[1] in words[1]
 
 
-def name_train_run(run_id: str, recipe: str, profile: str, overrides: str = "") -> str:
+def name_train_run(run_id: str, recipe: str, profile: str, overrides: str = "", *, dry_run: bool = False) -> str:
     """Give a train run its descriptive name (unless it has a real one) and description; return its name."""
     client = LockRetryingClient()
     run = client.get_run(run_id)
     if not run.data.tags.get(MLFLOW_RUN_NOTE):  # a description someone wrote is kept
-        client.set_tag(run_id, MLFLOW_RUN_NOTE, train_run_description(recipe, profile, overrides))
+        client.set_tag(run_id, MLFLOW_RUN_NOTE, train_run_description(recipe, profile, overrides, dry_run=dry_run))
     current = run.info.run_name
     if not (is_generated_name(current) or current in STEP_PLACEHOLDERS):
         return current
-    name = train_run_name(recipe, profile, overrides)
+    name = train_run_name(recipe, profile, overrides, dry_run=dry_run)
     client.update_run(run_id, name=name)
     return name
 
 
 def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: str = "", *, tries: int = 3,
-                           pause_s: float = 1.0) -> str | None:
+                           pause_s: float = 1.0, dry_run: bool = False) -> str | None:
     """:func:`name_train_run`, tried again after a server error, then a warning: a name is not worth a run.
 
     A flaky server's 500s on the naming calls (three in a row outlast a training's short request retries)
@@ -140,7 +146,7 @@ def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: st
 
     for attempt in range(tries):
         try:
-            return name_train_run(run_id, recipe, profile, overrides)
+            return name_train_run(run_id, recipe, profile, overrides, dry_run=dry_run)
         except MlflowException as exc:
             if attempt + 1 == tries:
                 log.warning("could not name train run %s (%s): it keeps its generated name", run_id,
@@ -150,6 +156,77 @@ def name_train_run_or_warn(run_id: str, recipe: str, profile: str, overrides: st
     return None
 
 
+def model_ref(model_uri: str) -> str:
+    """A model reference short enough for a name column: ``@challenger``, ``v3``, ``run 5d1e0a2b``, a folder's name."""
+    uri = model_uri.strip().rstrip("/")
+    if uri.startswith("models:/"):
+        rest = uri.removeprefix("models:/")
+        if "@" in rest:
+            return "@" + rest.rsplit("@", 1)[1]
+        name, _, version = rest.rpartition("/")
+        return f"v{version}" if name and version.isdigit() else rest
+    if uri.startswith("runs:/"):
+        return f"run {uri.removeprefix('runs:/').split('/', 1)[0][:8]}"
+    return _stem(uri) or uri
+
+
+def evaluate_run_name(model_uri: str, problems: int) -> str:
+    """A standalone evaluation's name: ``evaluate · @challenger · 200`` (what, then on how many problems)."""
+    return SEPARATOR.join(("evaluate", model_ref(model_uri), str(problems)))
+
+
+def main_run_name(model_name: str, started: float | None = None) -> str:
+    """The pipeline's name: ``main · <model> · <local time>`` (two mains differ at a glance by model and time)."""
+    return SEPARATOR.join(("main", model_name, time.strftime("%m-%d %H:%M", time.localtime(started))))
+
+
+def register_run_name(model_name: str, version: str | int | None = None) -> str:
+    """A standalone register's name: ``register · <model> v<N>`` once the version is known."""
+    return SEPARATOR.join(("register", f"{model_name} v{version}" if version else model_name))
+
+
+def promote_run_name(model_name: str, alias: str) -> str:
+    """A standalone promote's name: ``promote · <model> @<alias>``."""
+    return SEPARATOR.join(("promote", f"{model_name} @{alias}"))
+
+
+REFUSED_REASON_CHARS = 60
+
+
+def refused_run_name(step: str, reason: str) -> str:
+    """``<step> · refused: <what was wrong>``: a run ``mlflow run`` opened for a step that refused its input."""
+    what = reason.split(": ", 1)[0].strip()
+    what = what if len(what) <= REFUSED_REASON_CHARS else what[:REFUSED_REASON_CHARS - 1] + "…"
+    return SEPARATOR.join((step, f"refused: {what}"))
+
+
+def name_refused_run(step: str, reason: str) -> None:
+    """Under ``mlflow run`` a step that refused its input before opening its run leaves the run MLflow made
+    (``skittish-sow-161``, ended FAILED by the launcher): name it for the step and the reason, tag the reason.
+
+    One short try (the store may be why it refused); a run with a real name is left as it is.
+    """
+    import os
+
+    from verlflow.names import ERROR_TAG
+    from verlflow.runs.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
+
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        return
+    try:
+        with bounded_http(WRITER_HTTP_KNOBS):
+            client = LockRetryingClient()
+            run = client.get_run(run_id)
+            if not is_generated_name(run.info.run_name):
+                return
+            client.update_run(run_id, name=refused_run_name(step, reason))
+            if not run.data.tags.get(ERROR_TAG):
+                client.set_tag(run_id, ERROR_TAG, reason[:5000])
+    except Exception as exc:  # a name is not worth a second error line
+        log.debug("could not name the refused run %s: %s", run_id, exc)
+
+
 def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:
     """Where MLflow's compare-runs page for ``run_ids`` is, for a reader of the report.
 
@@ -157,12 +234,9 @@ def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids:
     file, folder): the ``mlflow ui --backend-store-uri …`` command to start, then the page's path to open
     on the address it prints (its port is whatever ``mlflow ui`` chose, so none is assumed).
     """
-    # The UI builds this route as ?runs=<JSON list>&experiments=<JSON list>; quoted so terminals link it whole.
-    query = urllib.parse.urlencode({
-        "runs": json.dumps(list(run_ids), separators=(",", ":")),
-        "experiments": json.dumps(list(dict.fromkeys(experiment_ids)), separators=(",", ":")),
-    })
-    page = f"#/compare-runs?{query}"
+    from verlflow.runs.ui_links import compare_route
+
+    page = f"#{compare_route(experiment_ids, run_ids)}"  # in the Model-training view, as every printed link
     if tracking_uri.startswith(("http://", "https://")):
         return f"{tracking_uri.rstrip('/')}/{page}"
     return f"mlflow ui --backend-store-uri '{tracking_uri}', then open /{page} on the address it prints"

@@ -15,14 +15,17 @@ prints its own links instead (:func:`replace_mlflow_links`, called when a step s
 
 On an http(s) tracking server the links are full URLs on the server's address (any password in it masked).
 On any other store (the SQLite default) nothing serves the UI yet: the lines start with the ``mlflow ui``
-command that serves that store, and the URLs are those it serves (127.0.0.1, port 5000, which the command
-names).
+command that serves that store, and the URLs are those it serves: 127.0.0.1 on the port the command names,
+``VERLFLOW_UI_PORT`` when set, else 5000 when nothing listens there yet, else a free port (a UI or another
+server already on 5000 would otherwise answer the links with the wrong store, or the command would fail).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import socket
 import urllib.parse
 from collections.abc import Sequence
 
@@ -34,8 +37,10 @@ from verlflow.util import mask_url_password
 TRAINING_VIEW = "workflowType=machine_learning"
 # MLflow's switch for its own run/experiment links on stdout.
 MLFLOW_LINKS_OFF = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
-# Where `mlflow ui` serves a local store (its defaults, also named in the printed command).
-LOCAL_UI = "http://127.0.0.1:5000"
+# Where `mlflow ui` serves a local store: its host, and its default port unless taken or VERLFLOW_UI_PORT says.
+LOCAL_HOST = "127.0.0.1"
+DEFAULT_UI_PORT = 5000
+UI_PORT_ENV = "VERLFLOW_UI_PORT"
 
 
 def experiment_route(experiment_id: str) -> str:
@@ -54,20 +59,46 @@ def compare_route(experiment_ids: Sequence[str], run_ids: Sequence[str]) -> str:
         "runs": json.dumps(list(run_ids), separators=(",", ":")),
         "experiments": json.dumps(list(dict.fromkeys(experiment_ids)), separators=(",", ":")),
     })
-    return f"/compare-runs?{query}"
+    return f"/compare-runs?{query}&{TRAINING_VIEW}"
 
 
 def model_version_route(name: str, version: str | int) -> str:
-    """A registered model version's page (its source run, aliases, tags)."""
-    return f"/models/{urllib.parse.quote(name, safe='')}/versions/{version}"
+    """A registered model version's page (its source run, aliases, tags), in the Model-training view."""
+    return f"/models/{urllib.parse.quote(name, safe='')}/versions/{version}?{TRAINING_VIEW}"
 
 
-def ui_address(tracking_uri: str | None = None) -> tuple[str, str | None]:
-    """The UI's base URL for this store, and the command that starts a UI on it (None: a server already does)."""
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((LOCAL_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def local_ui_port() -> int:
+    """The port a printed ``mlflow ui`` command names: ``VERLFLOW_UI_PORT``, else 5000 if free, else a free one."""
+    given = os.environ.get(UI_PORT_ENV, "").strip()
+    if given.isdigit() and 0 < int(given) < 65536:
+        return int(given)
+    if _port_free(DEFAULT_UI_PORT):
+        return DEFAULT_UI_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOCAL_HOST, 0))
+        return probe.getsockname()[1]
+
+
+def ui_address(tracking_uri: str | None = None, port: int | None = None) -> tuple[str, str | None]:
+    """The UI's base URL for this store, and the command that starts a UI on it (None: a server already does).
+
+    ``port``: for a store no server serves, the port to name (default :func:`local_ui_port`).
+    """
     uri = tracking_uri or mlflow.get_tracking_uri()
     if uri.startswith(("http://", "https://")):
         return mask_url_password(uri).rstrip("/"), None
-    return LOCAL_UI, f"mlflow ui --backend-store-uri '{mask_url_password(uri)}' --port 5000"
+    port = port or local_ui_port()
+    store = shlex.quote(mask_url_password(uri))
+    return f"http://{LOCAL_HOST}:{port}", f"mlflow ui --backend-store-uri {store} --port {port}"
 
 
 def link_lines(step: str, pages: Sequence[tuple[str, str]], tracking_uri: str | None = None) -> list[str]:

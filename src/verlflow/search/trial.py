@@ -8,8 +8,12 @@ tag (not Optuna's deprecated MLflowCallback, which loses the link with parallel 
 verl logs them itself, and refuses to when a key already exists). It then runs the train step as a
 subprocess (``python -m verlflow.cli train … --overrides "<trial values>"``) with ``MLFLOW_RUN_ID`` set
 to that run, so the local trainer and verl alike log into it. While it runs, the objective metric's
-history is read from MLflow and reported to Optuna; a trial the pruner stops gets SIGTERM (the train
-step ends its run KILLED) and the tag ``optuna.pruned=true``. The subprocess dies with its worker.
+history is read from MLflow and reported to Optuna; a trial the pruner stops gets SIGTERM and its run then
+ends FINISHED with the tag ``optuna.pruned=true`` and ``pruned`` in its name (pruning is the search working,
+not a failure: no red cross in the runs table). The subprocess dies with its worker.
+
+A trial's run is named ``t<number> · <its parameters, short> · <study>`` (``t3 · lr=3e-06 n=8 · smoke-default``):
+what tells trials apart first, where the runs table's narrow name column still shows it.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from verlflow import config
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.names import STEP_TAG, metric_names
+from verlflow.names import ERROR_TAG, STEP_TAG, metric_names
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
 
@@ -124,7 +128,7 @@ class TrialRunner:
     def _create_run(self, client: MlflowClient, trial: optuna.Trial, params: dict[str, Any]) -> str:
         frozen = trial.study.get_trials(deepcopy=False)[trial.number]
         retry_of = frozen.system_attrs.get("failed_trial")
-        name = f"{self.study_name}-trial-{trial.number}"
+        name = trial_run_name(self.study_name, trial.number, params)
         tags = {
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
             MLFLOW_RUN_NAME: name,
@@ -187,10 +191,37 @@ class TrialRunner:
             client.set_tag(run_id, "optuna.state", outcome)
             if log_path.is_file() and log_path.stat().st_size:
                 client.log_artifact(run_id, str(log_path), "logs")
-            if client.get_run(run_id).info.status == RunStatus.to_string(RunStatus.RUNNING):
-                client.set_terminated(run_id, "KILLED" if outcome == "PRUNED" else "FAILED")
+            run = client.get_run(run_id)
+            if outcome == "PRUNED":  # ended KILLED by the train step's SIGTERM handling: the search's choice
+                client.set_terminated(run_id, "FINISHED")
+                client.update_run(run_id, name=pruned_name(run.info.run_name))
+                if ERROR_TAG in run.data.tags:  # the step's "interrupted": the search stopped it on purpose
+                    client.delete_tag(run_id, ERROR_TAG)
+            elif run.info.status == RunStatus.to_string(RunStatus.RUNNING):
+                client.set_terminated(run_id, "FAILED")
         except MlflowException:
             pass
+
+
+def trial_run_name(study_name: str, number: int, params: dict[str, Any]) -> str:
+    """``t<number> · <params, short> · <study>``: the trial and its parameters first (cut to fit, never the number)."""
+    from verlflow.runs.naming import MAX_NAME_CHARS, SEPARATOR, short_overrides
+
+    values = " ".join(short_overrides(" ".join(f"{key}={_short_value(value)}" for key, value in params.items())))
+    head = f"t{number}"
+    room = MAX_NAME_CHARS - len(head) - len(study_name) - 2 * len(SEPARATOR)
+    values = values if len(values) <= room else values[:max(room - 1, 0)] + "…"
+    return SEPARATOR.join(part for part in (head, values, study_name) if part)
+
+
+def pruned_name(name: str) -> str:
+    """The trial's name once pruned: ``t3 pruned · …`` (kept when it says so already)."""
+    head, sep, rest = name.partition(" · ")
+    return name if head.endswith(" pruned") else f"{head} pruned{sep}{rest}"
+
+
+def _short_value(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _last_per_step(history) -> dict[int, float]:

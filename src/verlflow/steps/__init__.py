@@ -5,8 +5,8 @@
 Each step is a thin function that takes its typed request (:mod:`verlflow.step_requests`) and calls the
 domain packages (``config``, ``data``, ``device``, ``backends``, ``models``, ``runs``, ``search``,
 ``compare``); nothing below this package imports it. ``MLproject`` declares the same entry points and
-parameters (tests/test_project_contract.py keeps the two equal), the README's entry-point table is
-:func:`steps_markdown`, and :mod:`verlflow.cli` builds its parser from :data:`STEPS`.
+parameters (tests/test_project_contract.py keeps the two equal), the entry-point table of
+docs/entry-points.md is :func:`steps_markdown`, and :mod:`verlflow.cli` builds its parser from :data:`STEPS`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ STEPS: dict[str, Step] = {
 
 
 def steps_markdown() -> str:
-    """The entry-point table of the README: every step and parameter with its default."""
+    """The entry-point table of docs/entry-points.md: every step and parameter with its default."""
     lines = ["| entry point | parameter | default | meaning |", "| --- | --- | --- | --- |"]
     for step in STEPS.values():
         for i, p in enumerate(step.params):

@@ -61,6 +61,7 @@ from verlflow.names import (
     SOURCE_RUN_TAG,
     STEP_TAG,
 )
+from verlflow.runs import naming as run_names
 from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.reuse import StepRunner, checkpoint_current, code_version, data_present
@@ -161,7 +162,8 @@ def run_main(request: MainRequest) -> PipelineResult:
     client = LockRetryingClient()
     parent_tags = {STEP_TAG: "main", RECIPE_TAG: plan.recipe, MODEL_NAME_TAG: plan.model_name,
                    CODE_VERSION_TAG: code_version()}
-    with tracking.tracked_run(run_name="main", tags=parent_tags, experiment=recipe_experiment(plan.recipe)) as active:
+    with tracking.tracked_run(run_name=run_names.main_run_name(plan.model_name), tags=parent_tags,
+                              experiment=recipe_experiment(plan.recipe)) as active:
         runner = StepRunner(client, client.get_run(active.info.run_id), PHASES)
 
         pre, _ = runner.run(

@@ -23,7 +23,7 @@ from verlflow.backends.train_setup import check_train_inputs, choose_train_setup
 from verlflow.backends.writable import check_writable_folders
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
-from verlflow.names import DATA_DIGEST_TAG, MODEL_NAME_TAG, STEP_TAG
+from verlflow.names import DATA_DIGEST_TAG, DRY_RUN_TAG, MODEL_NAME_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
 from verlflow.runs import tracking, ui_links
 from verlflow.step_requests import TrainRequest
@@ -78,13 +78,15 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
     interval = system_metrics.sampling_interval(cfg.verlflow)
     check_train_inputs(cfg, data_dir, require_splits=backend.checks_up_front)
     check_writable_folders(cfg, backend.spill_root(cfg))
-    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request)}
+    # Every train run says whether it trained, so a filter can leave dry runs out: tags.verlflow.dry_run = 'false'.
+    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request),
+                DRY_RUN_TAG: str(request.dry_run).lower()}
     prepared = backend.prepare(cfg, launch, cluster)
     tags = tracking.standard_tags(backend=backend.name, recipe=recipe, profile=profile)
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at,
                     interval if backend.samples_system_metrics(launch) else None,
                     spill_root=backend.spill_root(cfg), overrides=overrides, data_dir=data_dir,
-                    run_id=run_id) as (run, since):
+                    run_id=run_id, dry_run=request.dry_run) as (run, since):
         result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared)
     if MLFLOW_PARENT_RUN_ID not in run.data.tags:  # a nested run (main's, a search trial's): its parent links it
         ui_links.print_links("train", [
@@ -96,7 +98,7 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
 
 @contextlib.contextmanager
 def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: Path | None = None,
-               overrides="", data_dir="", run_id: str | None = None):
+               overrides="", data_dir="", run_id: str | None = None, dry_run: bool = False):
     """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
     timed across resumed attempts, with system metrics sampled while it trains.
 
@@ -114,7 +116,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
             (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
              else contextlib.nullcontext()), \
             resuming.attempt_clock(run.info.run_id, started_at) as since:
-        run_names.name_train_run_or_warn(run.info.run_id, recipe, profile, overrides)
+        run_names.name_train_run_or_warn(run.info.run_id, recipe, profile, overrides, dry_run=dry_run)
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}

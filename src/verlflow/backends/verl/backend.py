@@ -137,7 +137,10 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
     for key in ("data.train_files", "data.val_files"):
         for path in _paths(plan.overrides.get(key)):
             if "://" not in path and not Path(path).is_file():
-                raise VerlflowError(f"{key} {path} not found: run `mlflow run . -e preprocess` or pass -P data_dir=…")
+                from verlflow.data.fix_commands import preprocess_command
+
+                raise VerlflowError(f"{key} {path} not found: run `{preprocess_command('', Path(path).parent)}` "
+                                    "or pass -P data_dir=<folder with train.parquet and test.parquet>")
     model = str(plan.overrides.get("actor_rollout_ref.model.path", ""))
     if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
         raise VerlflowError(f"model folder {model} not found: pass -P model=<a Hugging Face folder or hub id>")

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from verlflow import config
+from verlflow import config, known_warnings
 from verlflow.config import Device, LiteralText, VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.util import mask_secret
@@ -395,6 +395,8 @@ def build_plan(
         env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
     # Lines reach the console and logs/verl.log as they are printed, not when a buffer fills.
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # verl's repeated, harmless warnings, dropped in its processes and Ray workers (each with its reason there).
+    env.setdefault("PYTHONWARNINGS", known_warnings.python_warnings(os.environ.get("PYTHONWARNINGS", "")))
     attach = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri),
               # verlflow samples system/* itself (verlflow.device.system_metrics); a second sampler in verl's
               # process would log the same keys at clashing steps.

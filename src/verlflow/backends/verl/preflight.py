@@ -36,6 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.config import Device
+from verlflow.data.fix_commands import preprocess_command
 from verlflow.errors import Problem
 from verlflow.util import first_line
 
@@ -207,24 +208,24 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
             if "://" in path:
                 continue
             if not Path(path).is_file():
-                problems.append(Problem(key, path, "file not found: run `mlflow run . -e preprocess` or pass "
-                                                   "-P data_dir=<folder with train.parquet and test.parquet>"))
+                problems.append(Problem(key, path, f"file not found: run `{preprocess_command('', Path(path).parent)}` "
+                                                   "or pass -P data_dir=<folder with train.parquet and test.parquet>"))
                 continue
             try:
                 columns = set(pq.read_schema(path).names)
             except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, … for a file that is not parquet
                 problems.append(Problem(key, path, f"not a parquet file ({first_line(exc, 120)}): "
-                                                   "run `mlflow run . -e preprocess`"))
+                                                   f"run `{preprocess_command('', Path(path).parent)}`"))
                 continue
             named = {wanted[0]: "data.prompt_key", wanted[1]: "data.reward_fn_key"}
             for column in [c for c in wanted if c not in columns]:
                 if column in named:
                     problems.append(Problem(named[column], column, (
                         f"{path} has no column '{column}' (it has {', '.join(sorted(columns))}): name one of "
-                        "its columns, or write the file with `mlflow run . -e preprocess`")))
+                        f"its columns, or write the file with `{preprocess_command('', Path(path).parent)}`")))
                 else:
                     problems.append(Problem(key, path, f"lacks verl's column {column}: write it with "
-                                                       "`mlflow run . -e preprocess`"))
+                                                       f"`{preprocess_command('', Path(path).parent)}`"))
     return problems
 
 
