@@ -179,8 +179,9 @@ def test_a_device_hour_price_on_an_a3_says_a_device_is_a_die(priced):
     assert "On the candidate (A3: 2 dies per chip) a device as verl counts it is one die" in priced.report
 
 
-def test_the_compare_guide_shows_this_comparisons_first_screen(priced):
-    guide = (Path(__file__).parents[1] / "docs" / "compare.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("page", ["README.md", "docs/compare.md"])
+def test_the_readme_and_compare_guide_show_this_comparisons_first_screen(priced, page):
+    guide = (Path(__file__).parents[1] / page).read_text(encoding="utf-8")
     shown = guide.split("opens with the answer")[1].split("```")[1].strip().splitlines()
     assert shown[0].startswith("**The answer**") and len(shown) >= 6
     for line in shown:

@@ -56,7 +56,8 @@ class TrainRequest:
 
     recipe: str = _param(_RECIPE_AUTO, "auto")
     device: str = _param(_DEVICE, "auto")
-    profile: str = _param("device profile name or .yaml path (auto: a3 on npu, h20 on gpu, cpu on cpu)", "auto")
+    profile: str = _param(
+        "device profile name or .yaml path (auto: the record of the accelerator npu-smi/nvidia-smi list; cpu)", "auto")
     data_dir: str = _param("folder with train.parquet and test.parquet ('' = the recipe's: data/<data_source>)", "")
     model: str = _param("HF folder or hub id ('' = the recipe's model path)", "")
     overrides: str = _param(_OVERRIDES, "")
@@ -117,7 +118,8 @@ class CompareRequest:
     candidate: str = _param("run id or name, a comma list of runs, or a tag filter (every run it matches; e.g. A3)")
     output_dir: str = _param("also write the report here ('' = only as run artifacts)", "")
     threshold: float = _param("parity threshold: mean relative difference of curves, 0.02 = 2%", 0.02)
-    prices: str = _param("YAML of prices per profile, e.g. h20: {node_hour: 20.0} ('' = no cost figures)", "")
+    prices: str = _param(
+        "YAML of prices per profile, per node_hour, chip_hour or device_hour, e.g. a3: {chip_hour: 3} ('' = none)", "")
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ class DoctorRequest:
     """``doctor``: this machine against the guide's stack."""
 
     device: str = _param(_DEVICE, "auto")
-    profile: str = _param("device profile name or .yaml path (auto: a3 on npu, h20 on gpu)", "auto")
+    profile: str = _param(
+        "device profile name or .yaml path (auto: the record of the accelerator npu-smi / nvidia-smi list)", "auto")
 
 
 REQUEST_TYPES = (MainRequest, PreprocessRequest, TrainRequest, EvaluateRequest, RegisterRequest, PromoteRequest,
