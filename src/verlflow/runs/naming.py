@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.secrets import mask_text
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def train_run_name(recipe: str, profile: str, overrides: str = "") -> str:
     Recipe/profile paths are shortened to their stem; only the overrides are cut (with "…") to fit.
     """
     tail = SEPARATOR.join((_stem(recipe), _stem(profile)))
-    short = " ".join(short_overrides(overrides))
+    short = " ".join(short_overrides(mask_text(overrides)))
     if not short:
         return tail
     room = MAX_NAME_CHARS - len(SEPARATOR) - len(tail)
@@ -81,7 +82,7 @@ def short_overrides(overrides: str) -> list[str]:
 def train_run_description(recipe: str, profile: str, overrides: str) -> str:
     """The run's description (Markdown): the recipe, the profile and every override in full."""
     lines = [f"Recipe `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
-    tokens = override_tokens(overrides)
+    tokens = override_tokens(mask_text(overrides))
     if not tokens:
         return lines[0] + ", no overrides."
     return "\n".join([lines[0] + ", with overrides:", "", *(f"- `{token}`" for token in tokens)])
