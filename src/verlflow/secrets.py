@@ -85,14 +85,16 @@ def mask_text(text: str, *, known: set[str] | None = None) -> str:
     ``secret_key=value`` pairs, known token formats, values marked secret). Other text is left as it was."""
     if not isinstance(text, str) or not text:
         return text
-    for value in sorted(known if known is not None else known_values(), key=len, reverse=True):
-        if value in text:
-            text = text.replace(value, MASK)
+    # By shape first, so a masked URL keeps its host and path; then whatever is left of a known value.
     text = _URL_USERINFO.sub(f"{MASK}@", text)
     text = _SECRET_QUERY.sub(rf"\1={MASK}", text)
     text = _WANDB_KEY.sub(rf"\1{MASK}", text)
     text = TOKEN_FORMATS.sub(MASK, text)
-    return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    for value in sorted(known if known is not None else known_values(), key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
 
 
 def carries_secret(value: Any) -> bool:
