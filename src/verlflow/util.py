@@ -178,3 +178,18 @@ def free_space(folder: str | os.PathLike[str]) -> str:
     if limit != resource.RLIM_INFINITY:
         facts += f", and a file-size limit of {limit / 2**20:.1f} MiB (ulimit -f)"
     return facts
+
+
+def check_name_inside(name: str, what: str, root: str) -> str:
+    """Refuse, in one line, a name that becomes a file or folder under ``root`` but would leave it or nest in it.
+
+    A name is one path component: not empty, not ``.``/``..``, no ``/`` or ``\\``, no control character
+    (``--study_name ../../x`` wrote its journal and checkpoints outside the project). Returns ``name``.
+    """
+    from verlflow.errors import VerlflowError
+
+    if (not name or name in (".", "..") or any(c in name for c in "/\\") or
+            any(ord(c) < 32 or ord(c) == 127 for c in name)):
+        raise VerlflowError(f"{what} {name!r} would name a file outside {root}/ (or nested in it): use one name "
+                            "without '/', '\\', '..' or control characters, e.g. letters, digits, '-', '_', '.'")
+    return name
