@@ -52,13 +52,15 @@ TOKEN_FORMATS = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|gh[po
 _WANDB_KEY = re.compile(r"((?:wandb|wb)[\w-]*['\"]?\s*[=:]\s*['\"]?)[0-9a-f]{40}\b", re.IGNORECASE)
 # Values shorter than this are not masked by equality (``1``, ``true`` would blank half a report).
 MIN_SECRET_LEN = 6
+_NOT_SECRET = {"PWD", "OLDPWD"}
 _remembered: set[str] = set()
 
 
 def looks_secret(name: str) -> bool:
-    """Whether an environment variable (or any name) ``name`` probably holds a secret: TOKEN, KEY, SECRET, …"""
+    """Whether an environment variable (or any name) ``name`` probably holds a secret: TOKEN, KEY, SECRET, …
+    (the shell's working folders ``PWD``/``OLDPWD`` excepted)."""
     upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+    return upper not in _NOT_SECRET and any(word in upper for word in SECRET_WORDS)
 
 
 def key_names_secret(key: str) -> bool:
@@ -76,7 +78,9 @@ def remember(value: str) -> None:
 def known_values(environ: Mapping[str, str] | None = None) -> set[str]:
     """Values marked secret: remembered ones and those of secret-named environment variables."""
     environ = os.environ if environ is None else environ
-    found = {v for k, v in environ.items() if looks_secret(k) and len(v) >= MIN_SECRET_LEN}
+    # A secret-named variable that holds a path (SSL_CERT_FILE, XAUTHORITY) names where a secret is kept: masking
+    # that path by value would blank every file name under it.
+    found = {v for k, v in environ.items() if looks_secret(k) and len(v) >= MIN_SECRET_LEN and not os.path.exists(v)}
     return found | _remembered
 
 
