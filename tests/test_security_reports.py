@@ -98,9 +98,9 @@ def _assert_inert(page: str, host: Path, own: Path) -> None:
 def test_html_reports_show_payloads_as_text_and_embed_no_host_file(hostile, compared):
     result, out, _ = compared
     own = out  # every PNG compare drew for this report
-    _assert_inert((out / "report.html").read_text(encoding="utf-8"), hostile["host"], own)
     logged = MlflowClient().download_artifacts(result.run_id, "compare/report.html", str(hostile["root"] / "dl"))
     _assert_inert(Path(logged).read_text(encoding="utf-8"), hostile["host"], own)
+    _assert_inert((out / "report.html").read_text(encoding="utf-8"), hostile["host"], own)  # output_dir has it too
 
 
 def test_console_gets_no_escape_sequence_from_run_text(compared):
