@@ -139,14 +139,17 @@ def mask_url_password(value: str) -> str:
     return _URL_USERINFO.sub(f"{MASK}@", value)
 
 
+def _is_path(value: str) -> bool:
+    """Whether ``value`` reads as a file path (a leading ``/ ~ ./ ../`` or an existing file)."""
+    return value.startswith(("/", "~", "./", "../")) or os.path.isfile(value)
+
+
 def url_secret(url: str) -> str | None:
     """Where a URL carries a secret, in words (``its user part``, ``query parameter 'sslpassword'``), or None.
 
     A parameter whose value is a file path (libpq's ``sslkey=/path``) names where a secret is kept, not the
     secret, and is allowed.
     """
-    from verlflow.util import is_path
-
     if "://" not in url:
         return None
     parts = urlsplit(url)
@@ -157,7 +160,7 @@ def url_secret(url: str) -> str | None:
     if password:  # an empty one (a local socket's trust login) holds nothing secret
         return "a password in its user part (user:password@)"
     for key, value in parse_qsl(parts.query, keep_blank_values=False):
-        if _SECRET_QUERY_KEY.search(key) and value and not is_path(value):
+        if _SECRET_QUERY_KEY.search(key) and value and not _is_path(value):
             return f"query parameter '{key}'"
     return None
 

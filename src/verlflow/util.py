@@ -156,11 +156,6 @@ def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:
     return folder
 
 
-def is_path(value: str) -> bool:
-    """Whether ``value`` reads as a file path (a leading ``/ ~ ./ ../`` or an existing file)."""
-    return value.startswith(("/", "~", "./", "../")) or Path(value).is_file()
-
-
 def free_space(folder: str | os.PathLike[str]) -> str:
     """``"<N> MiB free there"`` for the disk holding ``folder`` (or its nearest existing parent), and the
     file-size limit when one is set (``ulimit -f``): what a message about a failed write points the user at."""
