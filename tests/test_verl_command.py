@@ -20,7 +20,7 @@ from verlflow.backends.verl.command import FINAL_ONLY_SAVE_FREQ, absolute_tracki
 from verlflow.backends.verl.launch import ray_job_spec, ray_submit_command
 from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI, Probe
 from verlflow.errors import VerlflowError
-from verlflow.util import mask_secret
+from verlflow.secrets import mask_env
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -126,7 +126,7 @@ def test_ray_job_carries_the_run_and_profile_env_to_every_worker(a3):
     assert spec["submission_id"] == f"verlflow-{RUN_ID}"
     inner = shlex.split(spec["entrypoint"])
     assert inner[:2] == ["bash", "-c"] and "exec python3 -m verl.trainer.main_ppo" in inner[2]
-    line = shlex.split(ray_submit_command(spec, "http://head:8265", mask=mask_secret))
+    line = shlex.split(ray_submit_command(spec, "http://head:8265", mask=mask_env))
     assert line[:3] == ["ray", "job", "submit"] and line[line.index("--address") + 1] == "http://head:8265"
     assert json.loads(line[line.index("--runtime-env-json") + 1])["env_vars"]["MLFLOW_RUN_ID"] == RUN_ID
     assert line[line.index("--") + 1:] == inner

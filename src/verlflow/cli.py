@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.runs.store_retry import store_write_failure
+from verlflow.secrets import mask_text
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
 from verlflow.stopping import stop_interrupted
@@ -87,11 +88,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             run_step(args.step, values)
     except VerlflowError as exc:
-        print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        message = mask_text(str(exc))
+        print(f"verlflow {args.step}: error: {message}", file=sys.stderr)
         if args.step != "runs":
             from verlflow.runs.naming import name_refused_run
 
-            name_refused_run(args.step, str(exc))
+            name_refused_run(args.step, message)
         sys.exit(EXIT_BAD_INPUT)
     except TrackingDeadline as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)

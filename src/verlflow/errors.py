@@ -38,7 +38,9 @@ class Problem:
         """``key=value: fix`` — the value shown as the user would type it."""
         if self.value is NO_VALUE:
             return f"{self.key}: {self.fix}"
-        return f"{self.key}={_show(self.value)}: {self.fix}"
+        from verlflow.secrets import mask_value
+
+        return f"{self.key}={_show(mask_value(self.key, self.value))}: {self.fix}"
 
 
 def _show(value: Any) -> str:

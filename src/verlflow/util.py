@@ -1,5 +1,5 @@
-"""Small helpers several subpackages need, each written once: error lines, secrets (in names and URLs), filters,
-output folders, the hub probe, GC, numeric settings from the environment.
+"""Small helpers several subpackages need, each written once: error lines, filters,
+output folders, the hub probe, GC, numeric settings from the environment (secrets: :mod:`verlflow.secrets`).
 
 Nothing here knows about recipes, runs or devices; a helper moves here when a second module needs it.
 """
@@ -10,19 +10,11 @@ import contextlib
 import gc
 import math
 import os
-import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
 
-# A name containing one of these words holds a secret: never logged, shown masked.
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PWD", "CREDENTIAL", "AUTH",
-                "COOKIE", "HEADER", "PRIVATE", "CERT")
-_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 HUB_PROBE_TIMEOUT_S = 3.0
-# A URL query parameter or an override key whose name says it holds a secret.
-_SECRET_QUERY_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|api_?key|access_?key|credential", re.IGNORECASE)
 # Numeric environment settings read by env_number() whose value could not be used: name -> the error line.
 _BAD_ENV_NUMBERS: dict[str, str] = {}
 
@@ -43,22 +35,6 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return (lines[0] if lines else type(exc).__name__)[:limit]
-
-
-def looks_secret(name: str) -> bool:
-    """Whether an environment variable or parameter called ``name`` probably holds a secret."""
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def mask_url_password(value: str) -> str:
-    """``value`` with any URL's ``user:password@`` replaced by ``***@`` (tracking and storage URLs carry them)."""
-    return _URL_USERINFO.sub("***@", value)
-
-
-def mask_secret(name: str, value: str) -> str:
-    """``value`` fit for a log: hidden when ``name`` looks secret, a URL's ``user:password@`` masked."""
-    return "***" if looks_secret(name) else mask_url_password(value)
 
 
 def filter_quote(value: str) -> str:
@@ -180,33 +156,6 @@ def check_output_dir(path: str | os.PathLike[str], what: str) -> Path:
     return folder
 
 
-def url_secret(url: str) -> str | None:
-    """Where a URL carries a secret, in words (``its user part``, ``query parameter 'sslpassword'``), or None.
-
-    Secrets ride in the user part (``user:password@``) or in query parameters whose name looks secret
-    (``password=``, ``sslpassword=``, ``token=``, ``api_key=``); a parameter whose value is a file path
-    (libpq's ``sslkey=/path``) names where a secret is kept, not the secret, and is allowed.
-    """
-    if "://" not in url:
-        return None
-    parts = urlsplit(url)
-    try:
-        password = parts.password
-    except ValueError:  # an unparsable port: no user part worth reading
-        password = None
-    if password:  # an empty one (a local socket's trust login) holds nothing secret
-        return "a password in its user part (user:password@)"
-    for key, value in parse_qsl(parts.query, keep_blank_values=False):
-        if _SECRET_QUERY_KEY.search(key) and value and not is_path(value):
-            return f"query parameter '{key}'"
-    return None
-
-
-def is_path(value: str) -> bool:
-    """Whether ``value`` reads as a file path (a leading ``/ ~ ./ ../`` or an existing file)."""
-    return value.startswith(("/", "~", "./", "../")) or Path(value).is_file()
-
-
 def free_space(folder: str | os.PathLike[str]) -> str:
     """``"<N> MiB free there"`` for the disk holding ``folder`` (or its nearest existing parent), and the
     file-size limit when one is set (``ulimit -f``): what a message about a failed write points the user at."""
@@ -224,3 +173,18 @@ def free_space(folder: str | os.PathLike[str]) -> str:
     if limit != resource.RLIM_INFINITY:
         facts += f", and a file-size limit of {limit / 2**20:.1f} MiB (ulimit -f)"
     return facts
+
+
+def check_name_inside(name: str, what: str, root: str) -> str:
+    """Refuse, in one line, a name that becomes a file or folder under ``root`` but would leave it or nest in it.
+
+    A name is one path component: not empty, not ``.``/``..``, no ``/`` or ``\\``, no control character
+    (``--study_name ../../x`` wrote its journal and checkpoints outside the project). Returns ``name``.
+    """
+    from verlflow.errors import VerlflowError
+
+    if (not name or name in (".", "..") or any(c in name for c in "/\\") or
+            any(ord(c) < 32 or ord(c) == 127 for c in name)):
+        raise VerlflowError(f"{what} {name!r} would name a file outside {root}/ (or nested in it): use one name "
+                            "without '/', '\\', '..' or control characters, e.g. letters, digits, '-', '_', '.'")
+    return name

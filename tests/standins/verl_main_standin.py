@@ -27,6 +27,9 @@ from pathlib import Path
 STEPS = 2
 WAITING = "STANDIN_WAITING"
 FILE_LIMIT_BYTES = 64 * 1024
+# When set: a file the stand-in writes what it received into (config, environment, command lines), and it
+# prints its resolved config as verl does.
+RECEIVED = "VERLFLOW_STANDIN_RECEIVED"
 
 
 def step_metrics(step: int) -> dict[str, float]:
@@ -39,6 +42,21 @@ def step_metrics(step: int) -> dict[str, float]:
     }
 
 
+def _record_received(cfg, path: str) -> None:
+    """Write what this process was given (config, environment, its command line as ``ps`` shows it) to ``path``,
+    and print the resolved config as verl's main_ppo does (its output is the run's verl.log)."""
+    import json
+    from pprint import pprint
+
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    pprint(resolved)
+    # The launch script exec's this process: its command line is the one the launch shows in ``ps``.
+    cmdline = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    Path(path).write_text(json.dumps({"config": resolved, "env": dict(os.environ), "cmdline": cmdline}))
+
+
 def main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
     from verl.utils.tracking import Tracking
@@ -47,6 +65,8 @@ def main(argv: list[str]) -> int:
 
     cfg = validate_against_verl(parse_overrides(argv))
     mode = os.environ.get("VERLFLOW_STANDIN_MODE", "ok")
+    if os.environ.get(RECEIVED):
+        _record_received(cfg, os.environ[RECEIVED])
     logger = Tracking(project_name=cfg.trainer.project_name, experiment_name=cfg.trainer.experiment_name,
                       default_backend=list(cfg.trainer.logger), config=OmegaConf.to_container(cfg, resolve=True))
     for step in range(1, STEPS + 1):

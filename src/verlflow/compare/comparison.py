@@ -55,7 +55,7 @@ from verlflow.compare.report import (
     version_rows,
     without_verdict,
 )
-from verlflow.compare.report_html import report_page
+from verlflow.compare.report_html import log_report
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import (
     plot_utilisation,
@@ -67,6 +67,7 @@ from verlflow.errors import VerlflowError
 from verlflow.names import PROFILE_TAG, STEP_TAG
 from verlflow.runs import naming as run_names
 from verlflow.runs import profiling, tracking
+from verlflow.text_safety import terminal_text
 from verlflow.util import check_output_dir, gc_paused
 
 ARTIFACT_DIR = "compare"
@@ -309,10 +310,11 @@ def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: flo
         NOTE_TAG: note,
         COMPARE_LINK_TAG: link,
     })
-    for name in ("report.md", "comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
+    for name in ("comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
-    mlflow.log_text(report_page(report, out_dir, "compare"), f"{ARTIFACT_DIR}/report.html")  # images embedded
+    log_report(report, out_dir, mlflow.active_run().info.run_id, ARTIFACT_DIR,  # report.md + report.html
+               [GRID_IMAGE, UTILISATION_IMAGE, *(f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES)])
     mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
     mlflow.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
 
@@ -364,8 +366,8 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
                                   experiment=beside) as run:
             warning = comparison_warning(parts.diff, base, cand)
             if warning:
-                print(warning)
-            print(parts.report)
+                print(terminal_text(warning))
+            print(terminal_text(parts.report))
             link = compare_link(base, cand)
             print(f"MLflow compare-runs page: {link}")
             _log_comparison(out_dir, link, parts, threshold)

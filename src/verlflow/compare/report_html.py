@@ -1,12 +1,15 @@
 """The compare report as one self-contained HTML page (``compare/report.html``), its images embedded.
 
     python -c "from verlflow.compare.report_html import report_page; import pathlib; \
-print(report_page(pathlib.Path('out/report.md').read_text(), pathlib.Path('out'), 'compare'))" > report.html
+print(report_page(pathlib.Path('out/report.md').read_text(), pathlib.Path('out'), 'compare', ['curves.png']))"
 
-MLflow's artifact view shows ``report.md`` as Markdown but not the images it references by relative path
-(``![curves](curves.png)`` reads as text there), and nothing on an air-gapped cluster may load from the web.
-The page inlines every image the report references as a ``data:`` URI and is rendered with markdown-it-py
-(CommonMark plus tables) where it is installed, else shown as preformatted text with the images below it.
+Nothing on an air-gapped cluster may load from the web, so the page inlines the images as ``data:`` URIs, and
+only the images verlflow drew for this report (``images``, paths inside its folder): a run named
+``… ![x](/any/path.png)`` embeds nothing. The Markdown, which holds run names, tags and params written by
+people, is rendered with raw HTML off (:func:`verlflow.text_safety.markdown_to_html`), so markup in run text
+shows as text. :func:`log_report` writes the page beside ``report.md`` (so ``output_dir`` has both) and logs
+both, the artifact ``report.md`` with its images pointing at the run's artifacts (``get-artifact?…``, which the
+MLflow UI serves from the page's own server).
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import quote
+
+from verlflow.text_safety import html_text, markdown_to_html
 
 # ![alt](file.png): an image the report references beside it.
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.(?:png|jpe?g|webp|gif))\)")
@@ -27,30 +34,74 @@ def _data_uri(path: Path) -> str:
     return f"data:image/{kind};base64,{base64.b64encode(path.read_bytes()).decode()}"
 
 
-def report_page(report_md: str, folder: Path, title: str) -> str:
-    """``report_md`` as a full HTML page; images it references in ``folder`` are embedded, missing ones dropped."""
+def own_images(folder: Path, images: Iterable[str]) -> dict[str, Path]:
+    """The report's own image files: each relative path of ``images`` that is a regular file inside ``folder``."""
+    root = folder.resolve()
+    found = {}
+    for rel in images:
+        path = folder / rel
+        if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(root):
+            found[rel] = path
+    return found
+
+
+def report_page(report_md: str, folder: Path, title: str, images: Iterable[str]) -> str:
+    """``report_md`` as a full HTML page; of the images it references, only ``images`` (verlflow's own files in
+    ``folder``) are embedded, any other reference is shown as its alt text."""
+    uris = {rel: _data_uri(path) for rel, path in own_images(folder, images).items()}
 
     def embed(match: re.Match) -> str:
-        image = folder / match.group(2)
-        return f"![{match.group(1)}]({_data_uri(image)})" if image.is_file() else match.group(1)
+        uri = uris.get(match.group(2))
+        return f"![{match.group(1)}]({uri})" if uri else match.group(0)
 
     embedded = _IMAGE.sub(embed, report_md)
+    allowed = set(uris.values())
     try:
-        from markdown_it import MarkdownIt
+        import markdown_it  # noqa: F401
     except ImportError:
-        body = _preformatted(embedded)
+        body = _preformatted(embedded, allowed)
     else:
-        body = MarkdownIt("commonmark").enable("table").render(embedded)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+        body = markdown_to_html(embedded, allowed.__contains__)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html_text(title)}</title>"
             f"<style>{_STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def _preformatted(markdown: str) -> str:
-    """The report as text, each embedded image shown as an image where it stood."""
+def _preformatted(markdown: str, allowed: set[str]) -> str:
+    """The report as text, each of its own embedded images shown as an image where it stood."""
     out, last = [], 0
     for match in re.finditer(r"!\[([^\]]*)\]\((data:image/[^)]+)\)", markdown):
+        if match.group(2) not in allowed:
+            continue
         out.append(f"<pre>{html.escape(markdown[last:match.start()])}</pre>")
         out.append(f'<img alt="{html.escape(match.group(1))}" src="{match.group(2)}">')
         last = match.end()
     out.append(f"<pre>{html.escape(markdown[last:])}</pre>")
     return "\n".join(out)
+
+
+def artifact_markdown(report_md: str, run_id: str, artifact_dir: str, images: Iterable[str]) -> str:
+    """``report_md`` with its own images pointing at the run's artifacts, as the MLflow UI serves them
+    (``get-artifact?path=<artifact_dir>/<image>&run_uuid=<run>``, relative to the UI's own address)."""
+    own = set(images)
+
+    def point(match: re.Match) -> str:
+        if match.group(2) not in own:
+            return match.group(0)
+        path = quote(f"{artifact_dir}/{match.group(2)}", safe="/")
+        return f"![{match.group(1)}](get-artifact?path={path}&run_uuid={run_id})"
+
+    return _IMAGE.sub(point, report_md)
+
+
+def log_report(report_md: str, out_dir: Path, run_id: str, artifact_dir: str, images: Iterable[str]) -> None:
+    """Write ``report.html`` beside ``report.md`` in ``out_dir`` and log both under ``artifact_dir`` of the active
+    run: the page self-contained, the Markdown with image links the MLflow UI resolves."""
+    import mlflow
+
+    images = list(images)
+    (out_dir / "report.html").write_text(report_page(report_md, out_dir, "compare", images), encoding="utf-8")
+    mlflow.log_artifact(str(out_dir / "report.html"), artifact_dir)
+    mlflow.log_text(artifact_markdown(report_md, run_id, artifact_dir, images), f"{artifact_dir}/report.md")
+
+
+__all__ = ["report_page", "own_images", "artifact_markdown", "log_report"]

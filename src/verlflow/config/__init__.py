@@ -24,8 +24,7 @@ package imports from this facade only, tests/test_import_layout.py):
 - :mod:`~verlflow.config.typed_build` — a mapping → a schema dataclass (:func:`build`), overrides applied to one;
   the one "unknown key, did you mean …" message.
 - :mod:`~verlflow.config.device_defaults` — what ``auto`` means on each device (recipe, profile).
-- :mod:`~verlflow.config.counts`, :mod:`~verlflow.config.credentials` — counts of a composed config; overrides
-  that look like credentials.
+- :mod:`~verlflow.config.counts` — counts of a composed config (secrets in overrides: :mod:`verlflow.secrets`).
 - :mod:`~verlflow.config.overrides` — ``key=value`` syntax: parsing, dotted keys, Hydra quoting.
 - :mod:`~verlflow.config.verl_schema` — the installed verl's defaults; overrides checked against them.
 - :mod:`~verlflow.config.compose` — :func:`compose` and its result, :class:`ComposedConfig`.
@@ -39,7 +38,6 @@ from __future__ import annotations
 
 from verlflow.config.compose import OWN_PREFIX, ComposedConfig, compose
 from verlflow.config.counts import check_config_counts, config_count_problems
-from verlflow.config.credentials import credential_problems
 from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
 from verlflow.config.loading import (
     CONFIG_ROOT,
@@ -78,7 +76,6 @@ __all__ = [
     "check_config_counts",
     "compose",
     "config_count_problems",
-    "credential_problems",
     "default_recipe",
     "flatten_tree",
     "hydra_overrides",

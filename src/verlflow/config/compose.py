@@ -15,13 +15,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.config.credentials import credential_problems
 from verlflow.config.loading import OWN_BLOCK, load_profile, load_recipe
 from verlflow.config.overrides import ADD, DELETE_PREFIX, FORCE_ADD, flatten_tree, parse_overrides, split_prefix
 from verlflow.config.schema import PROFILE_OVERRIDE_FIXED, Profile, VerlflowBlock
 from verlflow.config.typed_build import with_overrides
 from verlflow.config.verl_schema import in_verl_schema, validate_against_verl
-from verlflow.errors import raise_problems
 
 # Override prefixes of our own blocks: the recipe's ``verlflow:`` block and the profile.
 OWN_PREFIX, PROFILE_PREFIX = f"{OWN_BLOCK}.", "profile."
@@ -88,7 +86,6 @@ def compose(
     own_updates: dict[str, Any] = {}
     profile_updates: dict[str, Any] = {}
     parsed = parse_overrides(overrides)
-    raise_problems(credential_problems(parsed), "the overrides")  # before anything logs or prints them
     for key, value in parsed.items():
         if key.startswith(OWN_PREFIX):
             own_updates[key.removeprefix(OWN_PREFIX)] = value

@@ -42,7 +42,7 @@ from verlflow.device.parsers import (
     soc_name,
 )
 from verlflow.errors import VerlflowError
-from verlflow.util import looks_secret, mask_url_password
+from verlflow.secrets import looks_secret, mask_text
 
 __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect only
     "DEVICE_TYPES", "DeviceProfile", "Probe", "NpuChip", "GpuInfo", "detect_device", "count_visible",
@@ -508,7 +508,7 @@ def capture_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
             continue
         upper = name.upper()
         if upper in _ENV_NAMES or upper.startswith(_ENV_PREFIXES):
-            kept[name] = mask_url_password(environ[name])
+            kept[name] = mask_text(environ[name])
     return kept
 
 

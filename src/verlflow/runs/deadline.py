@@ -116,9 +116,13 @@ def server_failure(exc: BaseException) -> str | None:
     MLflow words these ``API request to <url> failed with …``; any other error is not the server's and keeps
     its traceback.
     """
+    from verlflow.runs.auth_errors import auth_failure
+
+    if (refused := auth_failure(exc)) is not None:  # 401/403: the user's permission, not the server's health
+        return refused
     if type(exc).__module__.startswith("mlflow") and str(exc).startswith("API request to "):
-        url = str(exc).split()[3]
-        return f"the tracking server failed a request to {url} after its retries ({first_line(exc)[-160:]}): " \
+        url = str(exc).removeprefix("API request to ").removeprefix("endpoint ").split()[0]
+        return f"the tracking server failed a request to {url} after its retries ({first_line(exc)[:200]}): " \
                "check the server's health, then run the step again"
     return None
 

@@ -169,7 +169,10 @@ def reap_at_start(experiment_ids: list[str] | None = None) -> list[Reaped]:
     try:
         reaped = reap(experiment_ids if experiment_ids is not None else current_experiment_ids())
     except MlflowException as exc:
-        log.warning("could not check for dead RUNNING runs: %s", first_line(exc))
+        from verlflow.runs.auth_errors import auth_failure
+
+        if auth_failure(exc) is None:  # a refused user is told once, by the step's own request
+            log.warning("could not check for dead RUNNING runs: %s", first_line(exc))
         return []
     for item in reaped:
         log.warning("run %s was RUNNING without a process: marked FAILED (%s)", item.run_id, item.reason)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.secrets import mask_text
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def train_run_name(recipe: str, profile: str, overrides: str = "", *, dry_run: b
     if dry_run:
         return f"{DRY_RUN_PREFIX}{SEPARATOR}{train_run_name(recipe, profile, overrides)}"
     tail = SEPARATOR.join((_stem(recipe), _stem(profile)))
-    short = " ".join(short_overrides(overrides))
+    short = " ".join(short_overrides(mask_text(overrides)))
     if not short:
         return tail
     room = MAX_NAME_CHARS - len(SEPARATOR) - len(tail)
@@ -87,7 +88,7 @@ def train_run_description(recipe: str, profile: str, overrides: str, *, dry_run:
     """The run's description (Markdown): the recipe, the profile and every override in full."""
     what = "Dry run (the verl command composed and checked, nothing trained): recipe" if dry_run else "Recipe"
     lines = [f"{what} `{_stem(recipe)}` on device profile `{_stem(profile)}`"]
-    tokens = override_tokens(overrides)
+    tokens = override_tokens(mask_text(overrides))
     if not tokens:
         return lines[0] + ", no overrides."
     return "\n".join([lines[0] + ", with overrides:", "", *(f"- `{token}`" for token in tokens)])

@@ -24,7 +24,8 @@ import mlflow
 
 from verlflow.errors import VerlflowError
 from verlflow.runs.store_retry import open_store
-from verlflow.util import env_number, url_secret
+from verlflow.secrets import url_secret
+from verlflow.util import env_number
 
 PROBE_TIMEOUT_S = env_number("VERLFLOW_PROBE_TIMEOUT_S", 5.0, minimum=0)
 PROBE_ATTEMPTS = 2

@@ -31,6 +31,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.errors import VerlflowError
 from verlflow.names import ATTEMPT_TAG, HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
 from verlflow.runs import lease, lifecycle, metric_buffer
+from verlflow.secrets import MASK, mask_text
 
 ATTEMPT_METRIC = "attempt/e2e_s"
 # The training step an attempt continued after (0 = from the start); step = attempt number.
@@ -42,7 +43,7 @@ LIFE_SIGN_METRIC = "timing_s/step"  # logged at the end of every step, by both b
 def args_tag(request: Any) -> dict[str, str]:
     """The tag that lets ``--resume`` restart a run with the arguments (a train request) it was started with."""
     recorded = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name != "resume"}
-    return {TRAIN_ARGS_TAG: json.dumps(recorded, sort_keys=True)}
+    return {TRAIN_ARGS_TAG: mask_text(json.dumps(recorded, sort_keys=True))}  # a secret is given again on resume
 
 
 def prepare_resume(request: Any) -> Any:
@@ -71,8 +72,11 @@ def prepare_resume(request: Any) -> Any:
             raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(PID_TAG, '?')} "
                                 f"on {tags.get(HOST_TAG, '?')}): stop it first, or reap it if it is dead")
         lifecycle.reap([run.info.experiment_id], client=client)
-    lease.take_lease(run_id)  # two resumes started together: one trains, the other is refused here
     recorded = json.loads(tags.get(TRAIN_ARGS_TAG, "{}"))
+    if MASK in str(recorded.get("overrides") or "") and not request.overrides:
+        raise VerlflowError(f"resume: run {run_id} was started with secrets in its overrides, recorded masked "
+                            f"({recorded['overrides'][:200]}): give the same overrides again with --overrides")
+    lease.take_lease(run_id)  # two resumes started together: one trains, the other is refused here
     changes = {f.name: recorded[f.name] for f in dataclasses.fields(request)
                if f.name in recorded and getattr(request, f.name) == f.default}
     overrides = changes.get("overrides", request.overrides)

@@ -337,8 +337,10 @@ def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """Log the resolved verl config as params with verl's own keys; local runs only (verl logs its own)."""
+    from verlflow.secrets import mask_value
+
     params = flatten_params(config)
-    retry_on_lock(mlflow.log_params, {k: ("None" if v is None else v) for k, v in params.items()})
+    retry_on_lock(mlflow.log_params, {k: ("None" if v is None else mask_value(k, v)) for k, v in params.items()})
     return params
 
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import mlflow
 
-from verlflow.util import mask_url_password
+from verlflow.secrets import mask_url_password
 
 # The query that opens the Model-training view whatever the browser chose last.
 TRAINING_VIEW = "workflowType=machine_learning"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from verlflow.errors import VerlflowError
-from verlflow.util import url_secret
+from verlflow.secrets import url_secret
 
 STORAGE_PASSWORD_ENV = "VERLFLOW_STORAGE_PASSWORD"
 

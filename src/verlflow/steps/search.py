@@ -35,6 +35,7 @@ from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.step_requests import SearchRequest
+from verlflow.util import check_name_inside
 
 if TYPE_CHECKING:  # Optuna is imported when a search runs, not for `verlflow --help`
     import optuna
@@ -60,6 +61,8 @@ def run_search(request: SearchRequest) -> SearchResult:
     from verlflow.search.trial import TrialFailed, TrialRunner
 
     n_trials, study_name, storage, pruner = request.n_trials, request.study_name, request.storage, request.pruner
+    if study_name:  # a name that becomes the journal's and the checkpoints' folder: checked before any work
+        check_name_inside(study_name, "study_name", "optuna")
     search = _checked_search(n_trials, pruner, storage, request.search_config)
     recipe, dev, profile, backend = choose_train_setup(request.recipe, request.device, "auto", "auto")
     data_dir = recipe_data.step_data_dir(request.data_dir, recipe_data.recipe_source(recipe))
@@ -72,7 +75,7 @@ def run_search(request: SearchRequest) -> SearchResult:
     base = compose_trial({})
     dists = distributions(search, base)
     check_trial_configs(search, dists, compose_trial, backend_check=get_backend(backend).check_config)
-    study_name = study_name or f"{base.recipe_name}-{search.name}"
+    study_name = check_name_inside(study_name or f"{base.recipe_name}-{search.name}", "study_name", "optuna")
     pruner_name = pruner or search.pruner_default
     study = open_study(
         study_name=study_name,

@@ -467,4 +467,6 @@ def _read_parquet(path: str | None, split: str):
 def _to_yaml(resolved: Any) -> str:
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_yaml(resolved, resolve=True)
+    from verlflow.secrets import mask_tree
+
+    return OmegaConf.to_yaml(mask_tree(OmegaConf.to_container(resolved, resolve=True)))

@@ -40,7 +40,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from verlflow import config
+from verlflow import config, secrets
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
@@ -71,7 +71,7 @@ from verlflow.names import (
     VERL_ERROR_TAG,
 )
 from verlflow.runs import tracking
-from verlflow.util import mask_secret
+from verlflow.secrets import mask_env
 
 
 @dataclass
@@ -201,7 +201,7 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
     if jemalloc and not ray_address:
         tags[JEMALLOC_TAG] = "missing" if set(jemalloc) & set(verl_command.missing_preloads(plan)) else "enabled"
     mlflow.set_tags(tags)
-    mlflow.log_text(OmegaConf.to_yaml(resolved), "config/resolved.yaml")
+    mlflow.log_text(OmegaConf.to_yaml(secrets.mask_tree(OmegaConf.to_container(resolved))), "config/resolved.yaml")
     mlflow.log_text(command, "config/command.txt")
 
 
@@ -282,7 +282,7 @@ def train_verl(
         # verl's own Hydra config composed the launch's exact override words in-process (the launch's main_ppo
         # composes them again, the authority); bash must hand main_ppo those words unchanged.
         verl_launch.check_shell_words(plan.argv())
-        mlflow.log_dict(OmegaConf.to_container(resolved), "config/verl_job.yaml")
+        mlflow.log_dict(secrets.mask_tree(OmegaConf.to_container(resolved)), "config/verl_job.yaml")
         mlflow.set_tag(VALIDATED_TAG, "verl's Hydra config (ppo_trainer), composed in-process")
         print("verlflow: dry run: verl's config composes this command line; not launched:\n")
         print(command)
@@ -329,7 +329,7 @@ def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: st
         # The cluster's nodes are sampled by the job itself (node_sampler.job_sampler_line), as often as this host.
         spec = verl_launch.ray_job_spec(plan, run_id=run_id, attempt=_attempt(run), resume=resume_in_job,
                                         sample_interval_s=system_metrics.sampling_interval(cfg.verlflow))
-    ray_line = verl_launch.ray_submit_command(spec, ray_address, mask=mask_secret) if spec else None
+    ray_line = verl_launch.ray_submit_command(spec, ray_address, mask=mask_env) if spec else None
     command = plan.command_text(ray_command=ray_line)
     record_launch(cfg, plan, resolved, dry_run=dry_run, ray_address=ray_address, command=command)
     _print_plan(plan, ray_address=ray_address)

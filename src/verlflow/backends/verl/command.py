@@ -48,10 +48,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from verlflow import config, known_warnings
+from verlflow import config, known_warnings, secrets
 from verlflow.config import Device, LiteralText, VerlflowBlock
 from verlflow.errors import VerlflowError
-from verlflow.util import mask_secret
 
 DEFAULT_LAUNCH_MODULE = VerlflowBlock.launch_module
 # verl saves at step % save_freq == 0 or on the last step: a period no run reaches leaves only the last step.
@@ -91,6 +90,11 @@ class LaunchPlan:
     python: str = field(default_factory=lambda: sys.executable)
     # One line per forced change, for the console and command.txt.
     notes: list[str] = field(default_factory=list)
+    # Secrets: given to the launched process in its environment only, never written into the script or argv
+    # (the profile's secret variables, and VERLFLOW_SECRET_<n> for each override that holds one).
+    secret_env: dict[str, str] = field(default_factory=dict)
+    # Override key → the VERLFLOW_SECRET_<n> variable verl reads its value from (``${oc.env:…}`` on the command line).
+    secret_refs: dict[str, str] = field(default_factory=dict)
 
     @property
     def loggers(self) -> list[str]:
@@ -100,11 +104,16 @@ class LaunchPlan:
     def argv(self, *extra: str) -> list[str]:
         """The launch command as an argument list (python, module or script, Hydra overrides)."""
         target = ["-m", self.launch_module] if not self.launch_module.endswith(".py") else [self.launch_module]
-        return [self.python, *target, *config.hydra_overrides(self.overrides), *extra]
+        return [self.python, *target, *config.hydra_overrides(self.argv_overrides()), *extra]
+
+    def argv_overrides(self) -> dict[str, Any]:
+        """The overrides as the command line carries them: a secret value replaced by ``${oc.env:<its variable>}``."""
+        return {**self.overrides, **{key: f"${{oc.env:{name}}}" for key, name in self.secret_refs.items()}}
 
     def validation_argv(self) -> list[str]:
         """verl's own composition of these overrides: ``main_ppo --cfg job`` prints the job config and exits."""
-        return [self.python, "-m", DEFAULT_LAUNCH_MODULE, *config.hydra_overrides(self.overrides), "--cfg", "job"]
+        return [self.python, "-m", DEFAULT_LAUNCH_MODULE, *config.hydra_overrides(self.argv_overrides()),
+                "--cfg", "job"]
 
     def script(self, argv: list[str] | None = None, *, stdout_marker: bool = False, chdir: bool = False,
                prelude: Sequence[str] = ()) -> str:
@@ -122,7 +131,8 @@ class LaunchPlan:
             lines.append(f"mkdir -p {folder} && cd {folder} || exit 1")
         for path in self.source_files:
             q = shlex.quote(path)
-            lines.append(f"if [ -f {q} ]; then source {q}; else echo 'verlflow: {path} not found, not sourced' >&2; fi")
+            missing = shlex.quote(f"verlflow: {path} not found, not sourced")
+            lines.append(f"if [ -f {q} ]; then source {q}; else echo {missing} >&2; fi")
         lines += [f"export {name}={shlex.quote(value)}" for name, value in self.env.items()]
         for lib in self.preload:
             q = shlex.quote(lib)
@@ -146,14 +156,16 @@ class LaunchPlan:
         return "\n".join(lines) + "\n"
 
     def command_text(self, *, ray_command: str | None = None) -> str:
-        """``config/command.txt``: what runs, exactly, with the environment we set (secrets masked)."""
+        """``config/command.txt``: what runs, exactly, with the environment we set (secrets masked: their
+        values are in the launched process's environment only, named here as ``***``)."""
         head = [
             "# verl launch by verlflow. Environment set for the process (and every Ray worker):",
-            *(f"export {k}={shlex.quote(mask_secret(k, v))}" for k, v in self.attach_env.items()),
+            *(f"export {k}={shlex.quote(secrets.mask_env(k, v))}" for k, v in self.attach_env.items()),
+            *(f"export {k}={secrets.MASK}  # secret: in the process environment only" for k in self.secret_env),
             f"cd {shlex.quote(str(self.run_dir))}",
         ]
         if self.notes:
-            head += ["# forced by verlflow:", *(f"#   {n}" for n in self.notes)]
+            head += ["# forced by verlflow:", *(f"#   {secrets.mask_text(n)}" for n in self.notes)]
         body = self.script()
         if ray_command:
             body = f"# submitted as a Ray job:\n{ray_command}\n# whose entrypoint runs:\n{body}"
@@ -390,7 +402,17 @@ def build_plan(
                                         profile_steps=tuple(cfg.verlflow.profile_steps),
                                         device=str(cfg.profile.device),
                                         deterministic=bool(cfg.verlflow.deterministic))
-    env = dict(cfg.profile.env)
+    env, secret_env = split_secret_env(cfg.profile.env)
+    secret_refs = {}
+    for key, value in overrides.items():
+        if secrets.is_secret(key, value):
+            name = f"{SECRET_VARIABLE}{len(secret_refs)}"
+            secret_refs[key], secret_env[name] = name, value
+    for value in secret_env.values():
+        secrets.remember(value)  # the launch's output is filtered for it too (verl prints its resolved config)
+    if secret_refs:  # verl logs its resolved config as params: the guard masks them inside verl's processes
+        loaded = [m for m in env.get(EXTERNAL_MODULES, "").split(",") if m]
+        env[EXTERNAL_MODULES] = ",".join([*loaded, SECRET_GUARD_MODULE])
     if "tensorboard" in overrides["trainer.logger"]:
         env.setdefault("TENSORBOARD_DIR", str(run_dir / "tensorboard"))
     # Lines reach the console and logs/verl.log as they are printed, not when a buffer fills.
@@ -417,7 +439,31 @@ def build_plan(
         checkpoint_dir=str(overrides["trainer.default_local_dir"]),
         hf_dir=run_dir / "hf",
         notes=notes,
+        secret_env=secret_env,
+        secret_refs=secret_refs,
     )
+
+
+# What a secret override's value is passed to verl in (``${oc.env:VERLFLOW_SECRET_0}`` on its command line).
+SECRET_VARIABLE = "VERLFLOW_SECRET_"
+# verl (>= 0.9) imports the modules named here in its driver and every Ray worker.
+EXTERNAL_MODULES = "VERL_USE_EXTERNAL_MODULES"
+SECRET_GUARD_MODULE = "verlflow.backends.verl.secret_guard"
+# An environment variable name bash can export.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def split_secret_env(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The profile's environment as (exported by the script, secret: given in the process environment only).
+
+    A name bash cannot export is refused in one line (it would be spliced into the script).
+    """
+    bad = [name for name in env if not ENV_NAME.fullmatch(name)]
+    if bad:
+        raise VerlflowError(f"profile.env name {bad[0]!r} is not an environment variable name: letters, digits "
+                            "and _ only, not starting with a digit")
+    secret = {k: str(v) for k, v in env.items() if secrets.looks_secret(k) or secrets.carries_secret(str(v))}
+    return {k: str(v) for k, v in env.items() if k not in secret}, secret
 
 
 def demo(profile: str = "a3") -> str:

@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 import yaml
 
 import verlflow as verlflow_package
+from verlflow import secrets
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
 from verlflow.errors import VerlflowError
 from verlflow.runs.tracking import RunInterrupted
@@ -80,9 +81,12 @@ class _Forwarder:
 
 
 def _pump(stream: BinaryIO, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
-    """Copy a child's output to our stdout and the log file as it arrives."""
+    """Copy a child's output to our stdout and the log file as it arrives, secrets masked (verl prints its
+    resolved config, secret overrides included)."""
     out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+    known = secrets.known_values()
     for raw in iter(stream.readline, b""):
+        raw = secrets.mask_text(raw.decode(errors="replace"), known=known).encode()
         if out is not None:
             out.write(raw)
             out.flush()
@@ -144,8 +148,9 @@ def run_streaming(
 
 
 def launch_env(plan: LaunchPlan) -> dict[str, str]:
-    """The environment the launch script starts with: ours, plus the run to attach to."""
-    return {**os.environ, **plan.attach_env}
+    """The environment the launch script starts with: ours, the run to attach to, and the launch's secrets (which
+    only ever travel in the environment, never in the script or on a command line)."""
+    return {**os.environ, **plan.attach_env, **plan.secret_env}
 
 
 def run_local(plan: LaunchPlan, log_path: str | Path, on_line: Callable[[str], None] | None = None) -> int:
@@ -250,8 +255,8 @@ def ray_job_spec(plan: LaunchPlan, *, run_id: str, attempt: int = 1, sample_inte
     prelude = [job_resume_line(ray_plan.python, ray_plan.checkpoint_dir)] if resume else []
     if sample_interval_s:
         prelude.append(job_sampler_line(ray_plan.python, sample_interval_s))
-    runtime_env: dict[str, Any] = {"env_vars": {**ray_plan.env, **ray_plan.attach_env}}
-    if prelude:
+    runtime_env: dict[str, Any] = {"env_vars": {**ray_plan.env, **ray_plan.secret_env, **ray_plan.attach_env}}
+    if prelude or plan.secret_refs:  # the guard masking verl's params is verlflow's code: it travels with the job
         runtime_env.update({"py_modules": [str(Path(verlflow_package.__file__).parent)],
                             "excludes": ["__pycache__"]})
     return {
@@ -304,6 +309,7 @@ def run_ray_job(
         async def tail() -> None:
             with open(log_path, "a") as log:
                 async for chunk in client.tail_job_logs(job_id):
+                    chunk = secrets.mask_text(chunk)
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
                     log.write(chunk)

@@ -35,7 +35,8 @@ from urllib.parse import urlsplit
 
 from verlflow.config import Device
 from verlflow.errors import Problem, VerlflowError, raise_problems
-from verlflow.util import first_line, mask_url_password
+from verlflow.secrets import mask_url_password
+from verlflow.util import first_line
 
 # Seconds a cluster gets to answer before it counts as unreachable (a reachable one answers in well under one).
 ANSWER_TIMEOUT_S = 15
