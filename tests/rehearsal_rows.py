@@ -247,6 +247,8 @@ MISTAKES: dict[str, Row] = {
     "resume_path_missing": Row("resume", "npu", "trainer.resume_mode=resume_path "
                                                 "trainer.resume_from_path=/nowhere/global_step_5",
                                error("trainer.resume_from_path")),
+    "resume_world_size": Row("resume", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w8}",
+                             error("trainer.resume_from_path")),
     "resume_hdfs": Row("resume", "npu", "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
                        error("trainer.default_hdfs_dir")),
 }
@@ -288,6 +290,8 @@ LEGAL: dict[str, Row] = {
     "dapo_clip": Row("legal", "npu", f"{A}.clip_ratio_low=0.2 {A}.clip_ratio_high=0.28", PASS),
     "resume_disabled": Row("legal", "npu", "trainer.resume_mode=disable", PASS),
     "reward_function": Row("legal", "npu", "custom_reward_function.path={reward}", PASS),
+    "resume_same_world": Row("legal", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w16}",
+                             PASS),
     "reward_dict_score": Row("legal", "gpu", "reward.custom_reward_function.path={reward_scored}", PASS,
                              extra={"guide": "custom_reward_function.path={reward_scored}"}),
     "otb_sum_pi": Row("legal", "npu", f"algorithm.adv_estimator=optimal_token_baseline "
@@ -362,10 +366,17 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
     not_parquet.write_text("question,answer\n1+1,2\n")
     returns = {"reward_dict": "{'acc': 1.0}", "reward_none": "None", "reward_scored": "{'score': 1.0, 'acc': True}"}
     profiles = _profiles_with_verl(root, "0.9.1")
+    checkpoints = {}
+    for world in (8, 16):  # verl's FSDP shards, one per rank (empty: the dry run reads names, never loads them)
+        actor = root / f"ckpt-w{world}" / "global_step_5" / "actor"
+        actor.mkdir(parents=True)
+        for rank in range(world):
+            (actor / f"model_world_size_{world}_rank_{rank}.pt").touch()
+        checkpoints[f"ckpt_w{world}"] = str(actor.parent)
     signature = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     for name, value in returns.items():
         (root / f"{name}.py").write_text(f"{signature}    return {value}\n")
-    return {**profiles, **{name: str(root / f"{name}.py") for name in returns},
+    return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns},
             "data:full": str(full), "data:small": str(small),
             **{f"model:{k}": str(v) for k, v in variants.items()},
             "reward": str(reward), "reward_broken": str(broken), "not_parquet": str(not_parquet)}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl.rehearsal import first_step, mesh, rollout_side, stages, vllm_args, vllm_engine
+from verlflow.backends.verl.rehearsal import checkpoint, first_step, mesh, rollout_side, stages, vllm_args, vllm_engine
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
 from verlflow.util import environ_restored
@@ -115,7 +115,7 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
             if stages.start_up(rehearsal) and rehearsal.trainer is not None:
                 stages.first_batch(rehearsal)
                 stages.reward_call(rehearsal)
-                stages.resume(rehearsal)
+                checkpoint.resume(rehearsal)
         elif folder:
             findings.skipped.append("the datasets, dataloaders, reward call and resume branch: not rehearsed "
                                     "until the problems above are fixed")

@@ -11,8 +11,8 @@ In the order verl reaches them (``main_ppo`` → ``TaskRunner.run`` → ``RayPPO
   ``RayPPOTrainer.__init__`` and its dataloaders;
 - :func:`reward_call`: the reward manager as verl loads it and one call of its scoring function on one real
   training row;
-- :func:`resume`: ``RayPPOTrainer._load_checkpoint``, the branch verl takes for ``resume_mode`` and the
-  folders that exist (the workers' loads are recorded, not run);
+- :func:`.checkpoint.resume`: ``RayPPOTrainer._load_checkpoint``, the branch verl takes for ``resume_mode``
+  and the folders that exist (the workers' loads are recorded, not run), and the checkpoint's world size;
 - :func:`lookups`: names verl resolves later: the optimizer (``build_optimizer``), the rollout engine
   (its registry), the agent loop.
 
@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import io
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,7 +35,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlflow.backends.verl.rehearsal import first_step, machine
-from verlflow.backends.verl.rehearsal.raise_sites import frames, to_problem, value_of
+from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
+from verlflow.backends.verl.rehearsal.raise_sites import to_problem, value_of
 from verlflow.errors import Problem
 
 ACTOR, REF, ROLLOUT, MODEL = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout",
@@ -47,8 +47,6 @@ ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
 REF_RENAMED = {"ppo_micro_batch_size_per_gpu": "log_prob_micro_batch_size_per_gpu",
                "ppo_micro_batch_size": "log_prob_micro_batch_size", "use_dynamic_bsz": "log_prob_use_dynamic_bsz",
                "ppo_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu"}
-# What verl says when no training row is left (the trainer's dataloader; the sampler before it).
-EMPTY_DATA = ("Train dataloader is empty", "num_samples should be a positive integer")
 # Keys named when a stage fails with no better key.
 NEAREST = {
     "model": (f"{MODEL}.path",),
@@ -121,63 +119,6 @@ class Rehearsal:
         self.findings.problems.append(explained or to_problem(exc, self.cfg, stage=stage, section=section,
                                                               nearest=NEAREST.get(stage, ()), renamed=renamed))
         return False
-
-
-def _dataset_in(exc: BaseException) -> Any:
-    """verl's RLHFDataset from the frames ``exc`` passed through (the one being turned into batches)."""
-    for frame, _ in reversed(frames(exc)):
-        for name in ("train_dataset", "dataset", "self"):
-            candidate = frame.f_locals.get(name)
-            candidate = getattr(candidate, "train_dataset", candidate)
-            if hasattr(candidate, "dataframe") and hasattr(candidate, "tokenizer"):
-                return candidate
-    return None
-
-
-def _rows_in(files: Any) -> int | None:
-    import pyarrow.parquet as pq
-
-    paths = [files] if isinstance(files, str) else list(files or [])
-    try:
-        return sum(pq.read_metadata(str(path)).num_rows for path in paths)
-    except Exception:  # not parquet (json) or unreadable: verl's own error is reported instead
-        return None
-
-
-def empty_data_problem(exc: BaseException, cfg: DictConfig) -> Problem | None:
-    """Why verl has no training batch, named by its cause: the template, the prompt key, the length, the rows."""
-    if not any(text in str(exc) for text in EMPTY_DATA):
-        return None
-    dataset = _dataset_in(exc)
-    files = value_of(cfg, "data.train_files")
-    in_files, kept = _rows_in(files), (len(dataset) if dataset is not None else None)
-    batch = value_of(cfg, "data.train_batch_size")
-    prompt_key = str(value_of(cfg, "data.prompt_key"))
-    if in_files and kept == 0:
-        import pyarrow.parquet as pq
-
-        paths = [files] if isinstance(files, str) else list(files)
-        if prompt_key not in pq.read_schema(str(paths[0])).names:
-            return Problem("data.prompt_key", prompt_key, (
-                f"{paths[0]} has no column '{prompt_key}', so verl keeps none of its {in_files} rows: use the column "
-                f"that holds the chat messages (prompt, as preprocess writes it)"))
-        if getattr(dataset.tokenizer, "chat_template", None) is None:
-            return Problem(f"{MODEL}.path", value_of(cfg, f"{MODEL}.path"), (
-                f"its tokenizer has no chat template, so verl's dataset cannot build any of the {in_files} prompts: "
-                "use the model's instruct tokenizer or add a chat_template to tokenizer_config.json"))
-        return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
-            f"every one of the {in_files} prompts is longer than this many tokens, so verl's overlong-prompt "
-            "filter drops them all: raise it (the guide uses 1024)"))
-    if kept is not None and in_files and isinstance(batch, int) and kept < min(batch, in_files):
-        return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
-            f"verl's overlong-prompt filter keeps only {kept} of the {in_files} training rows, fewer than one batch "
-            f"of {batch}: raise max_prompt_length (the guide uses 1024) or lower data.train_batch_size"))
-    if kept is not None and isinstance(batch, int) and kept < batch:
-        held = f"{kept} of the {in_files} rows" if in_files is not None and in_files != kept else f"{kept} rows"
-        return Problem("data.train_batch_size", batch, (
-            f"only {held} of {files} are left after verl's filter, fewer than one batch (verl drops the partial "
-            f"one): use a train_batch_size <= {kept} or more rows"))
-    return None
 
 
 def _image_words(stack: str, packages: frozenset[str], package: str) -> str:
@@ -449,31 +390,6 @@ def first_step_calls(rehearsal: Rehearsal) -> None:
                                               "dummy batch does not hold")
         except Exception as exc:  # verl's asserts and ValueErrors, as at the first update
             rehearsal.record(exc, stage, section=ACTOR if "policy_loss" in stage else "algorithm")
-
-
-class _CheckpointLoads:
-    """Stands for a Ray worker group in ``_load_checkpoint``: a load needs the folder verl would read."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def load_checkpoint(self, path: str, **_: Any) -> None:
-        """Record the load; a folder that does not exist fails as the worker's load would."""
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"no checkpoint folder {path}")
-        self.paths.append(path)
-
-
-def resume(rehearsal: Rehearsal) -> None:
-    """The resume branch verl takes (``RayPPOTrainer._load_checkpoint``) with the folders that exist."""
-    trainer = rehearsal.trainer
-    load = getattr(trainer, "_load_checkpoint", None)
-    if load is None:
-        rehearsal.findings.skipped.append("resume: this verl's trainer has no _load_checkpoint")
-        return
-    trainer.actor_rollout_wg = _CheckpointLoads()
-    trainer.critic_wg = _CheckpointLoads()
-    rehearsal.attempt("resume", load)
 
 
 def lookups(rehearsal: Rehearsal) -> None:
