@@ -239,6 +239,20 @@ MISTAKES: dict[str, Row] = {
                               error("custom_reward_function.reward_kwargs"),
                               extra={"guide": f"{LORA} custom_reward_function.path={{reward}} "
                                               "+custom_reward_function.reward_kwargs.scale=2"}),
+    # The actor's engine built on the meta device (rehearsal/engine.py).
+    "wrap_policy_class": Row("engine", "npu", f"+{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap="
+                                              "[LlamaDecoderLayer]",
+                             error(f"{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap")),
+    "model_dtype": Row("engine", "npu", f"{A}.fsdp_config.model_dtype=bfloat", error(f"{A}.fsdp_config.model_dtype"),
+                       extra={"guide": f"+{A}.fsdp_config.model_dtype=bfloat"}),
+    "fsdp_size": Row("engine", "npu", f"{A}.fsdp_config.fsdp_size=3", error(f"{A}.fsdp_config.fsdp_size")),
+    "lora_targets": Row("engine", "gpu", f"{LORA} {M}.target_modules=[q_projx]", error(f"{M}.target_modules")),
+    "attn_flash_attn": Row("engine", "npu", f"+{M}.override_config.attn_implementation=flash_attn",
+                           error(f"{M}.override_config.attn_implementation")),
+    "use_liger": Row("engine", "npu", f"{M}.use_liger=true", error(f"{M}.use_liger")),
+    "cosine_min_lr": Row("engine", "npu", f"{A}.optim.lr_scheduler_type=cosine {A}.optim.min_lr_ratio=1.5",
+                         error(f"{A}.optim.min_lr_ratio"), extra={"guide": f"{A}.optim.warmup_style=cosine "
+                                                                           f"{A}.optim.min_lr_ratio=1.5"}),
     # The resume branch verl takes.
     "resume_mode": Row("resume", "npu", "trainer.resume_mode=resume", error("trainer.resume_mode")),
     "resume_path_unset": Row("resume", "npu", "trainer.resume_mode=resume_path", error("trainer.resume_from_path")),
@@ -290,6 +304,9 @@ LEGAL: dict[str, Row] = {
     "dapo_clip": Row("legal", "npu", f"{A}.clip_ratio_low=0.2 {A}.clip_ratio_high=0.28", PASS),
     "resume_disabled": Row("legal", "npu", "trainer.resume_mode=disable", PASS),
     "reward_function": Row("legal", "npu", "custom_reward_function.path={reward}", PASS),
+    "lora_all_linear": Row("legal", "gpu", f"{LORA} {M}.target_modules=all-linear", PASS),
+    "wrap_policy_own": Row("legal", "npu", f"+{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap="
+                                           "[Qwen3DecoderLayer]", PASS),
     "resume_same_world": Row("legal", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w16}",
                              PASS),
     "reward_dict_score": Row("legal", "gpu", "reward.custom_reward_function.path={reward_scored}", PASS,

@@ -26,10 +26,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl.rehearsal import checkpoint, first_step, mesh, rollout_side, stages, vllm_args, vllm_engine
+from verlflow.backends.verl.rehearsal import (
+    checkpoint,
+    engine,
+    first_step,
+    mesh,
+    rollout_side,
+    stages,
+    vllm_args,
+    vllm_engine,
+)
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
-from verlflow.util import environ_restored
+from verlflow.util import environ_restored, first_line
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # What cannot be rehearsed without the model's files.
@@ -73,6 +82,19 @@ def _offline() -> Iterator[None]:
         yield
 
 
+def _engine_on_meta(rehearsal: Rehearsal, folder: str) -> None:
+    """The actor's model, LoRA and wrap policy on the meta device (:mod:`.engine`); a build that fails for a
+    reason of this rehearsal's own (a model class transformers here lacks) is said, not blamed on the config."""
+    try:
+        with stages.quiet():
+            problems, warnings = engine.model_problems(rehearsal.cfg, folder, rehearsal.image_may_have)
+    except Exception as exc:  # transformers/peft raise many kinds for a model they cannot build here
+        rehearsal.findings.skipped.append(f"the actor's engine on the meta device: {first_line(exc, 160)}")
+        return
+    rehearsal.findings.problems += problems
+    rehearsal.findings.warnings += warnings
+
+
 def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True) -> Findings:
     """Rehearse verl's start-up for ``resolved`` (see the module docstring) and return what it found.
 
@@ -108,6 +130,9 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
         model_ok = stages.model_config(rehearsal) if folder else False
         findings.problems += mesh.device_problems(cfg, folder, engine_workers=verl_traits().engine_workers)
         findings.problems += vllm_engine.engine_problems(cfg, mesh.model_shape(folder))
+        findings.problems += engine.dtype_problems(cfg) + engine.mesh_problems(cfg) + engine.scheduler_problems(cfg)
+        if folder and model_ok:
+            _engine_on_meta(rehearsal, folder)
         engine_problems, engine_warnings = vllm_args.engine_problems(cfg)
         findings.problems += engine_problems
         findings.warnings += engine_warnings
