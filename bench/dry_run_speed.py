@@ -1,6 +1,6 @@
 """What a dry run of the guide recipe costs next to verl's own bare ``main_ppo --cfg job`` of the same overrides.
 
-    python bench/dry_run_speed.py                    # A3 profile, 3 rounds, both timed alternately
+    python bench/dry_run_speed.py                    # A3 profile, 5 rounds, both timed alternately
     python bench/dry_run_speed.py --device gpu --rounds 5
     python bench/dry_run_speed.py --model DIR --data DIR   # a local model: the whole rehearsal runs
 
@@ -8,7 +8,7 @@ Round by round, alternately (so a busy machine slows both alike): ``verlflow tra
 --dry_run true`` on a few synthetic GSM8K rows into a fresh SQLite store, and verl's ``python -m
 verl.trainer.main_ppo --cfg job`` with the very override words that dry run would launch. Prints both
 wall-clock medians and their ratio (the target is at most 1.5), plus the CPU seconds, which a loaded
-machine disturbs less. The first round of each warms the file cache and is not counted.
+machine disturbs less, and the load average. The first round of each warms the file cache and is not counted.
 
 With the guide's hub model id (the default) and no copy in the local hub cache, the dry run's rehearsal skips
 what reads the model (it says so); ``--model`` gives a local Hugging Face folder and ``--data`` a folder with
@@ -60,7 +60,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("npu", "gpu"), default="npu")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up round (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds after one warm-up round (default 5)")
     parser.add_argument("--model", help="a local Hugging Face model folder (default: the guide's hub id)")
     parser.add_argument("--data", help="a folder with train.parquet and test.parquet (default: 8 synthetic rows)")
     args = parser.parse_args()
@@ -96,6 +96,8 @@ def main() -> None:
     for name, (wall, cpu) in medians.items():
         print(f"{name:18}{wall:8.1f}{cpu:8.1f}")
     print(f"{'ratio':18}{ours_wall / verl_wall:8.2f}{ours_cpu / verl_cpu:8.2f}   (target: at most 1.5)")
+    print(f"load average at the end (1/5/15 min): {' '.join(f'{x:.1f}' for x in os.getloadavg())} on "
+          f"{os.cpu_count()} CPUs: a loaded machine stretches both, the wall ratio more than the CPU one")
 
 
 if __name__ == "__main__":

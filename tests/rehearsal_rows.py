@@ -30,6 +30,7 @@ FIXED_BATCH = f"{A}.use_dynamic_bsz=false {R}.log_prob_use_dynamic_bsz=false {RE
 MICRO_SET = f"{FIXED_BATCH} {R}.log_prob_micro_batch_size_per_gpu=8 {REF}.log_prob_micro_batch_size_per_gpu=8"
 ENGINE_ONLY = "verl 0.5.0's fsdp_workers split batches their own way (rows of docs/preflight.md cover them)"
 NO_KEY_05 = "the key does not exist in verl 0.5.0"
+LORA = f"{M}.lora_rank=32 {M}.lora_alpha=32"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Row:
     model: str = "good"
     data: str = "full"
     extra: dict[str, str] = field(default_factory=dict)
+    profile: str = ""  # "" = the device's; a name of build_folders' profiles (a3_091: the A3 with verl 0.9.1)
 
     def expected(self, which: str) -> tuple[str, str | None]:
         """What ``which`` verl (guide | newest) must say."""
@@ -134,6 +136,19 @@ MISTAKES: dict[str, Row] = {
     "vllm_temperature": Row("vLLM arguments", "npu", f"{R}.temperature=-1", error(f"{R}.temperature")),
     "vllm_top_p": Row("vLLM arguments", "gpu", f"{R}.top_p=0", error(f"{R}.top_p")),
     "vllm_val_top_k": Row("vLLM arguments", "npu", f"{R}.val_kwargs.top_k=-5", error(f"{R}.val_kwargs.top_k")),
+    # vLLM's engine configuration, by the recorded choices of the stack's vLLM (rehearsal/vllm_engine.py).
+    "vllm_tp_heads": Row("vLLM engine", "npu", f"{R}.tensor_model_parallel_size=8",
+                         error(f"{R}.tensor_model_parallel_size")),
+    "vllm_batched_below_seqs": Row("vLLM engine", "npu", f"{R}.enable_chunked_prefill=true "
+                                                         f"{R}.max_num_batched_tokens=256 {R}.max_num_seqs=512",
+                                   error(f"{R}.max_num_batched_tokens")),
+    "vllm_load_format": Row("vLLM engine", "gpu", f"{R}.load_format=safetensor", error(f"{R}.load_format")),
+    "vllm_scheduling": Row("vLLM engine", "npu", f"{R}.scheduling_policy=fifo", error(f"{R}.scheduling_policy"),
+                           skip(NO_KEY_05)),
+    "vllm_engine_kwarg": Row("vLLM engine", "npu", f"+{R}.engine_kwargs.vllm.swap_spaces=4",
+                             error(f"{R}.engine_kwargs.vllm.swap_spaces"), skip("verl 0.5.0 has no engine_kwargs")),
+    "vllm_cudagraph_string": Row("vLLM engine", "npu", f"{R}.cudagraph_capture_sizes='1,2,4'",
+                                 error(f"{R}.cudagraph_capture_sizes"), skip(NO_KEY_05)),
     "sglang_missing": Row("the machine", "npu", f"{R}.name=sglang", error(f"{R}.name")),
     # What verl imports and the device it asks Ray for.
     "megatron": Row("imports", "npu", f"{A}.strategy=megatron", error(f"{A}.strategy")),
@@ -172,6 +187,72 @@ MISTAKES: dict[str, Row] = {
                           error("reward_model.reward_manager"), extra={"guide": "reward_model.reward_manager=nave"}),
     "reward_source": Row("reward", "npu", "reward.reward_manager.source=registry",
                          error("reward.reward_manager.source"), skip(NO_KEY_05)),
+    # The first step on a tiny batch: the reward's return read as verl reads it, the advantage estimator and the
+    # policy loss called on a dummy batch, the profiler's steps and the rollout folder (rehearsal/first_step.py).
+    "reward_no_score": Row("first step", "npu", "reward.custom_reward_function.path={reward_dict}",
+                           error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
+                           extra={"guide": "custom_reward_function.path={reward_dict}"}),
+    "reward_none": Row("first step", "gpu", "reward.custom_reward_function.path={reward_none}",
+                       error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
+                       extra={"guide": "custom_reward_function.path={reward_none}"}),
+    "otb_no_sum_pi": Row("first step", "npu", "algorithm.adv_estimator=optimal_token_baseline",
+                         error(f"{A}.calculate_sum_pi_squared"), skip("the estimator came after verl 0.5.0")),
+    "dro_no_beta": Row("first step", "npu", f"{A}.policy_loss.loss_mode=dro", error(f"{A}.policy_loss.dro_beta"),
+                       skip("DRO came after verl 0.5.0")),
+    "gen_batch_split": Row("first step", "npu", "data.gen_batch_size=100", error("data.gen_batch_size"),
+                           extra={"guide": "+data.gen_batch_size=100"}),
+    "profiler_steps_int": Row("first step", "npu", "global_profiler.steps=5", error("global_profiler.steps"),
+                              error("trainer.profile_steps"), extra={"guide": "trainer.profile_steps=5"}),
+    "rollout_data_dir": Row("first step", "gpu", "trainer.rollout_data_dir={not_parquet}/rollouts",
+                            error("trainer.rollout_data_dir")),
+    "log_prob_micro_zero": Row("first step", "npu", f"{R}.log_prob_micro_batch_size_per_gpu=0",
+                               error(f"{R}.log_prob_micro_batch_size_per_gpu")),
+    # The rollout side verl's workers build (rehearsal/rollout_side.py): registries, agent loop, trace, reward loop.
+    "rollout_mode_server": Row("rollout side", "npu", f"{R}.mode=server", error(f"{R}.mode"),
+                               skip("verl 0.5.0 runs every mode but async as its sync rollout")),
+    "checkpoint_engine_shm": Row("rollout side", "npu", f"{R}.checkpoint_engine.backend=shm",
+                                 error(f"{R}.checkpoint_engine.backend"), skip(NO_KEY_05)),
+    "agent_workers_split": Row("rollout side", "npu", f"{R}.agent.num_workers=7", error(f"{R}.agent.num_workers"),
+                               skip("verl 0.5.0 runs its agent loop only with rollout.mode=async")),
+    "agent_config_missing": Row("rollout side", "gpu", f"{R}.agent.agent_loop_config_path=/nowhere/agents.yaml",
+                                error(f"{R}.agent.agent_loop_config_path"),
+                                skip("verl 0.5.0 runs its agent loop only with rollout.mode=async")),
+    "trace_weave": Row("rollout side", "npu", f"{R}.trace.backend=weave", warning(f"{R}.trace.backend"),
+                       skip(NO_KEY_05)),
+    "reward_workers_zero": Row("rollout side", "npu", "reward.num_workers=0", error("reward.num_workers"),
+                               skip(NO_KEY_05)),
+    # Judged for the cluster's verl (the profile's stack names it; rehearsal/versions.py): legal on 0.9.1.
+    "max_model_len_short_091": Row("verl versions", "npu", f"{R}.max_model_len=1024", warning(f"{R}.max_model_len"),
+                                   profile="a3_091"),
+    "trainer_device_091": Row("verl versions", "npu", "trainer.device=cuda", warning("trainer.device"),
+                              profile="a3_091"),
+    "reward_legacy_missing_091": Row("verl versions", "npu", "custom_reward_function.path=/nope.py",
+                                     warning("custom_reward_function.path"), profile="a3_091"),
+    "reward_legacy_091": Row("verl versions", "npu", "custom_reward_function.path={reward}",
+                             warning("custom_reward_function.path"), profile="a3_091"),
+    # LoRA on: every stage still runs (validate_config's vLLM import is the machine's, not a reason to stop).
+    "lora_rank_over": Row("LoRA", "npu", f"{M}.lora_rank=1024 {M}.lora_alpha=32", error(f"{M}.lora_rank")),
+    "lora_rows_below_batch": Row("LoRA", "gpu", LORA, error("data.train_batch_size"), data="small"),
+    "lora_reward_kwargs": Row("LoRA", "npu", f"{LORA} reward.custom_reward_function.path={{reward}} "
+                                             "+reward.custom_reward_function.reward_kwargs.scale=2",
+                              error("reward.custom_reward_function.reward_kwargs"),
+                              error("custom_reward_function.reward_kwargs"),
+                              extra={"guide": f"{LORA} custom_reward_function.path={{reward}} "
+                                              "+custom_reward_function.reward_kwargs.scale=2"}),
+    # The actor's engine built on the meta device (rehearsal/engine.py).
+    "wrap_policy_class": Row("engine", "npu", f"+{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap="
+                                              "[LlamaDecoderLayer]",
+                             error(f"{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap")),
+    "model_dtype": Row("engine", "npu", f"{A}.fsdp_config.model_dtype=bfloat", error(f"{A}.fsdp_config.model_dtype"),
+                       extra={"guide": f"+{A}.fsdp_config.model_dtype=bfloat"}),
+    "fsdp_size": Row("engine", "npu", f"{A}.fsdp_config.fsdp_size=3", error(f"{A}.fsdp_config.fsdp_size")),
+    "lora_targets": Row("engine", "gpu", f"{LORA} {M}.target_modules=[q_projx]", error(f"{M}.target_modules")),
+    "attn_flash_attn": Row("engine", "npu", f"+{M}.override_config.attn_implementation=flash_attn",
+                           error(f"{M}.override_config.attn_implementation")),
+    "use_liger": Row("engine", "npu", f"{M}.use_liger=true", error(f"{M}.use_liger")),
+    "cosine_min_lr": Row("engine", "npu", f"{A}.optim.lr_scheduler_type=cosine {A}.optim.min_lr_ratio=1.5",
+                         error(f"{A}.optim.min_lr_ratio"), extra={"guide": f"{A}.optim.warmup_style=cosine "
+                                                                           f"{A}.optim.min_lr_ratio=1.5"}),
     # The resume branch verl takes.
     "resume_mode": Row("resume", "npu", "trainer.resume_mode=resume", error("trainer.resume_mode")),
     "resume_path_unset": Row("resume", "npu", "trainer.resume_mode=resume_path", error("trainer.resume_from_path")),
@@ -180,6 +261,8 @@ MISTAKES: dict[str, Row] = {
     "resume_path_missing": Row("resume", "npu", "trainer.resume_mode=resume_path "
                                                 "trainer.resume_from_path=/nowhere/global_step_5",
                                error("trainer.resume_from_path")),
+    "resume_world_size": Row("resume", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w8}",
+                             error("trainer.resume_from_path")),
     "resume_hdfs": Row("resume", "npu", "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
                        error("trainer.default_hdfs_dir")),
 }
@@ -201,7 +284,7 @@ WARNINGS: dict[str, Row] = {
 LEGAL: dict[str, Row] = {
     "guide_a3": Row("legal", "npu", "", PASS),
     "guide_h20": Row("legal", "gpu", "", PASS),
-    "lora": Row("legal", "gpu", f"{M}.lora_rank=32 {M}.lora_alpha=32", PASS),
+    "lora": Row("legal", "gpu", LORA, PASS),
     "gspo": Row("legal", "npu", f"{A}.policy_loss.loss_mode=gspo {A}.loss_agg_mode=seq-mean-token-mean", PASS,
                 skip("GSPO came after verl 0.5.0")),
     "fsdp2": Row("legal", "npu", f"{A}.strategy=fsdp2 {REF}.strategy=fsdp2", PASS),
@@ -221,6 +304,20 @@ LEGAL: dict[str, Row] = {
     "dapo_clip": Row("legal", "npu", f"{A}.clip_ratio_low=0.2 {A}.clip_ratio_high=0.28", PASS),
     "resume_disabled": Row("legal", "npu", "trainer.resume_mode=disable", PASS),
     "reward_function": Row("legal", "npu", "custom_reward_function.path={reward}", PASS),
+    "lora_all_linear": Row("legal", "gpu", f"{LORA} {M}.target_modules=all-linear", PASS),
+    "wrap_policy_own": Row("legal", "npu", f"+{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap="
+                                           "[Qwen3DecoderLayer]", PASS),
+    "resume_same_world": Row("legal", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w16}",
+                             PASS),
+    "reward_dict_score": Row("legal", "gpu", "reward.custom_reward_function.path={reward_scored}", PASS,
+                             extra={"guide": "custom_reward_function.path={reward_scored}"}),
+    "otb_sum_pi": Row("legal", "npu", f"algorithm.adv_estimator=optimal_token_baseline "
+                                      f"{A}.calculate_sum_pi_squared=true", PASS, skip("after verl 0.5.0")),
+    "dro_beta": Row("legal", "npu", f"{A}.policy_loss.loss_mode=dro {A}.policy_loss.dro_beta=0.1", PASS,
+                    skip("DRO came after verl 0.5.0")),
+    "gen_batch_half": Row("legal", "npu", "data.gen_batch_size=256", PASS, extra={"guide": "+data.gen_batch_size=256"}),
+    "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
+                               extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
 
 ROWS: dict[str, Row] = {**MISTAKES, **WARNINGS, **LEGAL}
@@ -240,7 +337,7 @@ DRIVER = textwrap.dedent(
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
                 cli.main(["train", "--device", job["device"], "--dry_run", "true", "--data_dir", job["data"],
-                          "--model", job["model"], "--overrides", job["overrides"]])
+                          "--model", job["model"], "--overrides", job["overrides"], "--profile", job["profile"]])
             except SystemExit as exc:
                 code = exc.code
         every = [e.experiment_id for e in client.search_experiments()]
@@ -284,9 +381,39 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
                       "    return float(solution_str.strip().endswith(str(ground_truth)))\n")
     broken.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n    return 0\n")
     not_parquet.write_text("question,answer\n1+1,2\n")
-    return {"data:full": str(full), "data:small": str(small),
+    returns = {"reward_dict": "{'acc': 1.0}", "reward_none": "None", "reward_scored": "{'score': 1.0, 'acc': True}"}
+    profiles = _profiles_with_verl(root, "0.9.1")
+    checkpoints = {}
+    for world in (8, 16):  # verl's FSDP shards, one per rank (empty: the dry run reads names, never loads them)
+        actor = root / f"ckpt-w{world}" / "global_step_5" / "actor"
+        actor.mkdir(parents=True)
+        for rank in range(world):
+            (actor / f"model_world_size_{world}_rank_{rank}.pt").touch()
+        checkpoints[f"ckpt_w{world}"] = str(actor.parent)
+    signature = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+    for name, value in returns.items():
+        (root / f"{name}.py").write_text(f"{signature}    return {value}\n")
+    return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns},
+            "data:full": str(full), "data:small": str(small),
             **{f"model:{k}": str(v) for k, v in variants.items()},
             "reward": str(reward), "reward_broken": str(broken), "not_parquet": str(not_parquet)}
+
+
+def _profiles_with_verl(root: Path, version: str) -> dict[str, str]:
+    """The A3 profile with its stack naming another verl (the cluster's verl that version-aware rules judge for)."""
+    import yaml
+
+    configs = REPO / "src" / "verlflow" / "config"
+    stack = yaml.safe_load((configs / "stacks" / "a3.yaml").read_text())
+    stack["packages"]["verl"]["version"] = version
+    stack["name"] = f"a3_{version.replace('.', '')}"
+    stack_file = root / f"{stack['name']}-stack.yaml"
+    stack_file.write_text(yaml.safe_dump(stack))
+    profile = yaml.safe_load((configs / "profiles" / "a3.yaml").read_text())
+    profile["stack"] = str(stack_file)
+    profile_file = root / f"{stack['name']}.yaml"
+    profile_file.write_text(yaml.safe_dump(profile))
+    return {f"profile:{stack['name']}": str(profile_file)}
 
 
 def _drop_architectures(folder: Path) -> None:
@@ -315,7 +442,8 @@ def run_rows(which: str, folders: dict[str, str], tmp: Path, uri: str, guide_ver
             continue
         overrides = row.extra.get(which, row.overrides).format(**folders)
         jobs[name] = {"device": row.device, "overrides": overrides, "data": folders[f"data:{row.data}"],
-                      "model": folders[f"model:{row.model}"]}
+                      "model": folders[f"model:{row.model}"],
+                      "profile": folders[f"profile:{row.profile}"] if row.profile else "auto"}
     paths = [str(guide_verl)] if guide_verl else []
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": os.pathsep.join([*paths, str(REPO / "src")]),
            "HF_HOME": str(tmp / "hf")}

@@ -22,6 +22,7 @@ def results(tmp_path_factory, guide_verl) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the first row waits for the whole table (a few seconds a row, more on a busy machine)
 @pytest.mark.parametrize("row", list(rehearsal_rows.ROWS))
 def test_row(row, results):
     check_row(row, WHICH, results)

@@ -34,6 +34,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.config import Device
 from verlflow.data.fix_commands import preprocess_command
@@ -123,6 +124,12 @@ POSITIVE_SIZES = {
     f"{ACTOR}.ppo_micro_batch_size_per_gpu": False,
     f"{ACTOR}.ppo_max_token_len_per_gpu": False,
     f"{ACTOR}.ulysses_sequence_parallel_size": False,
+    # 0 splits a batch into micro-batches of nothing (workers/engine/utils.py:prepare_micro_batches, 0.5's split)
+    f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": False,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": False,
+    # 0 workers: DataProto.chunk(0) / pad_dataproto_to_divisor(data, 0) (agent_loop.py, reward_loop.py)
+    f"{ROLLOUT}.agent.num_workers": False,
+    "reward.num_workers": False,
     "trainer.n_gpus_per_node": True,
     "trainer.nnodes": True,
     "trainer.total_epochs": True,
@@ -257,9 +264,12 @@ def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device
     found = rehearsal.rehearse(cfg, stack=stack, check_files=check_files)
     named = {problem.key for problem in problems}
     problems += [p for p in found.problems if p.key not in named]
-    warnings += found.warnings + startup_loads.startup_warnings(cfg)
+    versions = verl_versions(stack)
+    problems, judged = judge(problems, versions)
+    judged += legacy_reward_warnings(_get(cfg, "custom_reward_function.path"), judged, versions)
+    warnings += judged + found.warnings + startup_loads.startup_warnings(cfg)
     skipped = [f"not rehearsed: {what}" for what in found.skipped]
-    return problems, notes + skipped + [f"warning: {w}" for w in warnings]
+    return problems, versions_note(versions) + notes + skipped + [f"warning: {w}" for w in warnings]
 
 
 __all__ = ["VerlNames", "verl_names", "name_problems", "size_problems", "model_problems", "data_problems",

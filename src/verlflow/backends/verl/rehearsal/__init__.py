@@ -7,7 +7,11 @@ with the installed verl's code (:mod:`.stages`): its config validation and worke
 model's config and tokenizer, the datasets and dataloaders from the real files, the reward function called
 on a real row, the resume branch, the optimizer and rollout lookups. What needs the devices is checked by
 arithmetic from verl's source for the profile's world size (:mod:`.mesh`), and vLLM's arguments by vLLM's
-own validators or its recorded choices (:mod:`.vllm_args`). Every exception becomes one
+own validators or its recorded choices (:mod:`.vllm_args`, :mod:`.vllm_engine`). The first step is called on a
+dummy batch (:mod:`.first_step`: the reward's return, the advantage estimator, the policy loss), the rollout
+side is looked up in verl's registries (:mod:`.rollout_side`), and a setting the cluster's verl (the profile's
+stack) treats differently from the installed one is judged for the cluster's (:mod:`.versions`). Every exception
+becomes one
 ``key=value: what is wrong: the fix`` line (:mod:`.raise_sites`); one caused by a package this machine lacks
 but the cluster image has is a warning (:mod:`.machine`).
 """
@@ -22,10 +26,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl.rehearsal import mesh, stages, vllm_args
+from verlflow.backends.verl.rehearsal import (
+    checkpoint,
+    engine,
+    first_step,
+    mesh,
+    rollout_side,
+    stages,
+    vllm_args,
+    vllm_engine,
+)
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
-from verlflow.util import environ_restored
+from verlflow.util import environ_restored, first_line
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # What cannot be rehearsed without the model's files.
@@ -69,6 +82,19 @@ def _offline() -> Iterator[None]:
         yield
 
 
+def _engine_on_meta(rehearsal: Rehearsal, folder: str) -> None:
+    """The actor's model, LoRA and wrap policy on the meta device (:mod:`.engine`); a build that fails for a
+    reason of this rehearsal's own (a model class transformers here lacks) is said, not blamed on the config."""
+    try:
+        with stages.quiet():
+            problems, warnings = engine.model_problems(rehearsal.cfg, folder, rehearsal.image_may_have)
+    except Exception as exc:  # transformers/peft raise many kinds for a model they cannot build here
+        rehearsal.findings.skipped.append(f"the actor's engine on the meta device: {first_line(exc, 160)}")
+        return
+    rehearsal.findings.problems += problems
+    rehearsal.findings.warnings += warnings
+
+
 def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True) -> Findings:
     """Rehearse verl's start-up for ``resolved`` (see the module docstring) and return what it found.
 
@@ -94,8 +120,19 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
                                 f"{', '.join(MODEL_STAGES)}")
     with _offline():
         configs_ok = stages.worker_configs(rehearsal)
+        findings.problems += first_step.config_problems(cfg, check_files=check_files)
+        side_problems, side_warnings = rollout_side.problems(cfg, check_files=check_files,
+                                                             image_says=rehearsal.image_says)
+        findings.problems += side_problems
+        findings.warnings += side_warnings
+        if configs_ok:
+            stages.first_step_calls(rehearsal)
         model_ok = stages.model_config(rehearsal) if folder else False
         findings.problems += mesh.device_problems(cfg, folder, engine_workers=verl_traits().engine_workers)
+        findings.problems += vllm_engine.engine_problems(cfg, mesh.model_shape(folder))
+        findings.problems += engine.dtype_problems(cfg) + engine.mesh_problems(cfg) + engine.scheduler_problems(cfg)
+        if folder and model_ok:
+            _engine_on_meta(rehearsal, folder)
         engine_problems, engine_warnings = vllm_args.engine_problems(cfg)
         findings.problems += engine_problems
         findings.warnings += engine_warnings
@@ -103,7 +140,7 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
             if stages.start_up(rehearsal) and rehearsal.trainer is not None:
                 stages.first_batch(rehearsal)
                 stages.reward_call(rehearsal)
-                stages.resume(rehearsal)
+                checkpoint.resume(rehearsal)
         elif folder:
             findings.skipped.append("the datasets, dataloaders, reward call and resume branch: not rehearsed "
                                     "until the problems above are fixed")

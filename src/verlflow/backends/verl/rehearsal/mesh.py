@@ -111,6 +111,29 @@ def mini_batch_problems(cfg: DictConfig, world: int) -> list[Problem]:
     return []
 
 
+def gen_batch_problems(cfg: DictConfig, world: int, *, engine_workers: bool) -> list[Problem]:
+    """``data.gen_batch_size``: the dataloader's batch when set (``ray_trainer._create_dataloader``), so each step's
+    ``gen_batch_size × n`` responses are what verl splits over the ranks (``protocol.py:DataProto.chunk``
+    asserts ``len % chunks == 0``) and, on the engine workers, into mini-batches (``make_iterator``)."""
+    gen, n = _count(cfg, "data.gen_batch_size"), _count(cfg, f"{ROLLOUT}.n")
+    if not gen or not n or gen == _count(cfg, "data.train_batch_size"):
+        return []
+    key = "data.gen_batch_size"
+    if (gen * n) % world:
+        return [Problem(key, gen, (
+            f"each step's gen_batch_size × rollout.n = {gen} × {n} = {gen * n} responses must split evenly over the "
+            f"{world} devices (verl's DataProto.chunk asserts it): use a multiple of {world // _gcd(n, world)}"))]
+    mini = _count(cfg, f"{ACTOR}.ppo_mini_batch_size")
+    sp = _count(cfg, f"{ACTOR}.ulysses_sequence_parallel_size") or 1
+    if engine_workers and mini and world % sp == 0 and (mini * n) % (world // sp) == 0:
+        per_rank, per_mini = gen * n // (world // sp), mini * n // (world // sp)
+        if per_rank % per_mini:
+            return [Problem(key, gen, (
+                f"each rank's share of a step, gen_batch_size × n / {world // sp} = {per_rank}, does not split into "
+                f"its mini-batches of {per_mini} (ppo_mini_batch_size={mini}): use a multiple of {mini}"))]
+    return []
+
+
 def _gcd(a: int, b: int) -> int:
     while b:
         a, b = b, a % b
@@ -141,7 +164,8 @@ def device_problems(cfg: DictConfig, model_folder: str | None, *, engine_workers
         return []
     world = per_node * nodes
     shape = model_shape(model_folder)
-    problems = sequence_parallel_problems(cfg, shape, world) + length_problems(cfg, shape)
+    problems = (sequence_parallel_problems(cfg, shape, world) + length_problems(cfg, shape)
+                + gen_batch_problems(cfg, world, engine_workers=engine_workers))
     if engine_workers:
         problems += rollout_mesh_problems(cfg, world) + mini_batch_problems(cfg, world)
     return problems

@@ -84,6 +84,11 @@ SITES: dict[tuple[str, str], tuple[Blame, ...]] = {
     ("utils/dataset/rl_dataset.py", "maybe_filter_out_long_prompts"): DATASET,
     ("utils/dataset/rl_dataset.py", "__getitem__"): DATASET,
     ("utils/dataset/rl_dataset.py", "_build_messages"): DATASET,
+    ("trainer/ppo/ray_trainer.py", "compute_advantage"): (
+        Blame("sum_pi_squared", "actor_rollout_ref.actor.calculate_sum_pi_squared",
+              "the optimal token baseline needs the actor's sum of squared probabilities: set it True"),
+        Blame("", "algorithm.adv_estimator", "verl's estimator fails on a batch of the configured shapes"),
+    ),
     ("utils/reward_score/__init__.py", "default_compute_score"): (
         Blame("", "data.reward_fn_key", "verl's default scorer knows no such data source: the column it names "
                                         "must hold one (openai/gsm8k for GSM8K), or give custom_reward_function"),
@@ -234,9 +239,16 @@ def _targets(node: Any) -> str | None:
     return target.rsplit(".", 1)[-1] if isinstance(target, str) else None
 
 
-def keys_in_message(message: str, cfg: DictConfig) -> list[str]:
-    """Dotted words of verl's message that are keys of the resolved config."""
-    return list(dict.fromkeys(w for w in DOTTED_WORD.findall(message) if _exists(cfg, w)))
+def keys_in_message(message: str, cfg: DictConfig, section: str | None = None) -> list[str]:
+    """Dotted words of verl's message that are keys of the resolved config (or of ``section``:
+    ``policy_loss.dro_beta`` in the actor's loss is ``actor_rollout_ref.actor.policy_loss.dro_beta``)."""
+    found = []
+    for word in DOTTED_WORD.findall(message):
+        for key in (word, f"{section}.{word}" if section else None):
+            if key and _exists(cfg, key):
+                found.append(key)
+                break
+    return list(dict.fromkeys(found))
 
 
 def keys_by_value(message: str, cfg: DictConfig) -> list[str]:
@@ -298,7 +310,7 @@ def to_problem(exc: BaseException, cfg: DictConfig, *, stage: str, section: str 
         chosen = blame(site, message, cfg)
         return Problem(chosen.key, value_of(cfg, chosen.key), f"{shown[:300]} ({site_at}): {chosen.fix}")
     keys = (keys_in_statement(frame, text, cfg, section=section, renamed=renamed)
-            or keys_in_message(message, cfg) or keys_by_value(message, cfg))
+            or keys_in_message(message, cfg, section) or keys_by_value(message, cfg))
     if keys:
         also = f" (with {', '.join(f'{k}={value_of(cfg, k)}' for k in keys[1:3])})" if len(keys) > 1 else ""
         return Problem(keys[0], value_of(cfg, keys[0]), f"{shown[:300]} ({site_at}){also}")

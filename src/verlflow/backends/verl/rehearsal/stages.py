@@ -11,8 +11,8 @@ In the order verl reaches them (``main_ppo`` → ``TaskRunner.run`` → ``RayPPO
   ``RayPPOTrainer.__init__`` and its dataloaders;
 - :func:`reward_call`: the reward manager as verl loads it and one call of its scoring function on one real
   training row;
-- :func:`resume`: ``RayPPOTrainer._load_checkpoint``, the branch verl takes for ``resume_mode`` and the
-  folders that exist (the workers' loads are recorded, not run);
+- :func:`.checkpoint.resume`: ``RayPPOTrainer._load_checkpoint``, the branch verl takes for ``resume_mode``
+  and the folders that exist (the workers' loads are recorded, not run), and the checkpoint's world size;
 - :func:`lookups`: names verl resolves later: the optimizer (``build_optimizer``), the rollout engine
   (its registry), the agent loop.
 
@@ -27,7 +27,6 @@ import contextlib
 import importlib
 import io
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,8 +34,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl.rehearsal import machine
-from verlflow.backends.verl.rehearsal.raise_sites import frames, to_problem, value_of
+from verlflow.backends.verl.rehearsal import first_step, machine
+from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
+from verlflow.backends.verl.rehearsal.raise_sites import to_problem, value_of
 from verlflow.errors import Problem
 
 ACTOR, REF, ROLLOUT, MODEL = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout",
@@ -47,14 +47,14 @@ ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
 REF_RENAMED = {"ppo_micro_batch_size_per_gpu": "log_prob_micro_batch_size_per_gpu",
                "ppo_micro_batch_size": "log_prob_micro_batch_size", "use_dynamic_bsz": "log_prob_use_dynamic_bsz",
                "ppo_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu"}
-# What verl says when no training row is left (the trainer's dataloader; the sampler before it).
-EMPTY_DATA = ("Train dataloader is empty", "num_samples should be a positive integer")
 # Keys named when a stage fails with no better key.
 NEAREST = {
     "model": (f"{MODEL}.path",),
     "start-up": ("data.train_files", "data.val_files", "data.prompt_key", "data.max_prompt_length",
                  f"{MODEL}.path"),
     "reward": ("reward.custom_reward_function.path", "reward.reward_kwargs", "data.reward_fn_key"),
+    "algorithm.adv_estimator": ("algorithm.adv_estimator",),
+    f"{ACTOR}.policy_loss.loss_mode": (f"{ACTOR}.policy_loss.loss_mode",),
 }
 
 
@@ -77,6 +77,8 @@ class Rehearsal:
     findings: Findings = field(default_factory=Findings)
     tokenizer: Any = None
     trainer: Any = None
+    # The last failed attempt failed only for a package this machine lacks (a warning, not the config's fault).
+    machine_only: bool = False
 
     def attempt(self, stage: str, action: Callable[[], Any], *, section: str | None = None,
                 renamed: dict[str, str] | None = None) -> tuple[bool, Any]:
@@ -87,7 +89,7 @@ class Rehearsal:
         except _Reached as reached:
             return True, reached.trainer
         except Exception as exc:  # verl raises AssertionError, ValueError, TypeError, … from its checks
-            self.record(exc, stage, section=section, renamed=renamed)
+            self.machine_only = self.record(exc, stage, section=section, renamed=renamed)
             return False, None
 
     def image_may_have(self, package: str) -> bool:
@@ -99,80 +101,24 @@ class Rehearsal:
         return _image_words(self.stack, self.stack_packages, package)
 
     def record(self, exc: BaseException, stage: str, *, section: str | None = None,
-               renamed: dict[str, str] | None = None) -> None:
-        """Add ``exc`` as a problem, or as a warning when a package this machine lacks caused it."""
+               renamed: dict[str, str] | None = None) -> bool:
+        """Add ``exc`` as a problem, or as a warning when a package this machine lacks caused it (then True)."""
         package = machine.missing_package(exc)
         if package and not machine.installed(package):
             if self.image_may_have(package):
                 self.findings.warnings.append(
                     f"{stage}: not rehearsed here: {package} is not installed on this machine "
                     f"({self.image_says(package)}), and verl needs it for this check")
-                return
+                return True
             blamed = to_problem(exc, self.cfg, stage=stage, section=section, nearest=NEAREST.get(stage, ()))
             self.findings.problems.append(Problem(blamed.key, blamed.value, (
                 f"needs {package}, which is not installed here and not in the {self.stack or 'profile'} image: "
                 "install it on the nodes or choose what the image has")))
-            return
+            return False
         explained = empty_data_problem(exc, self.cfg) if stage == "start-up" else None
         self.findings.problems.append(explained or to_problem(exc, self.cfg, stage=stage, section=section,
                                                               nearest=NEAREST.get(stage, ()), renamed=renamed))
-
-
-def _dataset_in(exc: BaseException) -> Any:
-    """verl's RLHFDataset from the frames ``exc`` passed through (the one being turned into batches)."""
-    for frame, _ in reversed(frames(exc)):
-        for name in ("train_dataset", "dataset", "self"):
-            candidate = frame.f_locals.get(name)
-            candidate = getattr(candidate, "train_dataset", candidate)
-            if hasattr(candidate, "dataframe") and hasattr(candidate, "tokenizer"):
-                return candidate
-    return None
-
-
-def _rows_in(files: Any) -> int | None:
-    import pyarrow.parquet as pq
-
-    paths = [files] if isinstance(files, str) else list(files or [])
-    try:
-        return sum(pq.read_metadata(str(path)).num_rows for path in paths)
-    except Exception:  # not parquet (json) or unreadable: verl's own error is reported instead
-        return None
-
-
-def empty_data_problem(exc: BaseException, cfg: DictConfig) -> Problem | None:
-    """Why verl has no training batch, named by its cause: the template, the prompt key, the length, the rows."""
-    if not any(text in str(exc) for text in EMPTY_DATA):
-        return None
-    dataset = _dataset_in(exc)
-    files = value_of(cfg, "data.train_files")
-    in_files, kept = _rows_in(files), (len(dataset) if dataset is not None else None)
-    batch = value_of(cfg, "data.train_batch_size")
-    prompt_key = str(value_of(cfg, "data.prompt_key"))
-    if in_files and kept == 0:
-        import pyarrow.parquet as pq
-
-        paths = [files] if isinstance(files, str) else list(files)
-        if prompt_key not in pq.read_schema(str(paths[0])).names:
-            return Problem("data.prompt_key", prompt_key, (
-                f"{paths[0]} has no column '{prompt_key}', so verl keeps none of its {in_files} rows: use the column "
-                f"that holds the chat messages (prompt, as preprocess writes it)"))
-        if getattr(dataset.tokenizer, "chat_template", None) is None:
-            return Problem(f"{MODEL}.path", value_of(cfg, f"{MODEL}.path"), (
-                f"its tokenizer has no chat template, so verl's dataset cannot build any of the {in_files} prompts: "
-                "use the model's instruct tokenizer or add a chat_template to tokenizer_config.json"))
-        return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
-            f"every one of the {in_files} prompts is longer than this many tokens, so verl's overlong-prompt "
-            "filter drops them all: raise it (the guide uses 1024)"))
-    if kept is not None and in_files and isinstance(batch, int) and kept < min(batch, in_files):
-        return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
-            f"verl's overlong-prompt filter keeps only {kept} of the {in_files} training rows, fewer than one batch "
-            f"of {batch}: raise max_prompt_length (the guide uses 1024) or lower data.train_batch_size"))
-    if kept is not None and isinstance(batch, int) and kept < batch:
-        held = f"{kept} of the {in_files} rows" if in_files is not None and in_files != kept else f"{kept} rows"
-        return Problem("data.train_batch_size", batch, (
-            f"only {held} of {files} are left after verl's filter, fewer than one batch (verl drops the partial "
-            f"one): use a train_batch_size <= {kept} or more rows"))
-    return None
+        return False
 
 
 def _image_words(stack: str, packages: frozenset[str], package: str) -> str:
@@ -234,8 +180,11 @@ def worker_configs(rehearsal: Rehearsal) -> bool:
         rehearsal.findings.skipped.append("validate_config: not in this verl (it validates in RayPPOTrainer, "
                                           "rehearsed below)")
     else:
-        ok &= rehearsal.attempt("validate_config", lambda: validate(
+        # With LoRA on, validate_config's last check imports vLLM (get_vllm_max_lora_rank): everything before it
+        # has passed when only that import fails, so the rest of the rehearsal still runs (vllm_args checks the rank).
+        passed = rehearsal.attempt("validate_config", lambda: validate(
             config=cfg, use_reference_policy=_need_reference(cfg), use_critic=_need_critic(cfg)))[0]
+        ok &= passed or rehearsal.machine_only
     # The sections verl itself converts (engine_workers.py, ray_trainer.py: omega_conf_to_dataclass calls).
     sections = [ACTOR, ROLLOUT]
     with quiet():
@@ -330,6 +279,7 @@ def start_up(rehearsal: Rehearsal) -> bool:
     runner = runner_class.__new__(runner_class)
     runner_class.__init__(runner)
     copy = OmegaConf.create(OmegaConf.to_container(rehearsal.cfg, resolve=False))
+    _without_vllm_lora_check(copy)
     with _trainer_stopped_at_workers(modules):
         ok, trainer = rehearsal.attempt("start-up", lambda: runner_class.run(runner, copy))
     if trainer is not None:
@@ -339,6 +289,22 @@ def start_up(rehearsal: Rehearsal) -> bool:
         if shutdown is not None:
             shutdown()
     return ok and trainer is not None
+
+
+def _without_vllm_lora_check(cfg: DictConfig) -> None:
+    """LoRA off in the start-up's copy when vLLM is not installed here.
+
+    ``validate_config`` (which ``TaskRunner.run`` calls again) ends with ``get_vllm_max_lora_rank``, importing
+    vLLM; the rank itself is checked by :func:`.vllm_args.lora_rank_problems`, and nothing the start-up builds
+    (datasets, sampler, dataloaders, reward, resume branch) depends on LoRA.
+    """
+    if machine.installed("vllm") or str(value_of(cfg, f"{ROLLOUT}.name")) != "vllm":
+        return
+    with open_dict(cfg):
+        for key in (f"{MODEL}.lora_rank", f"{MODEL}.lora.rank"):
+            rank = value_of(cfg, key)
+            if isinstance(rank, int) and rank > 0:
+                OmegaConf.update(cfg, key, 0)
 
 
 # Rows of the first batch turned into prompts when verl's overlong filter already guarantees their length.
@@ -393,32 +359,37 @@ def reward_call(rehearsal: Rehearsal) -> None:
                        extra_info=row.get("extra_info"))
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
 
-    rehearsal.attempt("reward", one_call)
+    ok, result = rehearsal.attempt("reward", one_call)
+    key = reward_function_key(cfg)
+    returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if ok and key else None
+    if returned is not None:
+        rehearsal.findings.problems.append(returned)
 
 
-class _CheckpointLoads:
-    """Stands for a Ray worker group in ``_load_checkpoint``: a load needs the folder verl would read."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def load_checkpoint(self, path: str, **_: Any) -> None:
-        """Record the load; a folder that does not exist fails as the worker's load would."""
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"no checkpoint folder {path}")
-        self.paths.append(path)
+def reward_function_key(cfg: DictConfig) -> str | None:
+    """The ``…custom_reward_function.path`` the installed verl loads the reward function from, if one is set."""
+    reads_reward_section = OmegaConf.select(cfg, "reward.custom_reward_function") is not None  # verl 0.9
+    section = "reward.custom_reward_function" if reads_reward_section else "custom_reward_function"
+    return f"{section}.path" if value_of(cfg, f"{section}.path") else None
 
 
-def resume(rehearsal: Rehearsal) -> None:
-    """The resume branch verl takes (``RayPPOTrainer._load_checkpoint``) with the folders that exist."""
-    trainer = rehearsal.trainer
-    load = getattr(trainer, "_load_checkpoint", None)
-    if load is None:
-        rehearsal.findings.skipped.append("resume: this verl's trainer has no _load_checkpoint")
-        return
-    trainer.actor_rollout_wg = _CheckpointLoads()
-    trainer.critic_wg = _CheckpointLoads()
-    rehearsal.attempt("resume", load)
+def first_step_calls(rehearsal: Rehearsal) -> None:
+    """verl's advantage estimator and policy loss on a dummy batch of the configured shapes (:mod:`.first_step`).
+
+    A field the dummy batch lacks (an estimator reading what this rehearsal does not build) is said, not blamed
+    on the config.
+    """
+    cfg = rehearsal.cfg
+    for stage, action in (("algorithm.adv_estimator", first_step.advantage),
+                          (f"{ACTOR}.policy_loss.loss_mode", first_step.policy_loss)):
+        try:
+            with quiet():
+                action(cfg)
+        except KeyError as exc:
+            rehearsal.findings.skipped.append(f"{stage}: verl reads {exc} from the batch, which the rehearsal's "
+                                              "dummy batch does not hold")
+        except Exception as exc:  # verl's asserts and ValueErrors, as at the first update
+            rehearsal.record(exc, stage, section=ACTOR if "policy_loss" in stage else "algorithm")
 
 
 def lookups(rehearsal: Rehearsal) -> None:
@@ -442,7 +413,8 @@ def lookups(rehearsal: Rehearsal) -> None:
         if rehearsal.image_may_have(package):
             rehearsal.findings.warnings.append(
                 f"{ROLLOUT}.name={engine}: {package} is not installed on this machine "
-                f"({rehearsal.image_says(package)}): the engine's own argument checks use a recorded table")
+                f"({rehearsal.image_says(package)}): the engine's own argument checks use vLLM 0.9.1's recorded "
+                "choices and bounds")
         else:
             rehearsal.findings.problems.append(Problem(f"{ROLLOUT}.name", engine, (
                 f"verl's {engine} rollout imports {package}, which is neither installed here nor in the "

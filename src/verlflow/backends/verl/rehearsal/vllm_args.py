@@ -78,6 +78,34 @@ def quantization_choices() -> tuple[tuple[str, ...], bool]:
     return RECORDED_QUANTIZATION, False
 
 
+# vLLM's ``MaxLoRARanks`` (vllm/config/lora.py), as verl's get_vllm_max_lora_rank falls back to it
+# (verl 0.9.1 workers/rollout/vllm_rollout/utils.py) when it cannot import vLLM.
+RECORDED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_problems(cfg: DictConfig) -> list[Problem]:
+    """A LoRA rank above the largest vLLM serves (validate_config's last check, which imports vLLM)."""
+    key = "actor_rollout_ref.model.lora_rank"
+    rank = value_of(cfg, key)
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank <= 0:
+        return []
+    ranks = RECORDED_LORA_RANKS
+    if machine.installed("vllm"):
+        try:
+            from typing import get_args
+
+            from vllm.config.lora import MaxLoRARanks
+
+            ranks = tuple(sorted(get_args(MaxLoRARanks)))
+        except Exception:  # an older vLLM without vllm.config.lora: verl uses the same recorded ranks
+            pass
+    if rank > ranks[-1]:
+        return [Problem(key, rank, f"vLLM serves LoRA ranks up to {ranks[-1]} (MaxLoRARanks, vllm/config/lora.py; "
+                                   f"verl's utils/config.py:validate_config refuses more): use one of "
+                                   f"{', '.join(map(str, ranks))}")]
+    return []
+
+
 def engine_problems(cfg: DictConfig) -> tuple[list[Problem], list[str]]:
     """Problems and warnings for the rollout's vLLM arguments (only when the engine is vLLM)."""
     if str(value_of(cfg, f"{ROLLOUT}.name")) != "vllm":
@@ -97,6 +125,7 @@ def engine_problems(cfg: DictConfig) -> tuple[list[Problem], list[str]]:
     for section in SAMPLING_SECTIONS:
         values = {k: value_of(cfg, f"{section}.{k}") for k in ("temperature", "top_p", "top_k")}
         problems += check(section, values)
+    problems += lora_rank_problems(cfg)
     if value_of(cfg, f"{ROLLOUT}.prometheus.enable"):
         warnings.append(f"{ROLLOUT}.prometheus.enable=True: verl writes its scrape config to "
                         f"{value_of(cfg, f'{ROLLOUT}.prometheus.file')} and asks a Prometheus on port "

@@ -1,0 +1,154 @@
+"""The first training step on a tiny batch: what verl calls after the first rollout, called before launch.
+
+verl reaches these only after Ray, the workers, the model and a whole rollout have started:
+
+- the reward's return, read the way verl's reward managers read it (0.9
+  ``experimental/reward_loop/reward_manager/naive.py:NaiveRewardManager.run_single`` takes ``result["score"]``
+  of a dict, else the value, and ``base.py:assemble_rm_scores`` puts it into a float tensor; 0.5
+  ``workers/reward_manager/naive.py:NaiveRewardManager.__call__`` does the same): :func:`reward_return_problem`;
+- the advantage estimator, through verl's own ``trainer/ppo/ray_trainer.py:compute_advantage`` on a dummy batch
+  of the configured group size, holding what the workers put in it (``sum_pi_squared`` only with
+  ``actor.calculate_sum_pi_squared``): :func:`advantage`;
+- the policy loss, verl's ``core_algos.get_policy_loss_fn(loss_mode)`` called as the actor calls it (0.9
+  ``workers/utils/losses.py:ppo_loss``, 0.5 ``workers/actor/dp_actor.py:update_policy``) on dummy tensors with
+  the actor's own config: :func:`policy_loss`;
+- the profiler's steps (0.9 ``RayPPOTrainer.fit``: ``self.global_steps in global_profiler.steps``) and the
+  rollout data folder (``RayPPOTrainer._dump_generations``: ``os.makedirs(rollout_data_dir)``):
+  :func:`config_problems`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
+from verlflow.errors import Problem
+
+ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+# The dummy batch: prompts × rollout.n responses of this many tokens.
+PROMPTS, LENGTH = 2, 4
+# What the batch holds when verl computes the advantage (ray_trainer.fit, before compute_advantage).
+FLOAT_FIELDS = ("token_level_scores", "token_level_rewards", "old_log_probs", "ref_log_prob", "values",
+                "rollout_log_probs")
+
+
+def reward_return_problem(result: Any, key: str, value: Any) -> Problem | None:
+    """``result`` of one reward call read as verl reads it; a problem naming ``key`` when verl could not."""
+    import torch
+
+    try:
+        score = result["score"] if isinstance(result, dict) else result
+        torch.zeros(1).new_tensor([score])
+    except Exception as exc:  # KeyError: a dict without score; TypeError/ValueError: None, a string, a list
+        shown = "a dict without 'score'" if isinstance(result, dict) else f"{type(result).__name__} {result!r:.60}"
+        return Problem(key, value, (
+            f"the reward function returned {shown} on a real prompt; verl's reward manager takes result['score'] "
+            f"of a dict, else the value, as one float ({type(exc).__name__}: {message_of(exc)[:120]}): return a "
+            "number, or a dict with a numeric 'score'"))
+    return None
+
+
+def _count(cfg: DictConfig, key: str) -> int:
+    value = value_of(cfg, key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def dummy_batch(cfg: DictConfig) -> Any:
+    """A DataProto of ``PROMPTS`` × ``rollout.n`` responses holding what the workers put in before the advantage."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    n = _count(cfg, f"{ROLLOUT}.n")
+    size = PROMPTS * n
+    generator = torch.Generator().manual_seed(0)
+    tensors = {name: torch.rand(size, LENGTH, generator=generator) - 0.5 for name in FLOAT_FIELDS}
+    tensors["old_log_probs"] = -torch.rand(size, LENGTH, generator=generator)
+    tensors["response_mask"] = torch.ones(size, LENGTH)
+    tensors["responses"] = torch.zeros(size, LENGTH, dtype=torch.long)
+    tensors["prompts"] = torch.zeros(size, LENGTH, dtype=torch.long)
+    tensors["attention_mask"] = torch.ones(size, 2 * LENGTH, dtype=torch.long)
+    if value_of(cfg, f"{ACTOR}.calculate_sum_pi_squared"):  # the actor adds it only when asked
+        tensors["sum_pi_squared"] = torch.rand(size, LENGTH, generator=generator)
+    uid = np.array([str(i // n) for i in range(size)], dtype=object)
+    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uid})
+
+
+def advantage(cfg: DictConfig) -> None:
+    """verl's ``compute_advantage`` on a dummy batch, called with the arguments ``RayPPOTrainer.fit`` passes."""
+    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
+    algorithm = OmegaConf.select(cfg, "algorithm")
+    ray_trainer.compute_advantage(
+        dummy_batch(cfg), adv_estimator=algorithm.adv_estimator, gamma=algorithm.get("gamma", 1.0),
+        lam=algorithm.get("lam", 1.0), num_repeat=_count(cfg, f"{ROLLOUT}.n"),
+        norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True), config=algorithm)
+
+
+def policy_loss(cfg: DictConfig) -> None:
+    """verl's policy loss for ``actor.policy_loss.loss_mode`` on dummy tensors, with the actor's config object."""
+    import torch
+    from verl.trainer.ppo import core_algos
+
+    mode = value_of(cfg, f"{ACTOR}.policy_loss.loss_mode") or "vanilla"
+    if mode not in getattr(core_algos, "POLICY_LOSS_REGISTRY", {}):
+        return  # an unknown name is loss_problems'; 0.5's vanilla loss sits outside the registry
+    actor = OmegaConf.select(cfg, ACTOR)
+    config: Any = actor
+    if isinstance(actor.get("_target_"), str):  # verl >= 0.6 hands the loss its ActorConfig dataclass
+        from verl.utils.config import omega_conf_to_dataclass
+
+        config = omega_conf_to_dataclass(actor)
+    size = PROMPTS * _count(cfg, f"{ROLLOUT}.n")
+    generator = torch.Generator().manual_seed(0)
+    log_prob = -torch.rand(size, LENGTH, generator=generator)
+    core_algos.get_policy_loss_fn(mode)(
+        old_log_prob=log_prob - 0.01, log_prob=log_prob, advantages=torch.rand(size, LENGTH, generator=generator),
+        response_mask=torch.ones(size, LENGTH), loss_agg_mode=value_of(cfg, f"{ACTOR}.loss_agg_mode") or "token-mean",
+        config=config)
+
+
+def profiler_steps_problems(cfg: DictConfig) -> list[Problem]:
+    """The profiled steps must be a list of step numbers (or null): verl tests ``global_steps in steps``.
+
+    verl >= 0.6 reads ``global_profiler.steps``, 0.5 ``trainer.profile_steps`` (``RayPPOTrainer.fit``).
+    """
+    problems = []
+    for key in ("global_profiler.steps", "trainer.profile_steps"):
+        node = OmegaConf.select(cfg, key, default=None)
+        if node is None or isinstance(node, ListConfig):
+            continue
+        problems.append(Problem(key, value_of(cfg, key), (
+            f"verl's trainer asks `global_steps in {key.rpartition('.')[2]}` at every step (trainer/ppo/ray_trainer.py:"
+            f"RayPPOTrainer.fit), which fails on {type(node).__name__} {node}: give a list, e.g. [{node}]")))
+    return problems
+
+
+def rollout_data_dir_problems(cfg: DictConfig) -> list[Problem]:
+    """``trainer.rollout_data_dir`` must be a folder verl can create (``os.makedirs`` at the first dump)."""
+    key = "trainer.rollout_data_dir"
+    value = value_of(cfg, key)
+    if not value or "://" in str(value):
+        return []
+    path = Path(str(value)).expanduser()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None:
+        return []
+    if not existing.is_dir():
+        why = f"{existing} is a file, so no folder can be made {'there' if existing == path else 'under it'}"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable here"
+    else:
+        return []
+    return [Problem(key, value, (
+        f"verl writes each step's rollouts there with os.makedirs (trainer/ppo/ray_trainer.py:_dump_generations, "
+        f"after the first rollout): {why}: name a folder that can be created, or null"))]
+
+
+def config_problems(cfg: DictConfig, *, check_files: bool) -> list[Problem]:
+    """The first step's checks that need no verl call: the profiler's steps, the rollout data folder."""
+    return profiler_steps_problems(cfg) + (rollout_data_dir_problems(cfg) if check_files else [])

@@ -1,0 +1,121 @@
+"""The rollout side verl builds in its workers, looked up in verl's own registries before launch.
+
+- the rollout class: ``workers/rollout/base.py:get_rollout_class(name, mode)`` asserts ``(name, mode)`` is in
+  ``_ROLLOUT_REGISTRY`` when the worker builds its rollout (verl >= 0.7; 0.5 has no registry);
+- the checkpoint engine: ``checkpoint_engine/base.py:CheckpointEngineRegistry.get(backend)`` raises
+  ``ValueError`` for a backend no module registered (``workers/engine_workers.py`` builds it);
+- the agent loop: its config file (``experimental/agent_loop/agent_loop.py:AgentLoopWorker`` loads it with
+  ``OmegaConf.load``) and its workers: ``AgentLoopManager.generate_sequences`` splits each step's
+  ``batch × n`` prompts with ``DataProto.chunk(num_workers)``, which asserts they divide;
+- the trace backend: ``utils/rollout_trace.py:RolloutTraceConfig.init`` imports ``weave`` / ``trackio``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verlflow.backends.verl.rehearsal import machine
+from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
+from verlflow.errors import Problem
+
+ROLLOUT = "actor_rollout_ref.rollout"
+TRACE_PACKAGES = {"weave": "weave", "trackio": "trackio", "mlflow": "mlflow"}
+
+
+def rollout_class_problems(cfg: DictConfig) -> list[Problem]:
+    """``rollout.mode`` (with the engine's name) that verl's rollout registry does not hold."""
+    try:
+        base = importlib.import_module("verl.workers.rollout.base")
+    except ImportError:
+        return []
+    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    name, mode = value_of(cfg, f"{ROLLOUT}.name"), value_of(cfg, f"{ROLLOUT}.mode")
+    if not registry or mode is None:
+        return []
+    modes = sorted({m for n, m in registry if n == name})
+    if not modes or (name, mode) in registry:  # an unknown engine is the name check's to report
+        return []
+    return [Problem(f"{ROLLOUT}.mode", mode, (
+        f"verl builds its {name} rollout with get_rollout_class(name, mode) (workers/rollout/base.py), whose "
+        f"registry holds only mode {' or '.join(modes)} for it: use {modes[0]} (or remove the key)"))]
+
+
+def checkpoint_engine_problems(cfg: DictConfig, image_has: Any) -> tuple[list[Problem], list[str]]:
+    """``rollout.checkpoint_engine.backend`` that no checkpoint-engine module registers (a warning when its
+    module only failed to import here: the package may be on the cluster)."""
+    key = f"{ROLLOUT}.checkpoint_engine.backend"
+    backend = value_of(cfg, key)
+    if backend is None:
+        return [], []
+    try:
+        registry = importlib.import_module("verl.checkpoint_engine").CheckpointEngineRegistry
+    except (ImportError, AttributeError):
+        return [], []
+    try:
+        registry.get(backend)
+    except ValueError as exc:
+        failed = getattr(registry, "_import_errors", {}) or {}
+        unavailable = [module for module in failed if str(backend).lower() in module.lower()]
+        if unavailable:
+            return [], [f"{key}={backend}: its module {unavailable[0]} does not import on this machine "
+                        f"({message_of(failed[unavailable[0]])[:120]}): not checked here"]
+        names = ", ".join(sorted(getattr(registry, "_registry", {})))
+        return [Problem(key, backend, f"no checkpoint engine of that name in verl's registry "
+                                      f"(checkpoint_engine/base.py:CheckpointEngineRegistry.get): use one of {names}"
+                                      if names else message_of(exc)[:300])], []
+    return [], []
+
+
+def agent_loop_problems(cfg: DictConfig, *, check_files: bool) -> list[Problem]:
+    """The agent-loop config file verl loads, and agent workers that do not divide each step's prompts."""
+    problems = []
+    key = f"{ROLLOUT}.agent.agent_loop_config_path"
+    path = value_of(cfg, key)
+    if path and check_files and "://" not in str(path):
+        file = Path(str(path)).expanduser()
+        if not file.is_file():
+            problems.append(Problem(key, path, "no such file: verl's agent-loop workers load it with OmegaConf.load "
+                                               "(experimental/agent_loop/agent_loop.py): give an existing YAML file"))
+        else:
+            try:
+                OmegaConf.load(file)
+            except Exception as exc:  # YAML errors of every kind
+                problems.append(Problem(key, path, f"verl cannot load it: {message_of(exc)[:200]}"))
+    if value_of(cfg, f"{ROLLOUT}.mode") != "async":  # verl 0.5 runs its agent loop only in async mode
+        return problems
+    workers = value_of(cfg, f"{ROLLOUT}.agent.num_workers")
+    batch = value_of(cfg, "data.gen_batch_size") or value_of(cfg, "data.train_batch_size")
+    n = value_of(cfg, f"{ROLLOUT}.n")
+    counts = (workers, batch, n, value_of(cfg, "trainer.n_gpus_per_node"), value_of(cfg, "trainer.nnodes"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in counts) or \
+            (batch * n) % (counts[3] * counts[4]):
+        return problems  # a batch that does not split over the devices is the size checks' to report first
+    if (batch * n) % workers:
+        fits = [d for d in range(1, min(batch * n, 64) + 1) if (batch * n) % d == 0]
+        problems.append(Problem(f"{ROLLOUT}.agent.num_workers", workers, (
+            f"verl splits each step's {batch} × {n} = {batch * n} prompts over the agent-loop workers with "
+            f"DataProto.chunk, which asserts they divide evenly (agent_loop.py:AgentLoopManager.generate_sequences): "
+            f"use one of {', '.join(map(str, fits))}")))
+    return problems
+
+
+def trace_warnings(cfg: DictConfig, image_says: Any) -> list[str]:
+    """A trace backend whose package verl imports (``RolloutTraceConfig.init``) and this machine lacks."""
+    key = f"{ROLLOUT}.trace.backend"
+    backend = value_of(cfg, key)
+    package = TRACE_PACKAGES.get(str(backend))
+    if package is None or machine.installed(package):
+        return []
+    return [f"{key}={backend}: verl imports {package} for it when the rollout starts (utils/rollout_trace.py:"
+            f"RolloutTraceConfig.init), and {package} is not installed on this machine ({image_says(package)})"]
+
+
+def problems(cfg: DictConfig, *, check_files: bool, image_says: Any) -> tuple[list[Problem], list[str]]:
+    """Every check of this module: problems and warnings."""
+    engine_problems, engine_warnings = checkpoint_engine_problems(cfg, image_says)
+    found = rollout_class_problems(cfg) + engine_problems + agent_loop_problems(cfg, check_files=check_files)
+    return found, engine_warnings + trace_warnings(cfg, image_says)

@@ -1,0 +1,143 @@
+"""Which verl a rule is judged against: the cluster's (the profile's stack names it), not only the installed one.
+
+The rehearsal runs the installed verl's code; the cluster runs the verl its image holds
+(``config/stacks/<name>.yaml``: ``verl: {version: …}``). A few settings are fatal in one and legal in the
+other. Each is a :class:`VersionRule`, checked in both verls' source: below ``legal_from`` the setting fails
+as ``fatal_at`` says; from it on it is legal and ``legal_at`` says what that verl does instead (a warning,
+since the user probably meant something else). When the two verls differ the dry run says so once
+(:func:`versions_note`), and a rule's line names both.
+
+- ``rollout.max_model_len`` below prompt + response: 0.5.0 hands the engine a request longer than it holds
+  (vLLM refuses it at the first rollout); 0.9.1 caps ``max_tokens`` to what is left
+  (``workers/rollout/vllm_rollout/vllm_async_server.py:vLLMHttpServer.generate``).
+- ``trainer.device`` not the profile's: 0.5.0 asks Ray for those devices (``RayPPOTrainer.device_name``) and
+  waits for ever; 0.9.1 resets it to the platform it detects (``utils/device.py:auto_set_device``).
+- the top-level ``custom_reward_function``: 0.5.0 loads it (``trainer/ppo/reward.py:get_custom_reward_fn``);
+  0.9.1's trainer reads only ``reward.custom_reward_function`` (``migrate_legacy_reward_impl`` runs only in
+  the fully-async trainer), so the function is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from verlflow.errors import Problem
+
+ROLLOUT = "actor_rollout_ref.rollout"
+LEGACY_REWARD = "custom_reward_function"
+
+
+@dataclass(frozen=True)
+class VerlVersions:
+    """The cluster's verl (from the profile's stack; None when no stack names one) and the installed one."""
+
+    cluster: str | None
+    installed: str
+    stack: str
+
+    @property
+    def judged(self) -> str:
+        """The verl the rules are judged against: the cluster's when the stack names it."""
+        return self.cluster or self.installed
+
+    @property
+    def differ(self) -> bool:
+        """Whether the cluster's verl is another release than the installed one."""
+        return bool(self.cluster) and _release(self.cluster) != _release(self.installed)
+
+
+@dataclass(frozen=True)
+class VersionRule:
+    """A setting fatal before ``legal_from`` (as ``fatal_at`` says) and legal from it (``legal_at``)."""
+
+    key: str
+    legal_from: str
+    fatal_at: str
+    legal_at: str
+
+
+RULES = (
+    VersionRule(f"{ROLLOUT}.max_model_len", "0.9.1",
+                "verl 0.5.0 asks the engine for more tokens than it holds: vLLM refuses it at the first rollout",
+                "verl 0.9.1 caps max_tokens to what is left (vllm_async_server.py:vLLMHttpServer.generate), "
+                "so long prompts get shorter responses"),
+    VersionRule("trainer.device", "0.9.1",
+                "verl 0.5.0 asks Ray for these devices (RayPPOTrainer.device_name) and waits for ever",
+                "verl 0.9.1 resets it to the platform it detects on the nodes (utils/device.py:auto_set_device)"),
+    VersionRule(f"{LEGACY_REWARD}.path", "0.9.1",
+                "verl 0.5.0 loads the reward function from it (trainer/ppo/reward.py:get_custom_reward_fn)",
+                "verl 0.9.1's trainer never reads the top-level custom_reward_function (only "
+                "reward.custom_reward_function): move it there"),
+)
+
+
+def _release(version: str) -> Version | None:
+    try:
+        return Version(Version(version).base_version)
+    except InvalidVersion:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def verl_versions(stack: str) -> VerlVersions:
+    """The profile's stack's verl and the installed verl."""
+    import verl
+
+    cluster = None
+    if stack:
+        from verlflow.device.stacks import load_stack
+
+        try:
+            cluster = load_stack(stack).version("verl")
+        except Exception:  # an unreadable stack is doctor's to report; here it names no verl
+            cluster = None
+    label = stack.rsplit("/", 1)[-1].removesuffix(".yaml") if stack else ""
+    return VerlVersions(cluster=cluster, installed=str(verl.__version__), stack=label)
+
+
+def versions_note(versions: VerlVersions) -> list[str]:
+    """One note when the cluster's verl differs from the installed one (the rehearsal runs the installed one)."""
+    if not versions.differ:
+        return []
+    return [f"the {versions.stack} image runs verl {versions.cluster}, this machine has verl {versions.installed}: "
+            f"the rehearsal runs {versions.installed}'s code; the settings the two treat differently are judged "
+            f"for {versions.cluster}"]
+
+
+def _legal(rule: VersionRule, version: str) -> bool:
+    judged, boundary = _release(version), _release(rule.legal_from)
+    return judged is not None and boundary is not None and judged >= boundary
+
+
+def judge(problems: list[Problem], versions: VerlVersions) -> tuple[list[Problem], list[str]]:
+    """``problems`` with each version rule's line judged for the cluster's verl: kept (naming the other verl's
+    behaviour when the installed one differs) or turned into a warning."""
+    kept, warnings = [], []
+    for problem in problems:
+        rule = next((r for r in RULES if problem.key == r.key or (r.key.startswith(LEGACY_REWARD)
+                                                                  and problem.key.startswith(f"{LEGACY_REWARD}."))),
+                    None)
+        if rule is None:
+            kept.append(problem)
+        elif _legal(rule, versions.judged):
+            warnings.append(Problem(problem.key, problem.value, f"{rule.legal_at}{_other(versions)}").line())
+        else:
+            other = (f" (judged for the {versions.stack} image's verl {versions.judged}; {rule.legal_at}, the verl "
+                     "installed here)" if versions.differ and _legal(rule, versions.installed) else "")
+            kept.append(Problem(problem.key, problem.value, f"{problem.fix}{other}"))
+    return kept, warnings
+
+
+def legacy_reward_warnings(path: object, already: list[str], versions: VerlVersions) -> list[str]:
+    """The top-level reward function set where the cluster's verl never reads it (a file that exists too)."""
+    rule = next(r for r in RULES if r.key == f"{LEGACY_REWARD}.path")
+    if not path or not _legal(rule, versions.judged) or any(w.startswith(f"{LEGACY_REWARD}.") for w in already):
+        return []
+    return [f"{rule.key}={path}: {rule.legal_at}{_other(versions)}"]
+
+
+def _other(versions: VerlVersions) -> str:
+    return f" (judged for the {versions.stack} image's verl {versions.judged})" if versions.cluster else ""
