@@ -199,7 +199,9 @@ def tracked_run(
             heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
             yield run
         except BaseException as exc:
-            error = exc
+            error = deadline.as_deadline(exc) or exc  # a request that ran out of time: the end is short
+            if error is not exc:
+                raise error from exc
             raise
         finally:
             if heartbeat is not None:
