@@ -41,12 +41,22 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 def install() -> None:
-    """Make :func:`_on_stop` the SIGINT/SIGTERM handler (main thread only; again after a library replaced it)."""
+    """Make this module's handler the SIGINT/SIGTERM handler (again after a library replaced it)."""
+    _set_handlers(dict.fromkeys(STOPS, _on_stop))
+
+
+def is_installed() -> bool:
+    """Whether this module's handler takes SIGINT and SIGTERM now."""
+    return all(signal.getsignal(stop) is _on_stop for stop in STOPS)
+
+
+def _set_handlers(handlers: dict) -> None:
+    """The one place that sets a stop signal's handler: the main thread's (Python's rule)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for stop in STOPS:
-        if signal.getsignal(stop) is not _on_stop:
-            signal.signal(stop, _on_stop)
+    for stop, handler in handlers.items():
+        if signal.getsignal(stop) is not handler:
+            signal.signal(stop, handler if handler is not None else signal.SIG_DFL)
 
 
 def raise_stops_once() -> None:
@@ -66,9 +76,22 @@ def installed() -> Iterator[None]:
         yield
     finally:
         if owner:
-            for stop, handler in previous.items():
-                signal.signal(stop, handler if handler is not None else signal.SIG_DFL)
+            _set_handlers(previous)
             reset()
+
+
+@contextlib.contextmanager
+def sigint_ignored_by_children() -> Iterator[None]:
+    """Children started in the block ignore SIGINT from their first instruction (an ignored signal stays ignored
+    across exec, and Python then installs no KeyboardInterrupt handler): a Ctrl-C to the process group while a
+    metric writer's interpreter was starting killed it with a traceback. A Ctrl-C to this process in the block is
+    ignored too (the block only starts a process). Only the main thread may change a handler; elsewhere a no-op."""
+    previous = {signal.SIGINT: signal.getsignal(signal.SIGINT)}
+    _set_handlers({signal.SIGINT: signal.SIG_IGN})
+    try:
+        yield
+    finally:
+        _set_handlers(previous)
 
 
 def reset() -> None:

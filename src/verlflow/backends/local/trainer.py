@@ -31,6 +31,7 @@ import torch
 from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
+from verlflow import stopping
 from verlflow.backends.local import checkpoint as ckpt
 from verlflow.backends.local.loss import batched_log_probs, compute_advantages, is_on_policy, update_actor
 from verlflow.backends.local.metrics import last_logged_step, val_metric_names, verl_batch_metrics
@@ -261,6 +262,7 @@ class LocalTrainer:
             self._log(self._validate(), self.global_step)
         self.progress = progress_bar(self.total_steps, "GRPO", "step", initial=self.global_step)
         while self.global_step < self.total_steps:
+            stopping.stop_point()  # between steps: a stop taken while a step ran ends the run KILLED here
             if self.governor is not None:
                 self.governor.adjust()
             self.global_step += 1
