@@ -32,6 +32,9 @@ from verlflow import config
 from verlflow.backends.local.trainer import train_local
 from verlflow.runs import tracking
 work, steps, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if threads != "auto":  # a fixed count, as before the trainer followed the free cores
+    import verlflow.backends.local.trainer as trainer_module
+    trainer_module.ThreadGovernor = lambda limit: None
 mlflow.set_tracking_uri(f"sqlite:///{work}/mlflow.db")
 overrides = ["actor_rollout_ref.model.path=tiny-qwen3", f"trainer.total_training_steps={steps}",
              "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
@@ -63,17 +66,18 @@ def prepare(work: Path) -> None:
     gsm8k.preprocess("synthetic-easy", work / "data", 0, log_to_mlflow=False)
 
 
-def train_seconds(work: Path, steps: int, threads: str, wait_policy: str | None, busy: int) -> dict:
+def train_seconds(work: Path, steps: int, threads: str, wait_policy: str | None, busy: int, nice: int) -> dict:
     """One fresh training process, beside ``busy`` busy loops: its training seconds and thread count."""
     env = {**os.environ, "VERLFLOW_CACHE": str(work / "cache"), "TOKENIZERS_PARALLELISM": "false"}
     if wait_policy:
         env["OMP_WAIT_POLICY"] = wait_policy
-    loops = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(busy)]
+    niced = (lambda: os.nice(nice)) if nice else None
+    loops = [subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=niced) for _ in range(busy)]
     try:
         with tempfile.TemporaryDirectory(dir=work) as run_dir:
             (Path(run_dir) / "data").symlink_to(work / "data")
             done = subprocess.run([sys.executable, "-c", CHILD, run_dir, str(steps), threads], env=env,
-                                  capture_output=True, text=True, timeout=3600)
+                                  capture_output=True, text=True, timeout=3600, preexec_fn=niced)
     finally:
         for loop in loops:
             loop.kill()
@@ -90,9 +94,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "verlflow-cpu-shared"))
-    parser.add_argument("--threads", default="auto", help="auto (the trainer chooses) or a fixed count")
+    parser.add_argument("--threads", default="auto",
+                        help="auto (the trainer follows the free cores) or a count kept fixed throughout")
     parser.add_argument("--wait-policy", default=None, help="OMP_WAIT_POLICY to force (default: the entry's)")
     parser.add_argument("--busy", type=int, default=2, help="busy loops beside the shared runs")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness of the trainer and the loops (negative, as root: a host shared with other "
+                             "work outside the benchmark disturbs it less)")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -101,7 +109,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, busy in (("quiet", 0), ("shared", args.busy)):
             before = os.getloadavg()[0]
-            result = train_seconds(work, args.steps, args.threads, args.wait_policy, busy)
+            result = train_seconds(work, args.steps, args.threads, args.wait_policy, busy, args.nice)
             figures[name].append(result["train_s"])
             print(f"{name:6s} {result['train_s']:6.1f} s  threads {result['threads']}  "
                   f"load {before:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
