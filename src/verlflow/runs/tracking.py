@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import re
@@ -30,6 +29,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow import __version__, stopping
+from verlflow.compat import verl as compat_verl
 from verlflow.errors import VerlflowError
 from verlflow.names import (
     BACKEND_TAG,
@@ -305,18 +305,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``).
-
-    verl exposes no public function for this: its MLflow logger calls the private helper below. Reusing it
-    is what keeps local runs' param keys identical to verl runs' (so compare can diff them); present in every
-    verl release verlflow supports (0.5.0 through 0.9.x, tests/test_verl_version_matrix.py).
-    """
-    try:
-        from verl.utils.tracking import _compute_mlflow_params_from_objects
-    except ImportError as exc:
-        raise VerlflowError(f"this verl has no verl.utils.tracking._compute_mlflow_params_from_objects: "
-                            f"install a verl verlflow supports (>=0.5.0,<0.10): {exc}") from None
-    return _compute_mlflow_params_from_objects(dict(config))
+    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``), with
+    verl's own function (:func:`verlflow.compat.verl.mlflow_params`): local runs' param keys equal verl runs'."""
+    return compat_verl.mlflow_params(config)
 
 
 def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -324,14 +315,6 @@ def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
     params = flatten_params(config)
     retry_on_lock(mlflow.log_params, {k: ("None" if v is None else v) for k, v in params.items()})
     return params
-
-
-@functools.lru_cache(maxsize=1)
-def _verl_adapter():
-    # verl's key sanitizer is private too (no public equivalent); same reason and range as flatten_params.
-    from verl.utils.tracking import _MlflowLoggingAdapter
-
-    return _MlflowLoggingAdapter()
 
 
 # A key verl's sanitizer leaves unchanged: no '@', no '//', only [/\w.\- :] (its own allowed set). Such
@@ -343,7 +326,7 @@ def sanitize_metric_key(key: str) -> str:
     """Sanitize a metric name the way verl's MLflow logger does (``@`` → ``_at_``, invalid chars → ``_``)."""
     if _CLEAN_KEY.fullmatch(key):
         return key
-    return _verl_adapter()._sanitize_key(key)
+    return compat_verl.metric_key_sanitizer()(key)
 
 
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:
