@@ -19,6 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.runs.store_retry import store_write_failure
@@ -76,6 +77,7 @@ def run_step(name: str, values: dict[str, str]):
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: ``verlflow <step> --param value …``; exits 2 with one line on bad input."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prefer_passive_wait()  # before any step loads torch: OpenMP reads it once
     with gc_paused():
         args = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(args).items() if k != "step"}

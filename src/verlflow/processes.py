@@ -73,11 +73,38 @@ def find_launcher(max_depth: int = 3) -> int | None:
     return None
 
 
+# MLflow's launcher ends its run with ``_maybe_set_run_terminated(run, "FAILED")`` (mlflow/projects/__init__.py),
+# which asks ``RunStatus.is_terminated`` about the run's status *string* where it takes the enum's number, so it
+# always overwrites: a run the step ended KILLED turns FAILED. Checked present in MLflow 3.5.1 and 3.17.2 (every
+# version pyproject.toml admits); re-check when raising MLflow's cap, and move this bound to the first fixed one.
+LAUNCHER_BUG_BELOW = (3, 18)
+
+
+def launcher_overwrites_end(mlflow_version: str | None = None) -> bool:
+    """Whether this MLflow's ``mlflow run`` launcher turns a run the step ended KILLED into FAILED (the bug above);
+    an MLflow whose version cannot be read is taken to have it."""
+    if mlflow_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            mlflow_version = version("mlflow")
+        except PackageNotFoundError:
+            return True
+    try:
+        major, minor = (int(part) for part in mlflow_version.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) < LAUNCHER_BUG_BELOW
+
+
 def watch_launcher(run_id: str | None, *, interrupted_by: str | None = None) -> bool:
     """Leave a watcher (:mod:`.launcher_status`, its own session) that keeps ``run_id`` KILLED past the ``mlflow
-    run`` launcher's FAILED, when ``run_id`` is that launcher's run; once per run. ``interrupted_by`` (a signal
-    name): the step stopped before it ended the run itself, so the watcher ends it KILLED too."""
+    run`` launcher's FAILED (:func:`launcher_overwrites_end`), when ``run_id`` is that launcher's run; once per
+    run. ``interrupted_by`` (a signal name): the step stopped before it ended the run itself, so the watcher ends
+    it KILLED (whatever the MLflow: the launcher leaves such a run FAILED with no reason, or RUNNING)."""
     if not run_id or run_id != LAUNCHER_RUN_ID or run_id in _watching:
+        return False
+    if interrupted_by is None and not launcher_overwrites_end():
         return False
     launcher = find_launcher()
     if launcher is None:

@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from verlflow.compat.mlflow import replace_monitor_client
 from verlflow.config import Device, VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
@@ -96,7 +97,7 @@ def recording(
     if npu is not None:
         add_monitor(monitor, npu)
     # MLflow's monitor stops for good at its first failed write: its writes wait out another run's lock.
-    monitor.mlflow_logger.client = LockRetryingClient(monitor.mlflow_logger.client.tracking_uri)
+    replace_monitor_client(monitor, LockRetryingClient)
     client = LockRetryingClient()
     client.set_tag(run_id, SYSTEM_METRICS_INTERVAL_TAG, f"{float(monitor.sampling_interval):g}")
     client.set_tag(run_id, SYSTEM_METRICS_TAG, ",".join(monitor_names(monitor)))

@@ -32,7 +32,6 @@ import logging
 import multiprocessing
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -41,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from verlflow import stopping
 from verlflow.runs import spill
 from verlflow.runs.metric_writer import MEMORY_POINTS, WRITER_HTTP_KNOBS, cap_http, points, write_until_closed
 from verlflow.runs.spill import Entry
@@ -113,7 +113,7 @@ class MetricBuffer:
             target=write_until_closed, name=f"verlflow-metrics-{self.run_id[:8]}", daemon=True,
             args=(steps_in, acks_out, self.run_id, self.tracking_uri, str(self.spill_path), self.retry_s,
                   self.write_every_s))
-        with _main_module_hidden(), _sigint_ignored_by_children():
+        with _main_module_hidden(), stopping.sigint_ignored_by_children():
             self._process.start()
         steps_in.close()  # the writer's ends are the writer's alone: its death closes them
         acks_out.close()
@@ -374,22 +374,6 @@ class _Feed:
                 connection.send(item)
                 self.sent_count += 1
         connection.close()
-
-
-@contextlib.contextmanager
-def _sigint_ignored_by_children() -> Iterator[None]:
-    """Start children with SIGINT ignored from their first instruction (an ignored signal stays ignored across exec,
-    and Python then installs no KeyboardInterrupt handler): a Ctrl-C to the process group while a writer's
-    interpreter was starting killed it with a traceback. Only the main thread may change a handler; a writer
-    restarted from another thread starts as before (it ignores SIGINT once running)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

@@ -13,11 +13,9 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -31,6 +29,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow import __version__, stopping
+from verlflow.compat import verl as compat_verl
 from verlflow.errors import VerlflowError
 from verlflow.names import (
     BACKEND_TAG,
@@ -45,56 +44,46 @@ from verlflow.runs import deadline, experiments, lifecycle, metric_buffer, spill
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.util import exception_chain, filter_quote, first_line
 
-
-class RunInterrupted(KeyboardInterrupt):
-    """Raised in the main thread when SIGTERM or SIGINT arrives, so the run ends KILLED."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-_stopping: list[int] = []  # the signal this process is stopping for, once one has arrived
+RunInterrupted = stopping.RunInterrupted
+_outer: list[bool] = []  # one entry per open signals_raise block
 
 
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into :class:`RunInterrupted` while the block runs (a step, a run).
+    """A SIGTERM/SIGINT raises :class:`RunInterrupted` in the block (a step, a run) where it has no safe point.
 
-    Only the first signal raises: a second (Ctrl-C twice, a launcher's SIGTERM after the terminal's SIGINT, the
-    kernel's and the launcher watcher's SIGTERM both) arrives while the run is ending, and raising again there
-    cut its end short, leaving it RUNNING. The outermost block forgets it, so a process can stop more than once.
+    The handler is :mod:`verlflow.stopping`'s (installed here when no entry did): only the first signal raises,
+    a second (Ctrl-C twice, a launcher's SIGTERM after the terminal's SIGINT) arrives while the run is ending.
+    The outermost block adds what raising from any bytecode needs: an interrupt that lands inside SQLAlchemy
+    waits for it to return, one lost in a finalizer is raised again, and a library's log of it is dropped.
     """
-
-    def _raise(signum, frame):
-        if _stopping:
-            return
-        if _in_a_store_transaction(frame) and _defer(signum):
-            return
-        _deferred_since.clear()
-        _stopping.append(signum)
-        stopping.note_stopping(signum)
-        raise RunInterrupted(signum)
-
-    previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT)}
-    outermost = not any(getattr(h, "__qualname__", "").startswith("signals_raise") for h in previous.values())
-    previous_hook = sys.unraisablehook
+    outermost = not _outer
+    _outer.append(outermost)
     # MLflow's logger prints through its own handler, not the root's (it does not propagate).
     handlers = [*logging.getLogger().handlers, *logging.getLogger("mlflow").handlers] if outermost else []
+    previous_hook = sys.unraisablehook
+    deferral = stopping.deferring(_defer_in_store) if outermost else contextlib.nullcontext()
     if outermost:
         sys.unraisablehook = _redeliver_swallowed
         for handler in handlers:
             handler.addFilter(_drop_own_interrupt)
     try:
-        yield
+        with stopping.installed(), deferral:
+            yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        _outer.pop()
         if outermost:
             sys.unraisablehook = previous_hook
             for handler in handlers:
                 handler.removeFilter(_drop_own_interrupt)
-            _stopping.clear()
+
+
+def _defer_in_store(signum: int, frame) -> bool:
+    """Whether the interrupt for ``signum`` waits (it landed inside a SQL store's session): see :func:`_defer`."""
+    if _in_a_store_transaction(frame) and _defer(signum):
+        return True
+    _deferred_since.clear()
+    return False
 
 
 # How long an interrupt waits for the store code it landed in to return before it is raised there anyway.
@@ -146,9 +135,8 @@ def _redeliver_swallowed(unraisable) -> None:
     "Exception ignored in …") is lost, and the step trained on to FINISHED (1 SIGTERM in 10 under ``mlflow
     run``): the signal is sent again, to be raised at the next point that can."""
     if isinstance(unraisable.exc_value, RunInterrupted):
-        signum = unraisable.exc_value.signum
-        _stopping.clear()
-        _send_again(signum)
+        stopping.raise_again()
+        _send_again(unraisable.exc_value.signum)
         return
     sys.__unraisablehook__(unraisable)
 
@@ -211,7 +199,9 @@ def tracked_run(
             heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
             yield run
         except BaseException as exc:
-            error = exc
+            error = deadline.as_deadline(exc) or exc  # a request that ran out of time: the end is short
+            if error is not exc:
+                raise error from exc
             raise
         finally:
             if heartbeat is not None:
@@ -224,18 +214,12 @@ END_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIM
 _LEAVE_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 2}
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ignore SIGTERM/SIGINT while the block runs (it is short and bounded: ending a run after a first one)."""
+def _signals_held() -> contextlib.AbstractContextManager:
+    """A SIGTERM/SIGINT only recorded while the block runs (it is short and bounded: ending a run after a first
+    one); the main thread's concern only."""
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        return contextlib.nullcontext()
+    return stopping.checked()
 
 
 def _end_run(run_id: str, error: BaseException | None) -> None:
@@ -321,18 +305,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``).
-
-    verl exposes no public function for this: its MLflow logger calls the private helper below. Reusing it
-    is what keeps local runs' param keys identical to verl runs' (so compare can diff them); present in every
-    verl release verlflow supports (0.5.0 through 0.9.x, tests/test_verl_version_matrix.py).
-    """
-    try:
-        from verl.utils.tracking import _compute_mlflow_params_from_objects
-    except ImportError as exc:
-        raise VerlflowError(f"this verl has no verl.utils.tracking._compute_mlflow_params_from_objects: "
-                            f"install a verl verlflow supports (>=0.5.0,<0.10): {exc}") from None
-    return _compute_mlflow_params_from_objects(dict(config))
+    """Flatten a resolved config exactly as verl's MLflow logger does (``a/b/c``, lists as ``x/list_len``), with
+    verl's own function (:func:`verlflow.compat.verl.mlflow_params`): local runs' param keys equal verl runs'."""
+    return compat_verl.mlflow_params(config)
 
 
 def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -344,14 +319,6 @@ def log_verl_params(config: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
-@functools.lru_cache(maxsize=1)
-def _verl_adapter():
-    # verl's key sanitizer is private too (no public equivalent); same reason and range as flatten_params.
-    from verl.utils.tracking import _MlflowLoggingAdapter
-
-    return _MlflowLoggingAdapter()
-
-
 # A key verl's sanitizer leaves unchanged: no '@', no '//', only [/\w.\- :] (its own allowed set). Such
 # keys skip importing verl (seconds), which `compare` would otherwise pay for a no-op.
 _CLEAN_KEY = re.compile(r"(?!.*//)[/\w.\- :]*")
@@ -361,7 +328,7 @@ def sanitize_metric_key(key: str) -> str:
     """Sanitize a metric name the way verl's MLflow logger does (``@`` → ``_at_``, invalid chars → ``_``)."""
     if _CLEAN_KEY.fullmatch(key):
         return key
-    return _verl_adapter()._sanitize_key(key)
+    return compat_verl.metric_key_sanitizer()(key)
 
 
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-from verlflow import config
+from verlflow import config, stopping
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.names import ERROR_TAG, STEP_TAG, metric_names
 from verlflow.runs.store_retry import LockRetryingClient
@@ -111,7 +110,8 @@ class TrialRunner:
                     self._report(client, run_id, trial, reported, proc)
                     if finished:
                         break
-                    time.sleep(self.poll_interval)
+                    stopping.STOP.wait(self.poll_interval)
+                    stopping.stop_point()  # the trial's run ends KILLED in the finally below
                 reader.join(timeout=30)
                 value = self._result(client, run_id, trial, proc.returncode, tail)
                 outcome = "COMPLETE"

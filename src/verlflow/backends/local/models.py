@@ -35,11 +35,14 @@ def torch_device(device: Device | str) -> torch.device:
     return torch.device(name)
 
 
-def apply_thread_count(env: dict[str, str]) -> None:
-    """The profile's OMP_NUM_THREADS as torch's intra-op thread count (this process is already running)."""
+def apply_thread_count(env: dict[str, str]) -> int | None:
+    """The profile's OMP_NUM_THREADS as torch's intra-op thread count (this process is already running); returns
+    it, None when the profile sets none."""
     threads = env.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
+        return int(threads)
+    return None
 
 
 def make_deterministic(seed: int) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import torch
 from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
+from verlflow import stopping
 from verlflow.backends.local import checkpoint as ckpt
 from verlflow.backends.local.loss import batched_log_probs, compute_advantages, is_on_policy, update_actor
 from verlflow.backends.local.metrics import last_logged_step, val_metric_names, verl_batch_metrics
@@ -52,6 +53,7 @@ from verlflow.backends.local.rollout import (
 )
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.backends.local.traces import trace_samples
+from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
 from verlflow.runs import logged_models
@@ -132,6 +134,7 @@ class LocalTrainer:
         self.last_saved: Path | None = None
         self.progress: Any = None
         self.determinism_before: dict[str, Any] | None = None
+        self.governor: ThreadGovernor | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -144,12 +147,14 @@ class LocalTrainer:
         hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
         self._log_run_description()
         self.device = torch_device(self.settings.device)
-        apply_thread_count(self.cfg.profile.env)
+        threads = apply_thread_count(self.cfg.profile.env)
         torch.manual_seed(self.settings.rollout_seed)
         deterministic = bool(self.cfg.verlflow.deterministic)
         retry_on_lock(mlflow.set_tag, DETERMINISTIC_TAG, str(deterministic).lower())
         if deterministic:
             self.determinism_before = make_deterministic(self.settings.rollout_seed)
+        elif self.device.type == "cpu":  # the threads follow the cores other work leaves free
+            self.governor = ThreadGovernor(threads)
         model_path = resolve_model_path(self.settings.model_path)
         self.tokenizer = load_tokenizer(self.settings.tokenizer_path or model_path, self.settings, self.cfg.resolved)
         self.train_prompts = self._prompts("train")
@@ -257,6 +262,9 @@ class LocalTrainer:
             self._log(self._validate(), self.global_step)
         self.progress = progress_bar(self.total_steps, "GRPO", "step", initial=self.global_step)
         while self.global_step < self.total_steps:
+            stopping.stop_point()  # between steps: a stop taken while a step ran ends the run KILLED here
+            if self.governor is not None:
+                self.governor.adjust()
             self.global_step += 1
             step = self.global_step
             last = step >= self.total_steps

@@ -21,7 +21,9 @@ What it does, registries first:
    imports ``AutoModelForCausalLMWithValueHead`` whenever TRL is installed, which TRL >= 1 no longer has;
 6. patch: ``CPUOffloadPolicy`` as the FSDP engine module sees it never pins memory — the engine gives the
    forward-only reference model ``CPUOffloadPolicy(pin_memory=True)`` unconditionally (no config key), and
-   pinning needs an accelerator.
+   pinning needs an accelerator;
+7. torch threads: no more than the cores other processes leave free when the process starts (a CPU shared with
+   other work; the ``cpu-verl`` profile's ``OMP_WAIT_POLICY=PASSIVE`` keeps waiting OpenMP threads asleep).
 """
 
 from __future__ import annotations
@@ -231,7 +233,22 @@ def install() -> None:
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         _register_engines()
         _patch_offload_pinning()
+        _share_cores()
     _register_rollout()
+
+
+def _share_cores() -> None:
+    """This verl process's torch threads: at most the profile's ``OMP_NUM_THREADS``, no more than the cores other
+    processes leave free as it starts (the profile's ``OMP_WAIT_POLICY=PASSIVE`` keeps waiting threads asleep);
+    see :mod:`verlflow.device.cpu_share`."""
+    from verlflow.device.cpu_share import free_cores
+
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    threads = free_cores()
+    if limit.isdigit() and int(limit) > 0:
+        threads = min(threads, int(limit))
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
 
 
 install()

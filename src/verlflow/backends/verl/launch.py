@@ -4,7 +4,8 @@
 
 Local: ``bash -c <script>`` in its own process group, output streamed to the console and appended to
 ``logs/verl.log`` line by line. SIGTERM/SIGINT are forwarded to the whole group (verl, its Ray workers);
-a second signal, or :data:`KILL_GRACE_S` without an exit, sends SIGKILL. Then :class:`RunInterrupted`
+a second signal, or :data:`KILL_GRACE_S` without an exit, sends SIGKILL (the wait checks
+:data:`verlflow.stopping.STOP` at each poll: a signal never raises inside it). Then :class:`RunInterrupted`
 is raised, so :func:`verlflow.runs.tracking.tracked_run` ends the run KILLED.
 
 Ray job (``ray_address``): the same script is the entrypoint of a job submitted with Ray's
@@ -22,6 +23,7 @@ quoting); it stays for a check against a verl in another environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -38,10 +40,10 @@ from typing import Any, BinaryIO
 import yaml
 
 import verlflow as verlflow_package
-from verlflow import secrets
+from verlflow import secrets, stopping
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
 from verlflow.errors import VerlflowError
-from verlflow.runs.tracking import RunInterrupted
+from verlflow.stopping import RunInterrupted
 from verlflow.util import first_line
 
 # Seconds a signalled launch gets to exit (verl flushes its loggers) before SIGKILL.
@@ -51,33 +53,43 @@ _TERMINAL_RAY = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 143}
 
 
 class _Forwarder:
-    """SIGTERM/SIGINT handlers that pass the signal on (``send``) instead of stopping this process."""
+    """The stop signals this process receives, passed on (``send``) instead of stopping it: inside the block a
+    signal only sets :data:`verlflow.stopping.STOP` (:func:`verlflow.stopping.checked`), and the launch's wait
+    hands each new one on at its next poll (:meth:`poll`); a second one is sent as SIGKILL."""
 
     def __init__(self, send: Callable[[int], None]):
         self.send = send
         self.received: list[int] = []
         self.first_at = 0.0
-        self._previous: dict[int, Any] = {}
+        self._checked: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     def __enter__(self) -> _Forwarder:
         if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+            self._checked = stopping.checked()
+        self._checked.__enter__()
         return self
 
-    def _handle(self, signum: int, _frame) -> None:
-        if not self.received:
-            self.first_at = time.monotonic()
-        self.received.append(signum)
-        print(f"verlflow: {signal.Signals(signum).name} received, passing it to verl", file=sys.stderr, flush=True)
-        self.send(signal.SIGKILL if len(self.received) > 1 else signum)
+    def poll(self) -> None:
+        """Pass on the stop signals that came since the last poll."""
+        for signum in stopping.received()[len(self.received):]:
+            if not self.received:
+                self.first_at = time.monotonic()
+            self.received.append(signum)
+            print(f"verlflow: {signal.Signals(signum).name} received, passing it to verl", file=sys.stderr,
+                  flush=True)
+            self.send(signal.SIGKILL if len(self.received) > 1 else signum)
 
     def overdue(self) -> bool:
         """Whether the grace period after the first signal is over."""
         return bool(self.received) and time.monotonic() - self.first_at > KILL_GRACE_S
 
+    def interrupted(self) -> RunInterrupted | None:
+        """The interrupt to raise once the launch has ended, None when no signal came (taken inside the block, so
+        a signal between its end and the raise is not raised a second time)."""
+        return stopping.interrupted() if self.received else None
+
     def __exit__(self, *_exc) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
+        self._checked.__exit__(*_exc)
 
 
 def _pump(stream: BinaryIO, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
@@ -127,6 +139,7 @@ def run_streaming(
         with _Forwarder(lambda s: _signal_group(proc, s)) as fwd:
             try:
                 while True:
+                    fwd.poll()
                     try:
                         rc = proc.wait(timeout=0.5)
                         break
@@ -137,13 +150,15 @@ def run_streaming(
                 if proc.poll() is None:  # an exception of our own: never leave verl running
                     _signal_group(proc, signal.SIGKILL)
                     proc.wait()
+                fwd.poll()
                 if fwd.received:
                     # Workers of an interrupted launch may outlive its leader.
                     _signal_group(proc, signal.SIGKILL)
                 # A grandchild can hold the pipe open after the child exits: don't wait for it forever.
                 reader.join(timeout=10)
-    if fwd.received:
-        raise RunInterrupted(fwd.received[0])
+            interrupt = fwd.interrupted()
+    if interrupt is not None:
+        raise interrupt
     return rc
 
 
@@ -328,14 +343,19 @@ def run_ray_job(
     # Ray's stop_job sends SIGTERM, then SIGKILL after its own grace period; a second signal repeats it.
     with _Forwarder(lambda _s: client.stop_job(job_id)) as fwd:
         while True:
-            status = client.get_job_status(job_id)
+            fwd.poll()
+            status = client.get_job_status(job_id)  # bounded by Ray's own HTTP timeout
             name = str(getattr(status, "value", status))
             if name in _TERMINAL_RAY:
                 break
-            time.sleep(RAY_POLL_S)
+            if fwd.received:  # stopping: the job's status is all there is left to wait for
+                time.sleep(RAY_POLL_S)
+            else:
+                stopping.STOP.wait(RAY_POLL_S)
+        interrupt = fwd.interrupted()
     reader.join(timeout=10)
     if name == "STOPPED":
-        raise RunInterrupted(fwd.received[0] if fwd.received else signal.SIGTERM)
+        raise interrupt or RunInterrupted(signal.SIGTERM)
     return _TERMINAL_RAY[name]
 
 

@@ -35,13 +35,12 @@ import contextlib
 import logging
 import os
 import shlex
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verlflow import stopping
 from verlflow.backends.verl.ray_cluster import joined_address
 
 log = logging.getLogger(__name__)
@@ -139,15 +138,15 @@ def start_node_samplers(run_id: str, *, address: str, tracking_uri: str, interva
 
 
 def _joining(join: Callable[[], Any]) -> None:
-    """``join()`` with this process's SIGTERM handler kept: ``ray.init`` replaces it with ``sys.exit``, which
-    would bypass verlflow's handling of a stopped run (the launch forwards SIGTERM to verl, the run ends KILLED)."""
-    on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if on_main else None
+    """``join()``, then :mod:`verlflow.stopping`'s handler again where it was: ``ray.init`` replaces the SIGTERM
+    handler with ``sys.exit``, which would bypass verlflow's handling of a stopped run (the launch forwards
+    SIGTERM to verl, the run ends KILLED)."""
+    ours = stopping.is_installed()
     try:
         join()
     finally:
-        if on_main and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if ours:
+            stopping.install()
 
 
 def _leave_cluster() -> None:
@@ -221,27 +220,20 @@ def sample_until_parent_ends(parent: int, *, interval_s: float, environ: Mapping
         print("verlflow: node samplers off: MLFLOW_RUN_ID / MLFLOW_TRACKING_URI not in the job's environment",
               file=sys.stderr, flush=True)
         return 0
-    stopping = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stopping.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stopping.installed(), stopping.checked():
         samplers = start_node_samplers(run_id, address=environ.get("RAY_ADDRESS") or "auto",
                                        tracking_uri=tracking_uri, interval_s=interval_s)
         if samplers is None:
             return 0
-        # ray.init installs its own SIGTERM handler (sys.exit); ours lets the samplers flush first.
-        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-        while os.getppid() == parent and not stopping.wait(poll_s):
+        while os.getppid() == parent and not stopping.STOP.wait(poll_s):
             pass
-        why = "signalled" if stopping.is_set() else "verl ended"
+        why = "signalled" if stopping.STOP.is_set() else "verl ended"
         try:
             samplers.stop()
         except Exception as exc:  # the cluster went away with the run: its actors went with it
             log.warning("node samplers: stopping failed: %s", exc)
         print(f"verlflow: node samplers stopped ({why})", flush=True)
         return 0
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

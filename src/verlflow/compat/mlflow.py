@@ -1,0 +1,33 @@
+"""MLflow's private names verlflow relies on (checked on MLflow 3.5.1 and 3.17.2, the range pyproject.toml admits).
+
+    python -c "from verlflow.compat.mlflow import replace_monitor_client; help(replace_monitor_client)"
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def replace_monitor_client(monitor: Any, make_client: Callable[[str], Any]) -> bool:
+    """Make ``SystemMetricsMonitor`` write through ``make_client(tracking_uri)`` (a client whose writes wait out
+    a SQLite lock: MLflow's monitor stops for good at its first failed write).
+
+    ``monitor.mlflow_logger.client`` (the monitor's ``BatchMetricsLogger`` and its client, set in
+    ``mlflow/system_metrics/system_metrics_monitor.py``): checked on MLflow 3.17.2, and 3.5.1 by
+    scripts/test_lowest_mlflow.sh. Fallback: where it is gone the monitor keeps MLflow's own client (a
+    warning; system metrics then stop at the first lock another run holds too long). Returns whether it was
+    replaced.
+    """
+    logger = getattr(monitor, "mlflow_logger", None)
+    client = getattr(logger, "client", None)
+    uri = getattr(client, "tracking_uri", None)
+    if client is None or uri is None:
+        log.warning("system metrics: this MLflow's monitor has no mlflow_logger.client; its writes do not wait "
+                    "out a locked store")
+        return False
+    logger.client = make_client(uri)
+    return True
