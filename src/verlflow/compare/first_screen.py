@@ -89,15 +89,14 @@ def step_time_effect(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnap
 
 def _per_hardware(base: Efficiency, cand: Efficiency, per: str) -> tuple[float | None, float | None, float | None]:
     """Hardware-time candidate / baseline per training step, per token and end to end, per ``chip`` / ``node``."""
-    def count(e: Efficiency) -> float:
-        return e.hardware.chips if per == "chip" else e.hardware.nodes
-    b_step = base.step_s * count(base) if base.step_s else None
-    c_step = cand.step_s * count(cand) if cand.step_s else None
-    per_step = _ratio(b_step, c_step)
+    def booked(e: Efficiency, seconds: float | None) -> float | None:  # unknown when the run's counts are
+        count = e.hardware.chips if per == "chip" else e.hardware.nodes
+        return seconds * count if seconds and count else None
+    per_step = _ratio(booked(base, base.step_s), booked(cand, cand.step_s))
     per_token = None
     if per_step is not None and base.tokens_per_step and cand.tokens_per_step:
         per_token = per_step * base.tokens_per_step / cand.tokens_per_step
-    whole = _ratio(base.e2e_s * count(base) if base.e2e_s else None, cand.e2e_s * count(cand) if cand.e2e_s else None)
+    whole = _ratio(booked(base, base.e2e_s), booked(cand, cand.e2e_s))
     return per_step, per_token, whole
 
 

@@ -53,6 +53,7 @@ from verlflow.backends.local.rollout import (
 )
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.backends.local.traces import trace_samples
+from verlflow.config import Device
 from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
@@ -153,7 +154,7 @@ class LocalTrainer:
         retry_on_lock(mlflow.set_tag, DETERMINISTIC_TAG, str(deterministic).lower())
         if deterministic:
             self.determinism_before = make_deterministic(self.settings.rollout_seed)
-        elif self.device.type == "cpu":  # the threads follow the cores other work leaves free
+        elif self.device.type == Device.CPU.torch_type:  # the threads follow the cores other work leaves free
             self.governor = ThreadGovernor(threads)
         model_path = resolve_model_path(self.settings.model_path)
         self.tokenizer = load_tokenizer(self.settings.tokenizer_path or model_path, self.settings, self.cfg.resolved)

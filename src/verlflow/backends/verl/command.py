@@ -284,7 +284,7 @@ def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device
         if f"{role}.profiler.enable" in defaults:
             out[f"{role}.profiler.enable"] = True
             out[f"{role}.profiler.all_ranks"] = True
-        if tool == "npu":  # NPU activity too (verl records only the CPU's by default), parsed into the .db
+        if tool == PROFILER_TOOLS[Device.NPU]:  # NPU activity too (verl records only the CPU's), parsed into the .db
             out.update({f"{role}.{k}": v for k, v in NPU_TOOL_CONFIG.items() if f"{role}.{k}" in defaults})
     return out, [f"global_profiler.tool={tool} steps={list(steps)}: verlflow.profile_steps, traces logged under "
                  "profile/step_<N>/"]
