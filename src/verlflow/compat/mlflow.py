@@ -1,11 +1,13 @@
 """MLflow's private names verlflow relies on (checked on MLflow 3.5.1 and 3.17.2, the range pyproject.toml admits).
 
     python -c "from verlflow.compat.mlflow import replace_monitor_client; help(replace_monitor_client)"
+    python -c "from verlflow.compat.mlflow import latest_metric_steps; help(latest_metric_steps)"
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,3 +33,16 @@ def replace_monitor_client(monitor: Any, make_client: Callable[[str], Any]) -> b
         return False
     logger.client = make_client(uri)
     return True
+
+
+def latest_metric_steps(run_data: Any) -> dict[str, float]:
+    """Each metric key of a run with the step of its latest point, from the ``RunData`` one ``get_run`` returned.
+
+    ``RunData._metric_objs`` (the Metric objects behind ``RunData.metrics``, ``mlflow/entities/run_data.py``):
+    checked on MLflow 3.17.2, and 3.5.1 by scripts/test_lowest_mlflow.sh. Fallback: where it is gone every key's
+    step is unknown (``math.inf``), and callers read that key's history instead.
+    """
+    steps: dict[str, float] = dict.fromkeys(run_data.metrics, math.inf)
+    for metric in getattr(run_data, "_metric_objs", None) or ():
+        steps[metric.key] = metric.step
+    return steps

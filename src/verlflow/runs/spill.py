@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from verlflow.compat.mlflow import latest_metric_steps
+
 _BATCH = 1000  # MLflow's log_batch limit on metrics per call
 # One metric point as the writer keeps and spills it: (key, value, timestamp in ms, step), MLflow Metric's order.
 Point = tuple[str, float, int, int]
@@ -183,11 +185,7 @@ def _torn_status(bad: list[tuple[int, str]]) -> dict[str, Any] | None:
 def _latest_steps(client, run_id: str) -> dict[str, float]:
     """Each metric key of ``run_id`` with the step of its latest point (MLflow keeps the highest step there), from
     one read of the run; a key's step is unknown (infinite: read its history) where the run does not give it."""
-    data = client.get_run(run_id).data
-    steps: dict[str, float] = dict.fromkeys(data.metrics, math.inf)
-    for metric in getattr(data, "_metric_objs", None) or ():  # MLflow's RunData keeps the Metric objects
-        steps[metric.key] = metric.step
-    return steps
+    return latest_metric_steps(client.get_run(run_id).data)
 
 
 def upload(path: str | os.PathLike[str]) -> int:
