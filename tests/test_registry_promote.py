@@ -123,18 +123,19 @@ def test_four_problems_won_and_none_lost_of_1319_do_not_move_the_champion(client
     assert "won 4, lost 0, exact McNemar p = 0.062" in capsys.readouterr().out
 
 
-def test_the_paired_test_reads_the_tables_whatever_experiment_is_active(client, capsys):
-    """Issue 46: mlflow.load_table searched only the active experiment; tables are now read by run."""
+def test_the_paired_test_reads_the_tables_whatever_experiment_is_active(client, capsys, monkeypatch):
+    """Issue 46: mlflow.load_table searched only the active experiment; tables are now read by run. The other
+    experiment is made active the way ``mlflow run --experiment-name`` does it for a step: MLFLOW_EXPERIMENT_ID."""
     champion = [i < 226 for i in range(512)]
     v1 = _evaluated_version(client, champion)
     client.set_registered_model_alias(NAME, "champion", v1)
     _evaluated_version(client, [not r if (i < 31 or 226 <= i < 266) else r for i, r in enumerate(champion)])
     evaluated_in = client.get_run(client.get_model_version(NAME, v1).run_id).info.experiment_id
-    mlflow.set_experiment("somewhere-else")
-    try:
-        kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
-    finally:
-        mlflow.set_experiment(experiment_id=evaluated_in)
+    elsewhere = client.get_experiment_by_name("somewhere-else")
+    elsewhere_id = elsewhere.experiment_id if elsewhere else client.create_experiment("somewhere-else")
+    assert elsewhere_id != evaluated_in
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", elsewhere_id)
+    kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert kept.gain is not None and kept.gain.method == "paired" and kept.gain.problems == 512
     assert "over 512 paired problems" in capsys.readouterr().out
 

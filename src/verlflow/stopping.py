@@ -81,6 +81,19 @@ def installed() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def handlers_kept() -> Iterator[None]:
+    """The stop signals' handlers as they were before the block, whatever a library in it installed (``ray.init``
+    replaces SIGTERM's with ``sys.exit``, which would bypass verlflow's handling of a stopped run). Only the main
+    thread may change a handler; elsewhere the block changes nothing."""
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = {stop: signal.getsignal(stop) for stop in STOPS} if on_main else {}
+    try:
+        yield
+    finally:
+        _set_handlers(previous)
+
+
+@contextlib.contextmanager
 def sigint_ignored_by_children() -> Iterator[None]:
     """Children started in the block ignore SIGINT from their first instruction (an ignored signal stays ignored
     across exec, and Python then installs no KeyboardInterrupt handler): a Ctrl-C to the process group while a

@@ -138,15 +138,11 @@ def start_node_samplers(run_id: str, *, address: str, tracking_uri: str, interva
 
 
 def _joining(join: Callable[[], Any]) -> None:
-    """``join()``, then :mod:`verlflow.stopping`'s handler again where it was: ``ray.init`` replaces the SIGTERM
-    handler with ``sys.exit``, which would bypass verlflow's handling of a stopped run (the launch forwards
-    SIGTERM to verl, the run ends KILLED)."""
-    ours = stopping.is_installed()
-    try:
+    """``join()`` with the stop signals' handlers kept as they were: ``ray.init`` replaces the SIGTERM handler
+    with ``sys.exit``, which would bypass verlflow's handling of a stopped run (the launch forwards SIGTERM to
+    verl, the run ends KILLED)."""
+    with stopping.handlers_kept():
         join()
-    finally:
-        if ours:
-            stopping.install()
 
 
 def _leave_cluster() -> None:
