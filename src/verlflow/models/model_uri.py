@@ -148,6 +148,10 @@ def _from_download(uri: str, *, source_run_id: str | None) -> ResolvedModel:
         if "No such artifact" in str(exc):  # a local store whose artifacts were removed
             raise _artifacts_gone(uri, "no files") from None
         raise VerlflowError(f"cannot download model '{uri}': {first_line(exc)}") from None
+    except OSError as exc:  # the same on MLflow < 3.6: a bare OSError naming the missing folder
+        if "No such file or directory" not in str(exc):
+            raise
+        raise _artifacts_gone(uri, "no files") from None
     if local.is_dir() and not (local / "MLmodel").is_file() and not (local / "config.json").is_file():
         # A server downloads nothing, without an error, when the artifacts are gone: not a folder the user gave
         raise _artifacts_gone(uri, "no files" if not any(local.iterdir()) else "no MLmodel or config.json")

@@ -15,12 +15,13 @@ writes all do. Other errors (an outage, a bad request) are raised at once, as be
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,6 +91,17 @@ def _retried(call: Callable[[], T], wait_s: float, say: Callable[[], None]) -> T
         pause = min(pause * 2, _MAX_PAUSE_S)
 
 
+@contextlib.contextmanager
+def _migration_lines_dropped() -> Iterator[None]:
+    """MLflow < 3.9 reruns its schema migrations at each first open of a store in a process and logs them at INFO
+    (alembic): dropped while the step opens its store, before it has said anything of its own."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def open_store(uri: str, wait_s: float | None = None) -> None:
     """Open a SQLite tracking store and its model registry before a step uses them, waiting out another process's
     write lock with one line instead of failing: MLflow reads the store's tables when it first builds each (its
@@ -108,8 +120,9 @@ def open_store(uri: str, wait_s: float | None = None) -> None:
               f"{wait_s:g} s, VERLFLOW_STORE_LOCK_WAIT_S)", file=sys.stderr, flush=True)
 
     try:  # the client builds the tracking store, its first registry call the registry's
-        _retried(lambda: MlflowClient(uri).search_experiments(max_results=1), wait_s, say)
-        _retried(lambda: MlflowClient(uri).search_registered_models(max_results=1), wait_s, say)
+        with _migration_lines_dropped():
+            _retried(lambda: MlflowClient(uri).search_experiments(max_results=1), wait_s, say)
+            _retried(lambda: MlflowClient(uri).search_registered_models(max_results=1), wait_s, say)
     except Exception as exc:
         if not is_lock_error(exc):
             raise
