@@ -17,6 +17,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
+from verlflow.compat import mlflow as compat_mlflow
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import check_alias
 from verlflow.runs import experiments, naming
@@ -261,7 +262,7 @@ def test_the_private_mlflow_rules_verlflow_leans_on_are_in_this_mlflow(tracking_
     with pytest.raises(VerlflowError, match="alias 'v3' is rejected by MLflow"):
         check_alias("v3")  # reads as a version
     check_alias("search-best")
-    assert naming._generator_words() is not None
+    assert compat_mlflow.generated_name_words() is not None
     with mlflow.start_run() as run:  # no name given: MLflow makes one up
         pass
     assert is_generated_name(run.info.run_name)

@@ -2,6 +2,7 @@
 
     python -c "from verlflow.compat.mlflow import replace_monitor_client; help(replace_monitor_client)"
     python -c "from verlflow.compat.mlflow import latest_metric_steps; help(latest_metric_steps)"
+    python -c "from verlflow.compat.mlflow import generated_name_words; print(generated_name_words())"
 """
 
 from __future__ import annotations
@@ -46,3 +47,32 @@ def latest_metric_steps(run_data: Any) -> dict[str, float]:
     for metric in getattr(run_data, "_metric_objs", None) or ():
         steps[metric.key] = metric.step
     return steps
+
+
+def validate_alias_name(alias: str) -> None:
+    """Raise MLflow's own ``MlflowException`` for an alias name MLflow would refuse when the alias is set.
+
+    ``mlflow.utils.validation._validate_model_alias_name`` and ``_validate_model_alias_name_reserved`` (MLflow's
+    alias rules exist only there): checked on MLflow 3.17.2, and 3.5.1 by scripts/test_lowest_mlflow.sh.
+    Fallback: where they are gone nothing is checked here; MLflow still checks the name when the alias is set.
+    """
+    from mlflow.utils import validation
+
+    for check in ("_validate_model_alias_name", "_validate_model_alias_name_reserved"):
+        validate = getattr(validation, check, None)
+        if validate is not None:
+            validate(alias)
+
+
+def generated_name_words() -> tuple[frozenset[str], frozenset[str]] | None:
+    """The predicates and nouns MLflow draws a made-up run name from (``<predicate>-<noun>-<number>``).
+
+    ``mlflow.utils.name_utils._GENERATOR_PREDICATES`` / ``_GENERATOR_NOUNS`` (no public "was this name
+    generated"): checked on MLflow 3.17.2, and 3.5.1 by scripts/test_lowest_mlflow.sh. Fallback: None, and
+    callers count any ``word-word-number`` name as made up.
+    """
+    try:
+        from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
+    except ImportError:
+        return None
+    return frozenset(_GENERATOR_PREDICATES), frozenset(_GENERATOR_NOUNS)

@@ -36,6 +36,7 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow.compat import mlflow as compat_mlflow
 from verlflow.errors import VerlflowError
 from verlflow.models import champion_notes
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
@@ -334,16 +335,11 @@ class PromotionDecision:
 def check_alias(alias: str) -> None:
     """Reject, in one line, an alias name MLflow would reject (checked before anything is written).
 
-    MLflow's alias rules are only in its private validators (no public check); where they moved, MLflow
-    still checks the name when the alias is set, only later.
+    MLflow's alias rules are only in its private validators (:func:`verlflow.compat.mlflow.validate_alias_name`);
+    where they moved, MLflow still checks the name when the alias is set, only later.
     """
-    from mlflow.utils import validation
-
     try:
-        validation._validate_model_alias_name(alias)
-        validation._validate_model_alias_name_reserved(alias)
-    except AttributeError:  # the validators moved: MLflow checks the name when the alias is set
-        return
+        compat_mlflow.validate_alias_name(alias)
     except MlflowException as exc:
         raise VerlflowError(f"alias '{alias}' is rejected by MLflow: {exc.message}") from None
 

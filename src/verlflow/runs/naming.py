@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
+from verlflow.compat import mlflow as compat_mlflow
 from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.secrets import mask_text
 
@@ -99,16 +100,6 @@ def _stem(name: str) -> str:
     return tail.rsplit(".", 1)[0] if tail.endswith((".yaml", ".yml")) else tail
 
 
-def _generator_words() -> tuple[frozenset[str], frozenset[str]] | None:
-    """MLflow's word lists for made-up run names. Private (MLflow has no public "was this name generated"),
-    so used only where present; without them any ``word-word-number`` name counts as made up."""
-    try:
-        from mlflow.utils.name_utils import _GENERATOR_NOUNS, _GENERATOR_PREDICATES
-    except ImportError:
-        return None
-    return frozenset(_GENERATOR_PREDICATES), frozenset(_GENERATOR_NOUNS)
-
-
 def is_generated_name(name: str | None) -> bool:
     """Whether ``name`` is one MLflow made up for an unnamed run (``<predicate>-<noun>-<number>``)."""
     if not name:
@@ -116,7 +107,7 @@ def is_generated_name(name: str | None) -> bool:
     parts = name.split("-")
     if len(parts) != 3 or not parts[2].isdigit():
         return False
-    words = _generator_words()
+    words = compat_mlflow.generated_name_words()
     if words is None:
         return parts[0].isalpha() and parts[1].isalpha()
     return parts[0] in words[0] and parts[1] in words[1]

@@ -40,6 +40,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
+from verlflow.compat.optuna import BaseHeartbeat  # Optuna's private heartbeat base (see compat.optuna)
 from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, SPACE_TAG
 from verlflow.processes import process_alive, process_start
@@ -49,16 +50,6 @@ from verlflow.search.storage_url import storage_url_with_password
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
-
-# Private on purpose, and the only Optuna internal verlflow uses: Optuna has no public heartbeat base class,
-# and its optimize loop records heartbeats and fails stale trials only for storages that subclass this one
-# (RDBStorage does; JournalStorage does not). Without it a killed worker's trial on a journal file would stay
-# RUNNING forever. Present from Optuna 2.x through 5.x (checked by tests/test_search_workers.py's retry).
-try:
-    from optuna.storages._heartbeat import BaseHeartbeat
-except ImportError as exc:  # pragma: no cover - an Optuna that moved it
-    raise ImportError(f"optuna {optuna.__version__} has no optuna.storages._heartbeat.BaseHeartbeat, which "
-                      "verlflow's journal heartbeats need: install optuna>=4.2,<6") from exc
 
 HEARTBEAT_ATTR = "verlflow:heartbeat"
 WORKER_ATTR = "verlflow:worker"
@@ -151,7 +142,7 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
                 beat = trial.datetime_start.timestamp()
             if (beat is not None and now - float(beat) > self.grace_period) or _worker_gone(
                     trial.system_attrs.get(WORKER_ATTR)):
-                stale.append(trial._trial_id)
+                stale.append(self.get_trial_id_from_study_id_trial_number(study_id, trial.number))
         return stale
 
     def get_heartbeat_interval(self) -> int | None:

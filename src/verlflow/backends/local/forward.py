@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from verlflow.compat.transformers import attention_implementation
+
 # Attention implementations that take a custom 4D mask (flash-attention kernels do not).
 PACKABLE_ATTENTION = frozenset({"sdpa", "eager"})
 
@@ -52,7 +54,7 @@ class PackedGroups:
 def can_pack(model: Any, prompt_mask: torch.Tensor, response_mask: torch.Tensor) -> bool:
     """Whether the model takes a custom 4D mask and the masks are plain padding (prompts left-padded,
     responses right-padded, no holes), which is what packing assumes."""
-    implementation = getattr(model.config, "_attn_implementation", None)
+    implementation = attention_implementation(model)
     return implementation in PACKABLE_ATTENTION and _is_padding(prompt_mask.flip(-1)) and _is_padding(response_mask)
 
 
@@ -120,7 +122,7 @@ def packed_response_logits(
     response's end are those of an arbitrary real position: finite, and masked by the caller.
     """
     packed = pack_groups(prompts, prompt_mask, responses, response_mask, group)
-    mask = packed.attention_mask(model.config._attn_implementation, model.dtype)
+    mask = packed.attention_mask(attention_implementation(model), model.dtype)
     logits = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
                    use_cache=False).logits
     return logits.reshape(-1, logits.shape[-1])[packed.gather]

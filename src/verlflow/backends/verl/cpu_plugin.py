@@ -28,7 +28,6 @@ What it does, registries first:
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import types
@@ -41,6 +40,8 @@ try:
 except ImportError:  # verl < 0.9 has no platform registry
     raise ImportError("verl on the CPU needs verl >= 0.9 (its platform registry); install a newer verl "
                       "or use backend=local") from None
+
+from verlflow.compat import verl as compat_verl
 
 PLATFORM_NAME = "cpu"
 # actor_rollout_ref.rollout.name of verlflow.backends.verl.cpu_rollout.
@@ -173,13 +174,12 @@ def _register_engines() -> None:
 
     for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
         for backend in ("fsdp", "fsdp2"):
-            if PLATFORM_NAME not in EngineRegistry._engines.get(model_type, {}).get(backend, {}):
+            if not compat_verl.engine_registered(model_type, backend, PLATFORM_NAME):
                 EngineRegistry.register(model_type=model_type, backend=backend, device=PLATFORM_NAME)(engine)
 
 
-def _patch_offload_pinning() -> None:
+def _unpinned_offload_policy() -> type:
     from torch.distributed.fsdp import CPUOffloadPolicy
-    from verl.workers.engine.fsdp import transformer_impl
 
     class UnpinnedCPUOffloadPolicy(CPUOffloadPolicy):
         """``CPUOffloadPolicy`` that ignores ``pin_memory=True``: there is no accelerator to pin for."""
@@ -187,52 +187,27 @@ def _patch_offload_pinning() -> None:
         def __init__(self, pin_memory: bool = True):
             super().__init__(pin_memory=False)
 
-    transformer_impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
-
-
-def _patch_process_group_backend() -> None:
-    import verl.utils.distributed as dist
-
-    original = dist.initialize_global_process_group_ray
-    if getattr(original, "_verlflow_cpu", False):
-        return
-
-    @functools.wraps(original)
-    def initialize_global_process_group_ray(timeout_second=None, backend=None):
-        return original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
-
-    initialize_global_process_group_ray._verlflow_cpu = True
-    dist.initialize_global_process_group_ray = initialize_global_process_group_ray
-
-
-def _treat_trl_as_unavailable() -> None:
-    import sys
-
-    import verl.utils.import_utils as import_utils
-
-    import_utils.is_trl_available = lambda: False
-    patched = sys.modules.get("verl.models.transformers.monkey_patch")
-    if patched is not None:
-        patched.is_trl_available = import_utils.is_trl_available
+    return UnpinnedCPUOffloadPolicy
 
 
 def _register_rollout() -> None:
     # By name and by loader: verl_cpu_rollout imports verl, so importing it here (inside ``import verl``) is circular.
-    from verl.workers.rollout import base, replica
+    from verl.workers.rollout import replica
 
     module = "verlflow.backends.verl.cpu_rollout"
-    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{module}.HFServerAdapter"
+    compat_verl.register_rollout_class(ROLLOUT_NAME, "async", f"{module}.HFServerAdapter")
     replica.RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: importlib.import_module(module).HFReplica)
 
 
 def install() -> None:
-    """Register the CPU platform, engines and ``hf`` rollout, and apply the patches (idempotent)."""
+    """Register the CPU platform, engines and ``hf`` rollout, and apply the patches (idempotent; the patches of
+    verl's namespace are :mod:`verlflow.compat.verl`'s ``patch_*``)."""
     _register_platform()
-    _patch_process_group_backend()
-    _treat_trl_as_unavailable()
+    compat_verl.patch_process_group_backend("cpu:gloo")
+    compat_verl.patch_trl_unavailable()
     if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
         _register_engines()
-        _patch_offload_pinning()
+        compat_verl.patch_fsdp_offload_policy(_unpinned_offload_policy())
         _share_cores()
     _register_rollout()
 

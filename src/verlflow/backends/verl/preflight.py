@@ -36,6 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verlflow.backends.verl.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
+from verlflow.compat import verl as compat_verl
 from verlflow.config import Device
 from verlflow.data.fix_commands import preprocess_command
 from verlflow.errors import Problem
@@ -76,8 +77,7 @@ def verl_names() -> VerlNames:
 
 
 def _rollout_engines() -> tuple[str, ...]:
-    base = importlib.import_module("verl.workers.rollout.base")
-    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    registry = compat_verl.rollout_registry()
     if registry:
         return tuple(sorted({key[0] if isinstance(key, tuple) else key for key in registry}))
     package = importlib.import_module("verl.workers.rollout")

@@ -6,8 +6,8 @@ A secret override reaches verl as ``${oc.env:VERLFLOW_SECRET_<n>}`` (:mod:`.comm
 the real value once resolved — and verl's MLflow logger logs that resolved config as the run's params
 (``verl.utils.tracking.Tracking``). verl (>= 0.9) imports the modules named in ``VERL_USE_EXTERNAL_MODULES``
 at the end of ``import verl`` in its driver and every Ray worker; this one wraps
-``verl.utils.tracking._compute_mlflow_params_from_objects`` (private, checked on verl 0.9.1; absent → a
-warning, nothing patched) so each param value passes :func:`verlflow.secrets.mask_value` first. The
+``verl.utils.tracking._compute_mlflow_params_from_objects`` (private: :func:`verlflow.compat.verl.patch_mlflow_params`;
+absent → a warning, nothing patched) so each param value passes :func:`verlflow.secrets.mask_value` first. The
 launch's secret variables are read from this process's environment (``VERLFLOW_SECRET_<n>`` and the
 secret-named ones), so a value is masked wherever it appears, whatever key it sits under.
 """
@@ -18,6 +18,7 @@ import functools
 import warnings
 
 from verlflow import secrets
+from verlflow.compat import verl as compat_verl
 
 
 def _masked_params(compute):
@@ -29,24 +30,16 @@ def _masked_params(compute):
                       not secrets.key_names_secret(key) else secrets.mask_value(key, value))
                 for key, value in params.items()}
 
-    wrapper.verlflow_secret_guard = True
     return wrapper
 
 
 def install() -> bool:
     """Wrap verl's param flattening so its MLflow logger logs masked values; False where verl has no such hook."""
-    try:
-        from verl.utils import tracking
-    except ImportError:
-        return False
-    compute = getattr(tracking, "_compute_mlflow_params_from_objects", None)
-    if compute is None:
+    patched = compat_verl.patch_mlflow_params(_masked_params)
+    if patched is False:
         warnings.warn("verlflow: this verl has no _compute_mlflow_params_from_objects; its MLflow params are not "
                       "masked", stacklevel=1)
-        return False
-    if not getattr(compute, "verlflow_secret_guard", False):
-        tracking._compute_mlflow_params_from_objects = _masked_params(compute)
-    return True
+    return bool(patched)
 
 
 install()

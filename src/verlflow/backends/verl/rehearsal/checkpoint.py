@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
+from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
 # verl's FSDP checkpoint files (utils/checkpoint/fsdp_checkpoint_manager.py): one per rank of the saving run.
@@ -56,7 +57,7 @@ class _CheckpointLoads:
 def resume(rehearsal: Any) -> None:
     """The resume branch verl takes (``RayPPOTrainer._load_checkpoint``) with the folders that exist."""
     trainer = rehearsal.trainer
-    load = getattr(trainer, "_load_checkpoint", None)
+    load = compat_verl.load_checkpoint(trainer)
     if load is None:
         rehearsal.findings.skipped.append("resume: this verl's trainer has no _load_checkpoint")
         return

@@ -26,6 +26,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.compat import verl as verl_sites
+from verlflow.compat.omegaconf import child_node, full_key
 from verlflow.errors import NO_VALUE, Problem
 
 # ``name.attr.attr…`` in a statement; the first name is a local variable of the frame.
@@ -59,16 +61,16 @@ DATASET = (
                                                    "1024), or set data.truncation=left, right or middle"),
     Blame("", "data.prompt_key", "the column must hold the chat messages (prompt, as preprocess writes it)"),
 )
-# (path under verl/, function) → the ways it fails, tried in order: the first whose clue is in verl's message
-# (an empty clue always matches) and whose key the config has. Only sites whose statement names no config key
-# belong here; every other key is read from the statement itself.
+# verl's (path under verl/, function), named in verlflow.compat.verl, → the ways it fails, tried in order: the
+# first whose clue is in verl's message (an empty clue always matches) and whose key the config has. Only sites
+# whose statement names no config key belong here; every other key is read from the statement itself.
 SITES: dict[tuple[str, str], tuple[Blame, ...]] = {
-    ("trainer/ppo/ray_trainer.py", "_create_dataloader"): (
+    verl_sites.DATALOADER: (
         Blame("num_workers", "data.dataloader_num_workers", "use 0 (load in the trainer) or more workers"),
         Blame("", "data.train_batch_size", "the training set must give at least one full batch (verl drops the "
                                            "last partial one): lower data.train_batch_size or give more rows"),
     ),
-    ("trainer/ppo/ray_trainer.py", "_load_checkpoint"): (
+    verl_sites.RESUME: (
         Blame("hdfs", "trainer.default_hdfs_dir", "verl cannot resume from HDFS: set it to null"),
         Blame("str type", "trainer.resume_from_path", "resume_mode=resume_path needs the checkpoint folder: set "
                                                       "trainer.resume_from_path=<…/global_step_N>"),
@@ -77,19 +79,19 @@ SITES: dict[tuple[str, str], tuple[Blame, ...]] = {
         Blame("", "trainer.resume_mode", "use auto (the newest checkpoint in trainer.default_local_dir, or a fresh "
                                          "start), disable, or resume_path with trainer.resume_from_path"),
     ),
-    ("trainer/ppo/reward.py", "_call_with_kwargs"): REWARD_KWARGS,
-    ("trainer/ppo/reward.py", "wrapped_fn"): REWARD_KWARGS,
-    ("utils/dataset/rl_dataset.py", "doc2len"): DATASET,
-    ("utils/torch_functional.py", "postprocess_data"): DATASET,
-    ("utils/dataset/rl_dataset.py", "maybe_filter_out_long_prompts"): DATASET,
-    ("utils/dataset/rl_dataset.py", "__getitem__"): DATASET,
-    ("utils/dataset/rl_dataset.py", "_build_messages"): DATASET,
-    ("trainer/ppo/ray_trainer.py", "compute_advantage"): (
+    verl_sites.REWARD_CALL: REWARD_KWARGS,
+    verl_sites.REWARD_WRAPPED: REWARD_KWARGS,
+    verl_sites.DATASET_LENGTH: DATASET,
+    verl_sites.POSTPROCESS: DATASET,
+    verl_sites.DATASET_FILTER: DATASET,
+    verl_sites.DATASET_ITEM: DATASET,
+    verl_sites.DATASET_MESSAGES: DATASET,
+    verl_sites.ADVANTAGE: (
         Blame("sum_pi_squared", "actor_rollout_ref.actor.calculate_sum_pi_squared",
               "the optimal token baseline needs the actor's sum of squared probabilities: set it True"),
         Blame("", "algorithm.adv_estimator", "verl's estimator fails on a batch of the configured shapes"),
     ),
-    ("utils/reward_score/__init__.py", "default_compute_score"): (
+    verl_sites.DEFAULT_SCORE: (
         Blame("", "data.reward_fn_key", "verl's default scorer knows no such data source: the column it names "
                                         "must hold one (openai/gsm8k for GSM8K), or give custom_reward_function"),
     ),
@@ -166,12 +168,7 @@ def statement(frame: Any, line: int) -> str:
 
 
 def _node_key(node: Any) -> str | None:
-    if isinstance(node, (DictConfig, ListConfig)):
-        try:
-            return node._get_full_key(None)
-        except Exception:  # a detached node has no key
-            return None
-    return None
+    return full_key(node) if isinstance(node, (DictConfig, ListConfig)) else None
 
 
 def keys_in_statement(frame: Any, text: str, cfg: DictConfig, *, section: str | None,
@@ -228,7 +225,7 @@ def dataclass_section(cfg: DictConfig, section: str, obj: Any, field: str) -> st
         target = node.get("_target_") if "_target_" in node else None
         if isinstance(target, str) and target.rsplit(".", 1)[-1] == name and field in node:
             matches.append(path)
-        pending += [(f"{path}.{k}" if path else str(k), node._get_node(k)) for k in node.keys() if isinstance(k, str)]
+        pending += [(f"{path}.{k}" if path else str(k), child_node(node, k)) for k in node.keys() if isinstance(k, str)]
     same = [m for m in matches if value_of(cfg, f"{m}.{field}") == wanted]
     return (same or matches or [None])[0]
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
+from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -28,11 +29,7 @@ TRACE_PACKAGES = {"weave": "weave", "trackio": "trackio", "mlflow": "mlflow"}
 
 def rollout_class_problems(cfg: DictConfig) -> list[Problem]:
     """``rollout.mode`` (with the engine's name) that verl's rollout registry does not hold."""
-    try:
-        base = importlib.import_module("verl.workers.rollout.base")
-    except ImportError:
-        return []
-    registry = getattr(base, "_ROLLOUT_REGISTRY", None)
+    registry = compat_verl.rollout_registry()
     name, mode = value_of(cfg, f"{ROLLOUT}.name"), value_of(cfg, f"{ROLLOUT}.mode")
     if not registry or mode is None:
         return []
@@ -58,12 +55,12 @@ def checkpoint_engine_problems(cfg: DictConfig, image_has: Any) -> tuple[list[Pr
     try:
         registry.get(backend)
     except ValueError as exc:
-        failed = getattr(registry, "_import_errors", {}) or {}
+        registered, failed = compat_verl.checkpoint_engines(registry)
         unavailable = [module for module in failed if str(backend).lower() in module.lower()]
         if unavailable:
             return [], [f"{key}={backend}: its module {unavailable[0]} does not import on this machine "
                         f"({message_of(failed[unavailable[0]])[:120]}): not checked here"]
-        names = ", ".join(sorted(getattr(registry, "_registry", {})))
+        names = ", ".join(registered)
         return [Problem(key, backend, f"no checkpoint engine of that name in verl's registry "
                                       f"(checkpoint_engine/base.py:CheckpointEngineRegistry.get): use one of {names}"
                                       if names else message_of(exc)[:300])], []

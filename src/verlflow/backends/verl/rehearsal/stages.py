@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verlflow.backends.verl.rehearsal import first_step, machine
 from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
 from verlflow.backends.verl.rehearsal.raise_sites import to_problem, value_of
+from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
 ACTOR, REF, ROLLOUT, MODEL = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout",
@@ -237,37 +238,6 @@ def model_config(rehearsal: Rehearsal) -> bool:
     return ok
 
 
-def _task_runner() -> tuple[Any, list[Any]]:
-    """verl's TaskRunner class (unwrapped from Ray) and the modules whose ``RayPPOTrainer`` it uses."""
-    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
-    try:
-        module = importlib.import_module("verl.trainer.main_ppo_v0")  # verl >= 0.9's classic trainer
-    except ModuleNotFoundError:
-        module = importlib.import_module("verl.trainer.main_ppo")
-    remote = module.TaskRunner
-    runner = getattr(remote, "__ray_actor_class__", None) or remote.__ray_metadata__.modified_class
-    return runner, [m for m in (module, ray_trainer) if hasattr(m, "RayPPOTrainer")]
-
-
-@contextlib.contextmanager
-def _trainer_stopped_at_workers(modules: list[Any]) -> Iterator[None]:
-    """While active, verl's ``RayPPOTrainer`` is built in full and stops where it would start Ray workers."""
-    ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
-    original = ray_trainer.RayPPOTrainer
-
-    class StoppedAtWorkers(original):  # type: ignore[misc, valid-type]
-        def init_workers(self) -> None:
-            raise _Reached(self)
-
-    for module in modules:
-        module.RayPPOTrainer = StoppedAtWorkers
-    try:
-        yield
-    finally:
-        for module in modules:
-            module.RayPPOTrainer = original
-
-
 def start_up(rehearsal: Rehearsal) -> bool:
     """verl's ``TaskRunner.run`` up to its workers: datasets, sampler, trainer and dataloaders from the files."""
     if value_of(rehearsal.cfg, "trainer.use_v1"):
@@ -275,19 +245,17 @@ def start_up(rehearsal: Rehearsal) -> bool:
                                           "does not rehearse")
         return True
     with quiet():
-        runner_class, modules = _task_runner()
+        runner_class, modules = compat_verl.task_runner()
     runner = runner_class.__new__(runner_class)
     runner_class.__init__(runner)
     copy = OmegaConf.create(OmegaConf.to_container(rehearsal.cfg, resolve=False))
     _without_vllm_lora_check(copy)
-    with _trainer_stopped_at_workers(modules):
+    with compat_verl.trainer_stopped_at_workers(modules, _Reached):
         ok, trainer = rehearsal.attempt("start-up", lambda: runner_class.run(runner, copy))
     if trainer is not None:
         rehearsal.trainer = trainer
         rehearsal.tokenizer = rehearsal.tokenizer or getattr(trainer, "tokenizer", None)
-        shutdown = getattr(trainer, "_shutdown_dump_executor", None)
-        if shutdown is not None:
-            shutdown()
+        compat_verl.stop_dump_executor(trainer)
     return ok and trainer is not None
 
 
@@ -442,7 +410,7 @@ def _agent_loop(rehearsal: Rehearsal) -> None:
     except Exception as exc:  # the agent-loop package imports the engines' clients
         rehearsal.record(exc, key)
         return
-    registry = getattr(registry_module, "_agent_loop_registry", None)
+    registry = compat_verl.agent_loop_registry(registry_module)
     if registry is None:
         rehearsal.findings.skipped.append("agent loop: this verl has no agent-loop registry")
     elif name not in registry:
