@@ -58,6 +58,7 @@ from verlflow.compare.report import (
 from verlflow.compare.report_html import log_report
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.utilisation import (
+    UtilisationRow,
     plot_utilisation,
     render_section,
     run_utilisation,
@@ -259,16 +260,29 @@ def _write_report(
         first_screen=first_screen(base_set, cand_set, baseline, candidate, effs, figures, judged, prices is not None),
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
-    summary = {
+    parts = ReportParts(report, versions, timings, diff, parity, figures, judged, effs)
+    summary = _comparison_json(base_set, cand_set, parts, threshold, step_profiles, util_rows, link)
+    (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
+    plotter.wait()
+    return parts
+
+
+def _comparison_json(base_set: list[RunSnapshot], cand_set: list[RunSnapshot], parts: ReportParts,
+                     threshold: float, step_profiles: tuple[profiles.Summary, profiles.Summary],
+                     util_rows: list[UtilisationRow], link: str) -> dict[str, object]:
+    """comparison.json: the report's tables and verdicts as data, for scripts."""
+    baseline, candidate = base_set[0], cand_set[0]  # a side's identity is its first run's (mean_snapshot)
+    effs = parts.efficiency or ()
+    return {
         "baseline": {"run_id": baseline.run_id, "name": baseline.name, "runs": [s.run_id for s in base_set]},
         "candidate": {"run_id": candidate.run_id, "name": candidate.name, "runs": [s.run_id for s in cand_set]},
-        "versions": versions,
-        "timings": [{**asdict(r), "ratio": r.ratio} for r in timings],
-        "config_diff": asdict(diff),
-        "recipes_differ": diff.recipes_differ,
-        "judged": judged,
-        "parity": [asdict(r) for r in parity],
-        "figures": [{**asdict(r), "difference": r.difference} for r in figures],
+        "versions": parts.versions,
+        "timings": [{**asdict(r), "ratio": r.ratio} for r in parts.timings],
+        "config_diff": asdict(parts.diff),
+        "recipes_differ": parts.diff.recipes_differ,
+        "judged": parts.judged,
+        "parity": [asdict(r) for r in parts.parity],
+        "figures": [{**asdict(r), "difference": r.difference} for r in parts.figures],
         "threshold": threshold,
         "efficiency": {e.role: {**asdict(e), "tokens_per_s_per_device": e.tokens_per_s("device"),
                                 "tokens_per_s_per_chip": e.tokens_per_s("chip"),
@@ -279,9 +293,6 @@ def _write_report(
         "utilisation": [{**asdict(r), "ratio": r.ratio} for r in util_rows],
         "mlflow_compare": link,
     }
-    (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
-    plotter.wait()
-    return ReportParts(report, versions, timings, diff, parity, figures, judged, effs)
 
 
 def _checked_runs(baseline: str, candidate: str, output_dir: str,

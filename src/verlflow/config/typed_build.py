@@ -76,25 +76,30 @@ def _describe(tp: Any) -> str:
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
+def _convert_union(value: Any, tp: Any, key: str, ctx: _Context) -> Any:
+    """``value`` as the first arm of the union ``tp`` that takes it (None where the union admits it)."""
+    arms = typing.get_args(tp)
+    if value is None and type(None) in arms:
+        return None
+    for arm in arms:
+        if arm is type(None):
+            continue
+        try:
+            return _convert(value, arm, key, ctx)
+        except VerlflowError:
+            if _is_dataclass_type(arm) and isinstance(value, Mapping):
+                raise  # a mapping meant as that record: its own error (a bad field), not "expects a mapping"
+            continue
+    raise ctx.bad_value(key, value, tp)
+
+
 def _convert(value: Any, tp: Any, key: str, ctx: _Context) -> Any:
     """``value`` as type ``tp`` (the declared type of ``key``); a one-line error when it cannot be."""
     origin = typing.get_origin(tp)
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        arms = typing.get_args(tp)
-        if value is None and type(None) in arms:
-            return None
-        for arm in arms:
-            if arm is type(None):
-                continue
-            try:
-                return _convert(value, arm, key, ctx)
-            except VerlflowError:
-                if _is_dataclass_type(arm) and isinstance(value, Mapping):
-                    raise  # a mapping meant as that record: its own error (a bad field), not "expects a mapping"
-                continue
-        raise ctx.bad_value(key, value, tp)
+        return _convert_union(value, tp, key, ctx)
     if _is_dataclass_type(tp):
         return build(tp, value, what=ctx.what, prefix=f"{key}.", where=ctx.where)
     if tp is bool:

@@ -113,6 +113,26 @@ def diagnose(dev: Device | str, profile_name: str, *, probe: hw.Probe | None = N
     record = identity.run_record(profile, hw.node_of(fields))
     if memory := memory_row(fields, record):
         rows.append(memory)
+    rows += _driver_rows(dev, fields, stack, probe, profile, environ)
+    error = check_import(DEVICE_CHECK[dev], profile.source_files) if visible or versions.get("torch") else \
+        f"skipped: no {word} visible"
+    import_fix = (f"source {' and '.join(profile.source_files)}; torch_npu must match torch: "
+                  f"{stack.install_command('torch_npu')}" if dev is Device.NPU
+                  else f"install the NVIDIA driver and a CUDA build of torch: {stack.install_command('torch')}")
+    rows.append(Row("import torch_npu" if dev is Device.NPU else "torch.cuda", "ok" if error is None else error, "ok",
+                    error is None, import_fix))
+    rows += _package_rows(stack, versions, profile, probe)
+    prefix = dev.collective_env_prefix
+    comm = {k: v for k, v in hw.capture_env(environ).items() if k.startswith(prefix)}
+    rows.append(Row(f"{prefix}* environment", " ".join(f"{k}={v}" for k, v in sorted(comm.items())) or "none set",
+                    "defaults", True))
+    return rows
+
+
+def _driver_rows(dev: Device, fields: hw.DeviceProfile, stack: stacks.Stack, probe: hw.Probe, profile: Profile,
+                 environ: Mapping[str, str]) -> list[Row]:
+    """The driver, toolkit and environment rows of ``dev`` (Ascend: HDK, firmware, CANN, set_env.sh)."""
+    rows: list[Row] = []
     if dev is Device.NPU:
         rows.append(Row("driver (HDK)", fields.driver or "not found", stack.extra.get("hdk", ""),
                         None if fields.driver and not fields.driver.startswith(str(stack.extra.get("hdk"))) else
@@ -135,13 +155,12 @@ def diagnose(dev: Device | str, profile_name: str, *, probe: hw.Probe | None = N
         cuda = probe.torch_cuda()
         rows.append(Row("torch CUDA build", cuda or "none (CPU build)", stack.extra.get("cuda", ""),
                         bool(cuda), stack.install_command("torch")))
-    error = check_import(DEVICE_CHECK[dev], profile.source_files) if visible or versions.get("torch") else \
-        f"skipped: no {word} visible"
-    import_fix = (f"source {' and '.join(profile.source_files)}; torch_npu must match torch: "
-                  f"{stack.install_command('torch_npu')}" if dev is Device.NPU
-                  else f"install the NVIDIA driver and a CUDA build of torch: {stack.install_command('torch')}")
-    rows.append(Row("import torch_npu" if dev is Device.NPU else "torch.cuda", "ok" if error is None else error, "ok",
-                    error is None, import_fix))
+    return rows
+
+
+def _package_rows(stack: stacks.Stack, versions: Mapping[str, str], profile: Profile, probe: hw.Probe) -> list[Row]:
+    """One row per package of the stack (installed vs the guide's version) and per library preloaded."""
+    rows: list[Row] = []
     required = {_item(p) for p in stacks.required_packages(stack)}
     for package in stack.packages:
         item = _item(package)
@@ -153,10 +172,6 @@ def diagnose(dev: Device | str, profile_name: str, *, probe: hw.Probe | None = N
         present = probe.read(lib) is not None
         rows.append(Row("jemalloc" if "jemalloc" in lib else lib, "present" if present else "missing",
                         "preloaded when present", True if present else None, "apt-get install libjemalloc2"))
-    prefix = dev.collective_env_prefix
-    comm = {k: v for k, v in hw.capture_env(environ).items() if k.startswith(prefix)}
-    rows.append(Row(f"{prefix}* environment", " ".join(f"{k}={v}" for k, v in sorted(comm.items())) or "none set",
-                    "defaults", True))
     return rows
 
 

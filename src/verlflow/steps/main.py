@@ -42,6 +42,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlflow.entities import Run
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow import config, names
@@ -152,7 +153,6 @@ def make_plan(request: MainRequest) -> Plan:
 def run_main(request: MainRequest) -> PipelineResult:
     """Chain preprocess → evaluate the starting model → train → register → evaluate → promote under one parent
     run (step ``main``)."""
-    from verlflow.models.evaluate import evaluate_model
     from verlflow.steps.preprocess import run_preprocess
     from verlflow.steps.promote import run_promote
     from verlflow.steps.register import run_register
@@ -184,53 +184,76 @@ def run_main(request: MainRequest) -> PipelineResult:
                             run_register)
         version = reg.data.tags[MODEL_VERSION_TAG]
 
-        model_uri = f"models:/{plan.model_name}/{version}"
-        # The same version (same train run) on the same data with the same code: its evaluation is reused.
-        evaluation, result = runner.run(
-            "evaluate", EvaluateRequest(model_uri=model_uri, data_dir=data_dir),
-            lambda req, run_id: evaluate_model(req.model_uri, req.data_dir, req.split, req.limit, req.backend,
-                                               run_name=TRAINED_EVAL_RUN_NAME, run_id=run_id),
-            reusable=True, match_tags={EVAL_ROLE_TAG: "trained", SOURCE_RUN_TAG: train.info.run_id},
-            run_name=TRAINED_EVAL_RUN_NAME,
-        )
-        accuracy = result.accuracy if result is not None else evaluation.data.metrics[names.EVAL_ACCURACY]
-        num_samples = (result.num_samples if result is not None
-                       else int(evaluation.data.metrics.get(names.EVAL_NUM_SAMPLES, 0)))
+        accuracy, num_samples = _evaluate_trained(runner, plan, version, data_dir, train.info.run_id)
 
         _, decision = runner.run(
             "promote", PromoteRequest(model_name=plan.model_name, metric=PROMOTE_METRIC, alias=CHAMPION),
             run_promote,
         )
-        client.set_tag(active.info.run_id, MODEL_VERSION_TAG, version)
-        client.set_tag(active.info.run_id, CHAMPION_VERSION_TAG, decision.version or "")
-        outcome = {names.EVAL_ACCURACY: accuracy}
-        if base_accuracy is not None:
-            outcome |= {names.EVAL_ACCURACY_BASE: base_accuracy,
-                        names.EVAL_ACCURACY_GAIN: accuracy - base_accuracy}
-        for key, value in outcome.items():
-            client.log_metric(active.info.run_id, key, value)
-        describe_version(client, plan.model_name, version)
-        client.set_tag(active.info.run_id, MLFLOW_RUN_NOTE, (
-            f"{plan.model_name} v{version}: {_accuracy_line(base_accuracy, accuracy, num_samples)}; "
-            f"{_champion_line(decision)}. Data {pre.data.tags.get(DATA_DIGEST_TAG, '?')} ({plan.source}), "
-            f"device {plan.device}, recipe {plan.recipe}."))
-
+        _record_outcome(client, active.info.run_id, plan, version, (base_accuracy, accuracy, num_samples), decision,
+                        pre.data.tags.get(DATA_DIGEST_TAG, "?"))
     reused = ", ".join(runner.reused) or "none"
     print(f"main: done (parent run {active.info.run_id}): {plan.model_name} version {version}: "
           f"{_accuracy_line(base_accuracy, accuracy, num_samples)}; "
           f"{_champion_line(decision)}; reused steps: {reused}")
-    experiment = client.get_experiment(runner.experiment_id)
-    ui_links.print_links("main", [
-        (f"runs of {experiment.name}", ui_links.experiment_route(runner.experiment_id)),
-        ("this pipeline", ui_links.run_route(runner.experiment_id, active.info.run_id)),
-        ("its train run", ui_links.run_route(train.info.experiment_id, train.info.run_id)),
-        (f"{plan.model_name} v{version}", ui_links.model_version_route(plan.model_name, version)),
-    ])
+    _print_links(client, runner, active.info.run_id, train, plan.model_name, version)
     return PipelineResult(
         parent_run_id=active.info.run_id, step_run_ids=dict(runner.runs), reused=dict(runner.reused),
         model_name=plan.model_name, model_version=version, accuracy=accuracy, accuracy_base=base_accuracy,
         promotion=decision,
     )
+
+
+def _evaluate_trained(runner: StepRunner, plan: Plan, version: str, data_dir: str,
+                      train_run_id: str) -> tuple[float, int]:
+    """The trained version's accuracy and number of problems (its evaluation reused when it exists)."""
+    from verlflow.models.evaluate import evaluate_model
+
+    model_uri = f"models:/{plan.model_name}/{version}"
+    # The same version (same train run) on the same data with the same code: its evaluation is reused.
+    evaluation, result = runner.run(
+        "evaluate", EvaluateRequest(model_uri=model_uri, data_dir=data_dir),
+        lambda req, run_id: evaluate_model(req.model_uri, req.data_dir, req.split, req.limit, req.backend,
+                                           run_name=TRAINED_EVAL_RUN_NAME, run_id=run_id),
+        reusable=True, match_tags={EVAL_ROLE_TAG: "trained", SOURCE_RUN_TAG: train_run_id},
+        run_name=TRAINED_EVAL_RUN_NAME,
+    )
+    accuracy = result.accuracy if result is not None else evaluation.data.metrics[names.EVAL_ACCURACY]
+    num_samples = (result.num_samples if result is not None
+                   else int(evaluation.data.metrics.get(names.EVAL_NUM_SAMPLES, 0)))
+    return accuracy, num_samples
+
+
+def _record_outcome(client: LockRetryingClient, run_id: str, plan: Plan, version: str,
+                    accuracies: tuple[float | None, float, int], decision: PromotionDecision,
+                    data_digest: str) -> None:
+    """The pipeline's run: its version and champion tags, accuracy metrics, and a note saying the outcome."""
+    base_accuracy, accuracy, num_samples = accuracies
+    client.set_tag(run_id, MODEL_VERSION_TAG, version)
+    client.set_tag(run_id, CHAMPION_VERSION_TAG, decision.version or "")
+    outcome = {names.EVAL_ACCURACY: accuracy}
+    if base_accuracy is not None:
+        outcome |= {names.EVAL_ACCURACY_BASE: base_accuracy,
+                    names.EVAL_ACCURACY_GAIN: accuracy - base_accuracy}
+    for key, value in outcome.items():
+        client.log_metric(run_id, key, value)
+    describe_version(client, plan.model_name, version)
+    client.set_tag(run_id, MLFLOW_RUN_NOTE, (
+        f"{plan.model_name} v{version}: {_accuracy_line(base_accuracy, accuracy, num_samples)}; "
+        f"{_champion_line(decision)}. Data {data_digest} ({plan.source}), "
+        f"device {plan.device}, recipe {plan.recipe}."))
+
+
+def _print_links(client: LockRetryingClient, runner: StepRunner, run_id: str, train: Run, model_name: str,
+                 version: str) -> None:
+    """The MLflow UI pages of the pipeline: its experiment, its run, its train run and the version."""
+    experiment = client.get_experiment(runner.experiment_id)
+    ui_links.print_links("main", [
+        (f"runs of {experiment.name}", ui_links.experiment_route(runner.experiment_id)),
+        ("this pipeline", ui_links.run_route(runner.experiment_id, run_id)),
+        ("its train run", ui_links.run_route(train.info.experiment_id, train.info.run_id)),
+        (f"{model_name} v{version}", ui_links.model_version_route(model_name, version)),
+    ])
 
 
 def _evaluate_start_model(runner: StepRunner, plan: Plan, data_dir: str, data_digest: str) -> float | None:

@@ -52,12 +52,11 @@ def run_search(request: SearchRequest) -> SearchResult:
     """
     import mlflow
     import optuna
-    from omegaconf import OmegaConf
 
     from verlflow.data import recipe_data
     from verlflow.search.results import summarize
     from verlflow.search.space import check_trial_configs, distributions, space_fingerprint, suggest
-    from verlflow.search.study import TrialSeededSampler, describe_storage, make_pruner, open_storage, open_study
+    from verlflow.search.study import describe_storage
     from verlflow.search.trial import TrialFailed, TrialRunner
 
     n_trials, study_name, storage, pruner = request.n_trials, request.study_name, request.storage, request.pruner
@@ -77,16 +76,8 @@ def run_search(request: SearchRequest) -> SearchResult:
     check_trial_configs(search, dists, compose_trial, backend_check=get_backend(backend).check_config)
     study_name = check_name_inside(study_name or f"{base.recipe_name}-{search.name}", "study_name", "optuna")
     pruner_name = pruner or search.pruner_default
-    study = open_study(
-        study_name=study_name,
-        storage=open_storage(storage, study_name, search.heartbeat_interval, search.grace_period,
-                             search.max_retry),
-        direction=search.direction,
-        sampler=TrialSeededSampler(search.seed, search.n_startup_trials),
-        pruner=make_pruner(pruner_name, search.pruner_settings),
-        identity={RECIPE_TAG: base.recipe_name, OBJECTIVE_TAG: search.metric,
-                  SPACE_TAG: space_fingerprint(dists)},
-    )
+    study = _open_search_study(search, study_name, storage, pruner_name, base.recipe_name,
+                               space_fingerprint(dists))
     shown_storage = describe_storage(storage, study_name)
     tags = {
         **tracking.standard_tags(backend=backend, recipe=base.recipe_name, profile=profile),
@@ -102,9 +93,8 @@ def run_search(request: SearchRequest) -> SearchResult:
             recipe=recipe, device=dev, data_dir=data_dir, parent_run_id=parent_id,
             experiment_id=run.info.experiment_id, study_name=study_name, metric=search.metric,
             tracking_uri=mlflow.get_tracking_uri(), fixed_overrides=search.trial_overrides,
-            checkpoint_root=str(OmegaConf.select(base.resolved, "trainer.default_local_dir")
-                                or "checkpoints"),
-            poll_interval=search.poll_interval, stop_timeout=search.stop_timeout,
+            checkpoint_root=_checkpoint_root(base), poll_interval=search.poll_interval,
+            stop_timeout=search.stop_timeout,
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -113,6 +103,29 @@ def run_search(request: SearchRequest) -> SearchResult:
         result = summarize(study, parent_id, search, shown_storage, data_dir=data_dir)
     _print_result(result, search)
     return result
+
+
+def _open_search_study(search: SearchConfig, study_name: str, storage: str, pruner_name: str, recipe_name: str,
+                       fingerprint: str) -> Any:
+    """The Optuna study of this search, on its storage (created, or resumed when its identity matches)."""
+    from verlflow.search.study import TrialSeededSampler, make_pruner, open_storage, open_study
+
+    return open_study(
+        study_name=study_name,
+        storage=open_storage(storage, study_name, search.heartbeat_interval, search.grace_period,
+                             search.max_retry),
+        direction=search.direction,
+        sampler=TrialSeededSampler(search.seed, search.n_startup_trials),
+        pruner=make_pruner(pruner_name, search.pruner_settings),
+        identity={RECIPE_TAG: recipe_name, OBJECTIVE_TAG: search.metric, SPACE_TAG: fingerprint},
+    )
+
+
+def _checkpoint_root(base: config.ComposedConfig) -> str:
+    """Where trials keep their checkpoints: the recipe's ``trainer.default_local_dir``."""
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.select(base.resolved, "trainer.default_local_dir") or "checkpoints")
 
 
 def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str) -> SearchConfig:

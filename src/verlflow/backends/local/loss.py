@@ -181,20 +181,27 @@ def update_actor(
                 loss.backward()
                 for key, value in metrics.items():
                     step[key].append(value)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=grad_clip)
-            if math.isfinite(grad_norm.item()):
-                optimizer.step()
-            else:  # as verl: a non-finite gradient skips the step instead of corrupting the weights
-                optimizer.zero_grad(set_to_none=True)
-            history["actor/grad_norm"].append(grad_norm.item())
-            for key, values in step.items():
-                how, name = key.split(":", 1)
-                history[name].append(sum(values) if how == "sum" else sum(values) / len(values))
+            _optimizer_step(model, optimizer, grad_clip, step, history)
     result = {name: sum(values) / len(values) for name, values in history.items()}
     if on_policy:
         result["actor/entropy"] = agg_loss(loss_mat=torch.cat(entropies), loss_mask=batch["response_mask"].bool(),
                                            loss_agg_mode=actor.loss_agg_mode).item()
     return result
+
+
+def _optimizer_step(model: Any, optimizer: torch.optim.Optimizer, grad_clip: float,
+                    step: dict[str, list[float]], history: dict[str, list[float]]) -> None:
+    """One mini-batch's optimizer step after its gradient is clipped, and its metrics added to ``history``
+    (``sum:``/``mean:`` keys folded over the micro-batches)."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=grad_clip)
+    if math.isfinite(grad_norm.item()):
+        optimizer.step()
+    else:  # as verl: a non-finite gradient skips the step instead of corrupting the weights
+        optimizer.zero_grad(set_to_none=True)
+    history["actor/grad_norm"].append(grad_norm.item())
+    for key, values in step.items():
+        how, name = key.split(":", 1)
+        history[name].append(sum(values) if how == "sum" else sum(values) / len(values))
 
 
 def is_on_policy(model: Any, *, ppo_epochs: int, mini_batch: int, batch_size: int) -> bool:

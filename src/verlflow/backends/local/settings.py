@@ -179,28 +179,14 @@ def read_settings(cfg: Any) -> LocalSettings:
     log_prob_micro = _log_prob_micro(rollout, seq_len, micro)
     ref_micro = _log_prob_micro(resolved.actor_rollout_ref.ref, seq_len, micro)
     adv = _critic_free_estimator(resolved)
-    device, resume_mode = _device_and_resume(trainer)
+    trainer_fields = _trainer_settings(trainer)
     overridden = cfg.overrides
     grad_clip = actor.optim.clip_grad if (
         f"{ACTOR}optim.clip_grad" in overridden and f"{ACTOR}grad_clip" not in overridden
     ) else actor.grad_clip
     val = rollout.val_kwargs
     return LocalSettings(
-        train_batch_size=int(data.train_batch_size),
-        val_batch_size=int(data.val_batch_size) if data.val_batch_size else None,
-        max_prompt_length=int(data.max_prompt_length),
-        max_response_length=int(data.max_response_length),
-        filter_overlong_prompts=bool(data.filter_overlong_prompts),
-        truncation=str(data.truncation),
-        prompt_key=str(data.prompt_key),
-        reward_fn_key=str(data.reward_fn_key),
-        shuffle=bool(data.shuffle),
-        data_seed=int(data.seed) if data.get("seed") is not None else 1,
-        train_max_samples=int(data.train_max_samples),
-        val_max_samples=int(cfg.verlflow.val_limit or data.val_max_samples),
-        chat_template_kwargs=dict(data.get("apply_chat_template_kwargs") or {}),
-        train_files=_one_file(data.train_files),
-        val_files=_one_file(data.val_files),
+        **_data_settings(data, cfg.verlflow.val_limit),
         model_path=str(resolved.actor_rollout_ref.model.path),
         tokenizer_path=resolved.actor_rollout_ref.model.tokenizer_path,
         gradient_checkpointing=bool(resolved.actor_rollout_ref.model.enable_gradient_checkpointing),
@@ -220,6 +206,36 @@ def read_settings(cfg: Any) -> LocalSettings:
         adv_estimator=adv,
         norm_adv_by_std_in_grpo=bool(resolved.algorithm.norm_adv_by_std_in_grpo),
         algorithm=_dataclass(resolved.algorithm),
+        **trainer_fields,
+        ignored=ignored_keys(overridden, resolved),
+    )
+
+
+def _data_settings(data: DictConfig, val_limit: Any) -> dict[str, Any]:
+    """The ``data.*`` fields of :class:`LocalSettings` (its files checked: one parquet file each)."""
+    return dict(
+        train_batch_size=int(data.train_batch_size),
+        val_batch_size=int(data.val_batch_size) if data.val_batch_size else None,
+        max_prompt_length=int(data.max_prompt_length),
+        max_response_length=int(data.max_response_length),
+        filter_overlong_prompts=bool(data.filter_overlong_prompts),
+        truncation=str(data.truncation),
+        prompt_key=str(data.prompt_key),
+        reward_fn_key=str(data.reward_fn_key),
+        shuffle=bool(data.shuffle),
+        data_seed=int(data.seed) if data.get("seed") is not None else 1,
+        train_max_samples=int(data.train_max_samples),
+        val_max_samples=int(val_limit or data.val_max_samples),
+        chat_template_kwargs=dict(data.get("apply_chat_template_kwargs") or {}),
+        train_files=_one_file(data.train_files),
+        val_files=_one_file(data.val_files),
+    )
+
+
+def _trainer_settings(trainer: DictConfig) -> dict[str, Any]:
+    """The ``trainer.*`` fields of :class:`LocalSettings` (device and resume mode checked)."""
+    device, resume_mode = _device_and_resume(trainer)
+    return dict(
         total_epochs=int(trainer.total_epochs),
         total_training_steps=int(trainer.total_training_steps) if trainer.total_training_steps else None,
         test_freq=int(trainer.test_freq),
@@ -230,7 +246,6 @@ def read_settings(cfg: Any) -> LocalSettings:
         default_local_dir=str(trainer.default_local_dir),
         max_ckpt_to_keep=trainer.max_actor_ckpt_to_keep,
         device=device,
-        ignored=ignored_keys(overridden, resolved),
     )
 
 

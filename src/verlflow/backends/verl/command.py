@@ -306,30 +306,8 @@ def forced_overrides(
     notes: list[str] = []
     defaults = config.verl_defaults()
 
-    loggers = _as_list(out.get("trainer.logger", []))
-    for name in REQUIRED_LOGGERS:
-        if name not in loggers:
-            loggers.append(name)
-    if loggers != _as_list(overrides.get("trainer.logger")):
-        notes.append(f"trainer.logger={loggers}: verl's MLflow logger writes into this run")
-    out["trainer.logger"] = loggers
-
-    out["trainer.project_name"] = LiteralText(project)
-    out["trainer.experiment_name"] = LiteralText(experiment)
-    notes.append("trainer.project_name / trainer.experiment_name: the MLflow experiment and run names")
-
-    save_freq = out.get("trainer.save_freq", defaults.get("trainer.save_freq", -1))
-    if not isinstance(save_freq, int) or save_freq <= 0:
-        out["trainer.save_freq"] = FINAL_ONLY_SAVE_FREQ
-        notes.append(f"trainer.save_freq={FINAL_ONLY_SAVE_FREQ} (was {save_freq}): verl saves on the last step "
-                     "only when save_freq > 0; this period saves the final checkpoint and nothing else, so a "
-                     "stopped run cannot resume (set trainer.save_freq=<N> trainer.max_actor_ckpt_to_keep=<K>)")
-
-    if "trainer.default_local_dir" not in out:
-        out["trainer.default_local_dir"] = str(run_dir / "checkpoints")
-        notes.append("trainer.default_local_dir: this run's block folder (a fresh folder never resumes an old run)")
-    else:
-        out["trainer.default_local_dir"] = _absolute_path(out["trainer.default_local_dir"])
+    notes += _force_tracking(out, overrides, project, experiment)
+    notes += _force_checkpoints(out, defaults, run_dir)
 
     if "trainer.use_v1" in defaults and "trainer.use_v1" not in overrides:
         out["trainer.use_v1"] = False
@@ -354,12 +332,52 @@ def forced_overrides(
     out.update({k: v for k, v in profiling.items() if k not in overrides or k == "global_profiler.tool"})
     notes += profiling_notes
 
+    _absolute_files(out)
+    return out, notes
+
+
+def _force_tracking(out: dict[str, Any], overrides: dict[str, Any], project: str, experiment: str) -> list[str]:
+    """verl's MLflow logger on, writing into this run's experiment and name (``out`` changed in place)."""
+    notes: list[str] = []
+    loggers = _as_list(out.get("trainer.logger", []))
+    for name in REQUIRED_LOGGERS:
+        if name not in loggers:
+            loggers.append(name)
+    if loggers != _as_list(overrides.get("trainer.logger")):
+        notes.append(f"trainer.logger={loggers}: verl's MLflow logger writes into this run")
+    out["trainer.logger"] = loggers
+
+    out["trainer.project_name"] = LiteralText(project)
+    out["trainer.experiment_name"] = LiteralText(experiment)
+    notes.append("trainer.project_name / trainer.experiment_name: the MLflow experiment and run names")
+    return notes
+
+
+def _force_checkpoints(out: dict[str, Any], defaults: dict[str, Any], run_dir: Path) -> list[str]:
+    """A final checkpoint saved, into this run's own folder unless one is given (``out`` changed in place)."""
+    notes: list[str] = []
+    save_freq = out.get("trainer.save_freq", defaults.get("trainer.save_freq", -1))
+    if not isinstance(save_freq, int) or save_freq <= 0:
+        out["trainer.save_freq"] = FINAL_ONLY_SAVE_FREQ
+        notes.append(f"trainer.save_freq={FINAL_ONLY_SAVE_FREQ} (was {save_freq}): verl saves on the last step "
+                     "only when save_freq > 0; this period saves the final checkpoint and nothing else, so a "
+                     "stopped run cannot resume (set trainer.save_freq=<N> trainer.max_actor_ckpt_to_keep=<K>)")
+
+    if "trainer.default_local_dir" not in out:
+        out["trainer.default_local_dir"] = str(run_dir / "checkpoints")
+        notes.append("trainer.default_local_dir: this run's block folder (a fresh folder never resumes an old run)")
+    else:
+        out["trainer.default_local_dir"] = _absolute_path(out["trainer.default_local_dir"])
+    return notes
+
+
+def _absolute_files(out: dict[str, Any]) -> None:
+    """Data, reward and model paths made absolute (verl's processes start in other folders)."""
     for key in ("data.train_files", "data.val_files", *REWARD_FILE_KEYS):
         if key in out:
             out[key] = _absolute_path(out[key])
     if "actor_rollout_ref.model.path" in out:
         out["actor_rollout_ref.model.path"] = _model_path(out["actor_rollout_ref.model.path"])
-    return out, notes
 
 
 def launch_module_of(block: dict[str, Any]) -> str:
