@@ -58,6 +58,14 @@ KNOWN: tuple[Known, ...] = (
           "the train run's sampled completions are written as traces before the step exits, as they should"),
     Known("mlflow.store.model_registry.abstract_store", "Waiting up to 300 seconds for model version",
           "register waits for the version as MLflow does; register prints the version it made"),
+    # The rest are said inside verl's processes (install_in_verl_process, called by the cpu-verl plugin).
+    Known("__main__", "Legacy trainer `main_ppo_v0.py` is deprecated",
+          "verl's main_ppo on trainer.use_v1=False, which verlflow forces on verl >= 0.9 unless TransferQueue is "
+          "installed (its v1 trainer needs it); the launch notes say so once"),
+    Known("ray._private.authentication.authentication_token_setup",
+          "Token authentication is enabled for this Ray cluster",
+          "the local Ray instance verl starts for one launch keeps Ray's default token authentication; the line "
+          "only says how to switch it off, which verlflow does not want"),
 )
 
 
@@ -75,9 +83,19 @@ class KnownPythonWarning:
 # warns once per process (5 engines × every worker: 39 lines on a 4-worker CPU launch), none of them used here.
 _ENGINE_WHY = ("an optional verl training engine that is not installed; verlflow's recipes use FSDP, which is, "
                "and verl falls back without it: repeated in every Ray worker")
-VERL_PROCESS_WARNINGS: tuple[KnownPythonWarning, ...] = tuple(
-    KnownPythonWarning(f"{engine} engine is not available", "UserWarning", _ENGINE_WHY)
-    for engine in ("torchtitan", "veomni", "automodel", "mindspeed", "megatron")
+VERL_PROCESS_WARNINGS: tuple[KnownPythonWarning, ...] = (
+    *(KnownPythonWarning(f"{engine} engine is not available", "UserWarning", _ENGINE_WHY)
+      for engine in ("torchtitan", "veomni", "automodel", "mindspeed", "megatron")),
+    KnownPythonWarning("Disabled critic as algorithm.adv_estimator != gae", "UserWarning",
+                       "GRPO has no critic by design (algorithm.adv_estimator=grpo); verl says so 3 times a launch"),
+    KnownPythonWarning("'set_vital' is deprecated", "UserWarning",
+                       "torchdata's StatefulDataLoader calls torch.set_vital itself; nothing a user can change"),
+)
+# Messages with ':' or ',' cannot be written in PYTHONWARNINGS: dropped in-process by install_in_verl_process.
+VERL_IN_PROCESS_WARNINGS: tuple[KnownPythonWarning, ...] = (
+    KnownPythonWarning("Warning: Class 'verl.trainer.ppo.ray_trainer.RayPPOTrainer' is deprecated", "FutureWarning",
+                       "verl's legacy RayPPOTrainer, which trainer.use_v1=False selects: verlflow forces it on verl "
+                       ">= 0.9 unless TransferQueue is installed (its v1 trainer needs it)"),
 )
 
 
@@ -86,6 +104,20 @@ def python_warnings(existing: str = "") -> str:
     dropped at their source, then the user's own filters, which Python applies last and so win."""
     ours = [f"ignore:{known.starts_with}:{known.category}" for known in VERL_PROCESS_WARNINGS]
     return ",".join([*ours, *([existing] if existing.strip() else [])])
+
+
+def install_in_verl_process() -> None:
+    """Inside a verl process (the launch, a Ray worker; the cpu-verl plugin calls it as verl is imported): the
+    logging filters of :func:`install` and :data:`VERL_IN_PROCESS_WARNINGS`, appended after every other warning
+    filter so the user's own ``PYTHONWARNINGS`` still win (idempotent)."""
+    import builtins
+    import re
+    import warnings
+
+    install()
+    for known in VERL_IN_PROCESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(known.starts_with),
+                                category=getattr(builtins, known.category), append=True)
 
 
 class _DropKnown(logging.Filter):

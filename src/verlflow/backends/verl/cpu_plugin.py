@@ -23,7 +23,10 @@ What it does, registries first:
    forward-only reference model ``CPUOffloadPolicy(pin_memory=True)`` unconditionally (no config key), and
    pinning needs an accelerator;
 7. torch threads: no more than the cores other processes leave free when the process starts (a CPU shared with
-   other work; the ``cpu-verl`` profile's ``OMP_WAIT_POLICY=PASSIVE`` keeps waiting OpenMP threads asleep).
+   other work; the ``cpu-verl`` profile's ``OMP_WAIT_POLICY=PASSIVE`` keeps waiting OpenMP threads asleep);
+8. verl's and Ray's known noise dropped in this process (:func:`verlflow.known_warnings.install_in_verl_process`), and
+   verl's rollout traces given their prompt, response, reward and step on the root span
+   (:mod:`verlflow.compat.verl_traces`).
 """
 
 from __future__ import annotations
@@ -210,6 +213,11 @@ def install() -> None:
         compat_verl.patch_fsdp_offload_policy(_unpinned_offload_policy())
         _share_cores()
     _register_rollout()
+    from verlflow import known_warnings
+    from verlflow.compat import verl_traces
+
+    known_warnings.install_in_verl_process()
+    verl_traces.install()
 
 
 def _share_cores() -> None:

@@ -44,7 +44,7 @@ class HFRolloutServer:
 
         self.config = config
         path = _get(model_config, "local_path") or _get(model_config, "path")
-        self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.model.eval()
         generation = self.model.generation_config
         self.eos_token_id = generation.eos_token_id

@@ -20,6 +20,7 @@ import ast
 import functools
 import importlib
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -163,13 +164,36 @@ def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
     return []
 
 
+# GRPO_LR_RANGE is what fine-tuning pretrained LLMs uses; all of them are at least this wide (Qwen3-0.6B: 1024).
+PRACTICE_HIDDEN_SIZE = 1024
+
+
+def grpo_lr_range(model_path: Any) -> tuple[tuple[float, float], str]:
+    """GRPO's usual learning rates for this model, and a note saying why they differ from :data:`GRPO_LR_RANGE`.
+
+    The range is practice on LLMs of hidden size >= 1024. Adam's best learning rate grows as a model narrows
+    (about 1 / width: muP), so for a narrower model (``config.json``'s ``hidden_size`` in a local model folder: the
+    tiny Qwen3 of the ``tiny`` and ``smoke`` recipes is 64 or 96 wide, and needs ~1e-3 to move at all) the range
+    is scaled by ``1024 / hidden_size``. A hub id or a folder without that key keeps the range as it is."""
+    low, high = GRPO_LR_RANGE
+    config_json = Path(str(model_path or "")) / "config.json"
+    try:
+        hidden = int(json.loads(config_json.read_text())["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return (low, high), ""
+    if not 0 < hidden < PRACTICE_HIDDEN_SIZE:
+        return (low, high), ""
+    scale = PRACTICE_HIDDEN_SIZE / hidden
+    return (low * scale, high * scale), f" for a model {hidden} wide, scaled from LLM practice by {scale:g}"
+
+
 def startup_warnings(cfg: DictConfig) -> list[str]:
     """Legal values that are probably mistakes for GRPO: each a ``key=value: why`` line, not an error."""
     warnings = []
     lr = _get(cfg, f"{ACTOR}.optim.lr")
-    low, high = GRPO_LR_RANGE
+    (low, high), why = grpo_lr_range(_get(cfg, "actor_rollout_ref.model.path"))
     if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 and not low <= lr <= high:
-        warnings.append(f"{ACTOR}.optim.lr={lr}: far outside GRPO practice ({low:g} … {high:g}; the guide "
+        warnings.append(f"{ACTOR}.optim.lr={lr}: far outside GRPO practice ({low:.2g} … {high:.2g}{why}; the guide "
                         "uses 5e-7): check the exponent")
     temperature, n = _get(cfg, f"{ROLLOUT}.temperature"), _get(cfg, f"{ROLLOUT}.n")
     if temperature == 0 and isinstance(n, int) and n > 1:
