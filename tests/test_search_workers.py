@@ -167,7 +167,7 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
     assert "search-best" in client.get_registered_model(versions[0].name).aliases
 
 
-def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, tracking_uri, smoke_store):
+def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, tracking_uri, smoke_store, capfd):
     from verlflow.step_requests import SearchRequest
     from verlflow.steps.search import run_search
 
@@ -202,3 +202,7 @@ def test_pruned_trial_is_stopped_promptly_and_tagged(tmp_path, monkeypatch, trac
     assert steps[0] == 1 and max(steps) < 100, steps
     parent = client.get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.metrics["search/trials_pruned"] == 1
+    # On the console too: the trial's own exit line says the pruner stopped it, not "interrupted".
+    printed = capfd.readouterr().out
+    assert "verlflow train: stopped by the search's pruner (not a failure)" in printed
+    assert "verlflow train: interrupted" not in printed

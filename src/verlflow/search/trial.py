@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -100,14 +101,15 @@ class TrialRunner:
             proc = subprocess.Popen(self.command(trial.number, params), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
             tail: collections.deque[str] = collections.deque(maxlen=20)
-            reader = threading.Thread(target=_tee, args=(proc, trial.number, log_path, tail), daemon=True)
+            pruning = threading.Event()
+            reader = threading.Thread(target=_tee, args=(proc, trial.number, log_path, tail, pruning), daemon=True)
             reader.start()
             outcome = "FAIL"
             try:
                 reported: set[int] = set()
                 while True:
                     finished = proc.poll() is not None
-                    self._report(client, run_id, trial, reported, proc)
+                    self._report(client, run_id, trial, reported, proc, pruning)
                     if finished:
                         break
                     stopping.STOP.wait(self.poll_interval)
@@ -146,7 +148,7 @@ class TrialRunner:
         return run.info.run_id
 
     def _report(self, client: MlflowClient, run_id: str, trial: optuna.Trial, reported: set[int],
-                proc: subprocess.Popen) -> None:
+                proc: subprocess.Popen, pruning: threading.Event) -> None:
         """Report each new validation value to Optuna; stop the training and prune when the pruner says so."""
         try:
             history = self._history(client, run_id)
@@ -158,6 +160,7 @@ class TrialRunner:
             reported.add(step)
             trial.report(value, step)
             if trial.should_prune():
+                pruning.set()
                 _stop(proc, self.stop_timeout)
                 client.set_tag(run_id, "optuna.pruned", "true")
                 raise optuna.TrialPruned(f"trial {trial.number} pruned at step {step} "
@@ -233,15 +236,26 @@ def _last_per_step(history) -> dict[int, float]:
     return {step: value for step, (_, value) in values.items()}
 
 
-def _tee(proc: subprocess.Popen, number: int, log_path: Path, tail: collections.deque[str]) -> None:
-    """Copy the trial's output to this worker's stdout (prefixed) and to its log file; keep the last lines."""
+def _tee(proc: subprocess.Popen, number: int, log_path: Path, tail: collections.deque[str],
+         pruning: threading.Event) -> None:
+    """Copy the trial's output to this worker's stdout (prefixed) and to its log file; keep the last lines.
+
+    Once the pruner stopped the trial, the train step's own "interrupted" line reads as what it is: the search
+    stopping it on purpose, not a failure.
+    """
     assert proc.stdout is not None
     with log_path.open("w") as log_file:
         for line in proc.stdout:
+            if pruning.is_set() and _INTERRUPTED_LINE.fullmatch(line.strip()):
+                line = f"{line.strip().removesuffix('interrupted')}stopped by the search's pruner (not a failure)\n"
             log_file.write(line)
             tail.append(line.rstrip())
             sys.stdout.write(f"[trial {number}] {line}")
             sys.stdout.flush()
+
+
+# The train step's exit line on SIGTERM/SIGINT (verlflow.stopping.stop_interrupted).
+_INTERRUPTED_LINE = re.compile(r"verlflow \w+: interrupted")
 
 
 def _stop(proc: subprocess.Popen, timeout: float) -> None:
