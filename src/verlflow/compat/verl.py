@@ -149,13 +149,15 @@ DATALOADER = ("trainer/ppo/ray_trainer.py", "_create_dataloader")
 RESUME = ("trainer/ppo/ray_trainer.py", "_load_checkpoint")
 ADVANTAGE = ("trainer/ppo/ray_trainer.py", "compute_advantage")
 REWARD_CALL = ("trainer/ppo/reward.py", "_call_with_kwargs")
-REWARD_WRAPPED = ("trainer/ppo/reward.py", "wrapped_fn")
+REWARD_WRAPPED = ("trainer/ppo/reward.py", "wrapped_fn")  # in neither 0.5.0 nor 0.9.1: kept for the verls between
 DATASET_LENGTH = ("utils/dataset/rl_dataset.py", "doc2len")
 DATASET_FILTER = ("utils/dataset/rl_dataset.py", "maybe_filter_out_long_prompts")
 DATASET_ITEM = ("utils/dataset/rl_dataset.py", "__getitem__")
 DATASET_MESSAGES = ("utils/dataset/rl_dataset.py", "_build_messages")
 POSTPROCESS = ("utils/torch_functional.py", "postprocess_data")
 DEFAULT_SCORE = ("utils/reward_score/__init__.py", "default_compute_score")
+RAISE_SITES = (DATALOADER, RESUME, ADVANTAGE, REWARD_CALL, REWARD_WRAPPED, DATASET_LENGTH, DATASET_FILTER, DATASET_ITEM,
+               DATASET_MESSAGES, POSTPROCESS, DEFAULT_SCORE)
 
 
 # ---- patches of verl's namespace (the CPU plugin and the secret guard, in verl's own processes) ---------------
