@@ -7,7 +7,9 @@ for each verl: the guide's recipe composes and validates with each profile (a3, 
 config and passes the preflight's name and size checks; then, for a run verlflow created in experiments
 ``Qwen3 GRPO/A3 对比`` and ``team-a/h20 baseline``, the launch's own command-line overrides are composed by
 that verl's Hydra and that verl's real ``Tracking`` (``set_experiment(project_name)`` then ``start_run`` in
-0.5.0; ``start_run(run_id=…)`` in 0.9) writes its params and metrics into our run.
+0.5.0; ``start_run(run_id=…)`` in 0.9) writes its params and metrics into our run. And verlflow.compat.verl's
+accessors hold on each verl: its param flattening, key sanitizer, task runner and resume branch are there, and
+so are the functions its raise-site table names.
 """
 
 from __future__ import annotations
@@ -30,13 +32,27 @@ EXPERIMENTS = ("Qwen3 GRPO/A3 对比", "team-a/h20 baseline")
 
 VERL_SIDE = textwrap.dedent(
     """
-    import json, os, sys
+    import ast, json, os, sys
     import verl
     from omegaconf import OmegaConf
     from verlflow import config
     from verlflow.backends.verl import command as verl_command
     from verlflow.backends.verl import preflight as verl_preflight
     from verl.utils.tracking import Tracking
+
+    def compat_accessors(verl):  # what verlflow.compat.verl gives with this verl; the raise sites it lacks
+        from verlflow.compat import verl as compat_verl
+
+        def defines(path, name):
+            file = os.path.join(os.path.dirname(verl.__file__), path)
+            return os.path.isfile(file) and any(getattr(node, "name", None) == name
+                                                for node in ast.walk(ast.parse(open(file).read())))
+
+        runner, modules = compat_verl.task_runner()
+        return {"params": compat_verl.mlflow_params({"a": {"b": [1, 2]}}),
+                "sanitized": compat_verl.metric_key_sanitizer()("val/mean@1"), "task_runner": runner.__name__,
+                "resume": compat_verl.load_checkpoint(modules[-1].RayPPOTrainer) is not None,
+                "missing_sites": [f"{p}:{f}" for p, f in compat_verl.RAISE_SITES if not defines(p, f)]}
 
     jobs = json.loads(sys.argv[1])
     out = {"version": verl.__version__, "verl_file": verl.__file__, "profiles": {}}
@@ -61,6 +77,7 @@ VERL_SIDE = textwrap.dedent(
         del t
         import mlflow
         mlflow.end_run()
+    out["compat"] = compat_accessors(verl)
     print("RESULT " + json.dumps(out))
     """
 )
@@ -104,5 +121,8 @@ def test_each_verl_composes_the_guide_and_logs_into_our_run(which, guide_verl, t
         assert got.data.params["trainer/project_name"] == job["experiment"]
         assert got.data.params["actor_rollout_ref/actor/optim/lr"] == "5e-07"
         assert got.info.run_name == job["run_name"]
+    assert result["compat"] == {  # verlflow.compat.verl holds on this verl
+        "params": {"a/b/list_len": 2, "a/b/0": 1, "a/b/1": 2}, "sanitized": "val/mean_at_1",
+        "task_runner": "TaskRunner", "resume": True, "missing_sites": ["trainer/ppo/reward.py:wrapped_fn"]}
     names = {e.name for e in client.search_experiments()}
     assert names == {"Default", *EXPERIMENTS}  # verl created no experiment of its own

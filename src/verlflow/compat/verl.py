@@ -42,17 +42,23 @@ def mlflow_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def metric_key_sanitizer() -> Callable[[str], str]:
-    """verl's metric-key sanitizer (``@`` → ``_at_``, characters MLflow refuses → ``_``).
+    """verl's metric-key sanitizer (``@`` → ``_at_``; from verl 0.6 also characters MLflow refuses → ``_``).
 
-    ``verl.utils.tracking._MlflowLoggingAdapter()._sanitize_key``: checked on verl 0.5.0 through 0.9.x.
-    Fallback: a verl without it is one line naming the supported range.
+    ``verl.utils.tracking._MlflowLoggingAdapter()._sanitize_key``: checked on verl 0.9.1. verl 0.5.0's adapter
+    has no such method and replaces only ``@`` inside its ``log``: that rule is the fallback, so a key is what
+    the installed verl itself logs. A verl without the adapter is one line naming the supported range.
     """
     try:
         from verl.utils.tracking import _MlflowLoggingAdapter
     except ImportError as exc:
         raise VerlflowError(f"this verl has no verl.utils.tracking._MlflowLoggingAdapter: "
                             f"install a verl verlflow supports ({SUPPORTED}): {exc}") from None
-    return _MlflowLoggingAdapter()._sanitize_key
+    return getattr(_MlflowLoggingAdapter(), "_sanitize_key", None) or _at_only
+
+
+def _at_only(key: str) -> str:
+    """verl 0.5.0's metric-key rule (``_MlflowLoggingAdapter.log``): ``@`` → ``_at_``, nothing else."""
+    return key.replace("@", "_at_")
 
 
 # ---- the rehearsal: verl's start-up built with verl's own code, stopped before its Ray workers ----------------
@@ -149,13 +155,15 @@ DATALOADER = ("trainer/ppo/ray_trainer.py", "_create_dataloader")
 RESUME = ("trainer/ppo/ray_trainer.py", "_load_checkpoint")
 ADVANTAGE = ("trainer/ppo/ray_trainer.py", "compute_advantage")
 REWARD_CALL = ("trainer/ppo/reward.py", "_call_with_kwargs")
-REWARD_WRAPPED = ("trainer/ppo/reward.py", "wrapped_fn")
+REWARD_WRAPPED = ("trainer/ppo/reward.py", "wrapped_fn")  # in neither 0.5.0 nor 0.9.1: kept for the verls between
 DATASET_LENGTH = ("utils/dataset/rl_dataset.py", "doc2len")
 DATASET_FILTER = ("utils/dataset/rl_dataset.py", "maybe_filter_out_long_prompts")
 DATASET_ITEM = ("utils/dataset/rl_dataset.py", "__getitem__")
 DATASET_MESSAGES = ("utils/dataset/rl_dataset.py", "_build_messages")
 POSTPROCESS = ("utils/torch_functional.py", "postprocess_data")
 DEFAULT_SCORE = ("utils/reward_score/__init__.py", "default_compute_score")
+RAISE_SITES = (DATALOADER, RESUME, ADVANTAGE, REWARD_CALL, REWARD_WRAPPED, DATASET_LENGTH, DATASET_FILTER, DATASET_ITEM,
+               DATASET_MESSAGES, POSTPROCESS, DEFAULT_SCORE)
 
 
 # ---- patches of verl's namespace (the CPU plugin and the secret guard, in verl's own processes) ---------------
