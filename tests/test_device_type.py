@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 import verlflow
-from verlflow.config import PROFILE_FOR_DEVICE, Device
+from verlflow.config import PROFILE_FOR_DEVICE
 from verlflow.device.detect import Probe, detect_device
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 PACKAGE_DIR = Path(verlflow.__file__).parent
 HOME = PACKAGE_DIR / "config" / "schema.py"

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from verlflow.config import ComposedConfig, Device
+from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 AUTO = "auto"
 # The modules whose import registers the shipped backends (the local trainer, the verl launch).

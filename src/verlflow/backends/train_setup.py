@@ -21,10 +21,11 @@ from pathlib import Path
 
 from verlflow import config
 from verlflow.backends.registry import AUTO, default_backend, get_backend
-from verlflow.config import PROFILE_FOR_DEVICE, Device, check_config_counts, default_recipe
+from verlflow.config import PROFILE_FOR_DEVICE, check_config_counts, default_recipe
 from verlflow.device import identity
 from verlflow.device.detect import Probe, detect_device, identify_node
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 
 def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str, *,

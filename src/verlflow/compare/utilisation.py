@@ -29,9 +29,9 @@ from pathlib import Path
 
 from verlflow.compare.report import candidate_over_baseline, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
-from verlflow.config import Device
 from verlflow.device.system_metrics import DEFAULT_INTERVAL_S
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG
+from verlflow.platforms import Device
 
 SYSTEM_PREFIX = "system/"
 # system/[<node id>/]<npu|gpu>_<index>_<name>: MLflow puts a node id in when MLFLOW_SYSTEM_METRICS_NODE_ID is set

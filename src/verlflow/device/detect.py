@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verlflow.config import Device, Profile
+from verlflow.config import Profile
 from verlflow.device import identity
 from verlflow.device.parsers import (
     GpuInfo,
@@ -42,6 +42,7 @@ from verlflow.device.parsers import (
     soc_name,
 )
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 from verlflow.secrets import looks_secret, mask_text
 
 __all__ = [  # the parsers are re-exported: callers use verlflow.device.detect only

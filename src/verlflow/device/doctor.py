@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlflow import config
-from verlflow.config import Accelerator, Device, Profile
+from verlflow.config import Accelerator, Profile
 from verlflow.device import detect as hw
 from verlflow.device import identity, stacks
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 STATUS = {True: "ok", False: "BLOCKS", None: "differs"}
 # A device's memory as listed (MiB / 1024) within this fraction of the record's data-sheet GB is the same memory.

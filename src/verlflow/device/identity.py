@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from verlflow import config
-from verlflow.config import Accelerator, Device, Profile
+from verlflow.config import Accelerator, Profile
 from verlflow.device.parsers import npu_generation
 from verlflow.errors import VerlflowError
-from verlflow.names import DETECTED_PROFILE_TAG, DETECTED_TAG, RECORD_FITS_TAG
+from verlflow.platforms import Device
+from verlflow.platforms.tags import DETECTED_PROFILE_TAG, DETECTED_TAG, RECORD_FITS_TAG
 
 # The override that runs a profile whose record is not the machine's (VerlflowBlock.accept_other_hardware).
 ACCEPT_OVERRIDE = "verlflow.accept_other_hardware=true"

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verlflow.config import CONFIG_ROOT, Device, load_named_yaml
+from verlflow.config import CONFIG_ROOT, load_named_yaml
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 STACKS_DIR = CONFIG_ROOT / "stacks"
 

@@ -32,11 +32,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
-from verlflow.config import Device
 from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
+from verlflow.platforms import Device
 from verlflow.runs import tracking
 from verlflow.runs.deadline import TrackingDeadline
 from verlflow.runs.store_retry import retry_on_lock

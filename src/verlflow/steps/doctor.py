@@ -14,9 +14,9 @@ from verlflow.step_requests import DoctorRequest
 def run_doctor(request: DoctorRequest):
     """Print the table; raise (exit 2) naming what blocks the launch; the rows."""
     from verlflow.backends.train_setup import auto_profile
-    from verlflow.config import Device
     from verlflow.device import detect
     from verlflow.device.doctor import diagnose, render
+    from verlflow.platforms import Device
 
     dev = detect.detect_device(request.device)
     if dev is Device.CPU:

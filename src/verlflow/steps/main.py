@@ -45,7 +45,7 @@ from pathlib import Path
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow import config, names
-from verlflow.config import Device, VerlflowBlock
+from verlflow.config import VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision, describe_version
 from verlflow.names import (
@@ -61,6 +61,7 @@ from verlflow.names import (
     SOURCE_RUN_TAG,
     STEP_TAG,
 )
+from verlflow.platforms import Device
 from verlflow.runs import naming as run_names
 from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
-from verlflow.config import ComposedConfig, Device
+from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 
 @register_backend("local")

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from verlflow.backends.local.settings import LocalSettings
-from verlflow.config import Device
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 from verlflow.util import first_line, hub_unreachable
 
 

@@ -50,7 +50,7 @@ from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
 from verlflow.backends.writable import OUT_OF_SPACE, out_of_space_advice
-from verlflow.config import Device, config_count_problems
+from verlflow.config import config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
@@ -70,6 +70,7 @@ from verlflow.names import (
     VALIDATED_TAG,
     VERL_ERROR_TAG,
 )
+from verlflow.platforms import Device
 from verlflow.runs import tracking
 from verlflow.secrets import mask_env
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
-from verlflow.config import VERL_CPU_PROFILE, ComposedConfig, Device
+from verlflow.config import VERL_CPU_PROFILE, ComposedConfig
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 
 @register_backend("verl")
