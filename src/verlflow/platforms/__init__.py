@@ -9,10 +9,10 @@ both stand on it. Adding a kind is one module calling :func:`register` plus its 
 """
 
 from verlflow.platforms import cpu, gpu, npu
-from verlflow.platforms.base import Device, Platform, kinds, platform_of, register
+from verlflow.platforms.base import Device, Platform, kinds, platform_of, register, unregister
 
 for _shipped in (npu, gpu, cpu):  # in this order: messages list "npu, gpu, cpu"
     register(_shipped.PLATFORM)
 Device.NPU, Device.GPU, Device.CPU = Device("npu"), Device("gpu"), Device("cpu")
 
-__all__ = ["Device", "Platform", "kinds", "platform_of", "register"]
+__all__ = ["Device", "Platform", "kinds", "platform_of", "register", "unregister"]

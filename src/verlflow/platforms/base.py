@@ -149,6 +149,13 @@ def register(platform: Platform) -> Platform:
     return platform
 
 
+def unregister(kind: str) -> None:
+    """Forget a kind added with :func:`register` (a test's made-up kind); the shipped ones stay."""
+    if kind not in ("npu", "gpu", "cpu"):  # the shipped kinds: every profile and tag names them
+        _PLATFORMS.pop(kind, None)
+        _DEVICES.pop(kind, None)
+
+
 def platform_of(kind: Device | str) -> Platform:
     """The platform of ``kind`` (a Device or its name); ValueError naming the valid kinds when it is none."""
     return Device(kind).platform

@@ -28,3 +28,7 @@ PREFIX = "device."  # every tag above, and device.<field> of the collected profi
 def tag(field: str) -> str:
     """``device.<field>``: the tag of one field of the collected device profile (driver, firmware, cann, ...)."""
     return PREFIX + field
+DRIVER_TAG = "device.driver"  # the driver (the HDK on Ascend)
+FIRMWARE_TAG = "device.firmware"
+CANN_TAG = "device.cann"  # Ascend's toolkit version
+CUDA_TAG = "device.cuda"  # the CUDA torch was built with (else the driver's)

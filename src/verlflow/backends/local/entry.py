@@ -13,14 +13,13 @@ from typing import Any
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
-from verlflow.platforms import Device
 
 
 @register_backend("local")
 class LocalBackend(TrainBackend):
     """The embedded trainer: this process, this machine, metrics through a spilling buffer."""
 
-    default_for = (Device.CPU,)
+    default_for = staticmethod(lambda platform: not platform.accelerator)
 
     def check_config(self, cfg: ComposedConfig) -> None:
         """The keys the local trainer reads must hold values it supports (one line otherwise)."""

@@ -20,7 +20,7 @@ from verlflow.platforms import Device
 class VerlBackend(TrainBackend):
     """verl's own trainer, launched under bash (or as a Ray job) with the profile's files sourced."""
 
-    default_for = (Device.NPU, Device.GPU)
+    default_for = staticmethod(lambda platform: platform.accelerator)
     profile_for = {Device.CPU: VERL_CPU_PROFILE}
     checks_up_front = False
 
