@@ -17,8 +17,8 @@ from verlflow.backends.registry import (
     register_backend,
 )
 from verlflow.backends.train_setup import choose_train_setup
-from verlflow.config import Device
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 
 def test_the_shipped_backends_register_under_their_names_and_devices():

@@ -26,8 +26,6 @@ from verlflow.device.detect import (
     count_visible,
     detect_device,
     first_error_line,
-    module_installed,
-    npu_board_command,
     npu_generation,
     package_versions,
     parse_ascend_version_file,
@@ -37,10 +35,11 @@ from verlflow.device.detect import (
     parse_nvidia_smi_q_versions,
     parse_nvidia_smi_query,
     parse_nvidia_smi_table,
-    read_text,
     run_command,
     soc_name,
 )
+from verlflow.device.npu_listing import npu_board_command
+from verlflow.device.probe import module_installed, read_text
 from verlflow.errors import VerlflowError
 
 LOCAL = Path(__file__).resolve().parent / "fixtures" / "device"

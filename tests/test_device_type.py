@@ -1,6 +1,6 @@
 """The device is the ``Device`` type from the moment it is decided: no string literal stands for it in code.
 
-Reads every module's syntax tree: outside ``verlflow.config.schema`` (where ``Device`` is defined), no
+Reads every module's syntax tree: outside ``verlflow.platforms`` (where the kinds are defined), no
 comparison (``==``, ``!=``, ``in``, ``is``) has ``"npu"`` / ``"gpu"`` / ``"cpu"`` as an operand (alone or in a
 literal tuple, list or set), and no dict literal is keyed by one; one detection order (``detect_device``) and
 one default-profile table (``PROFILE_FOR_DEVICE``) serve every step.
@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 import verlflow
-from verlflow.config import PROFILE_FOR_DEVICE, Device
+from verlflow.config import PROFILE_FOR_DEVICE
 from verlflow.device.detect import Probe, detect_device
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 PACKAGE_DIR = Path(verlflow.__file__).parent
-HOME = PACKAGE_DIR / "config" / "schema.py"
+HOME = PACKAGE_DIR / "platforms"
 NAMES = {d.value for d in Device}
 
 
@@ -52,7 +53,7 @@ def test_the_finder_sees_every_shape_it_forbids():
 
 def test_no_device_is_compared_with_a_string_literal_outside_its_own_module():
     offenders = [f"{path.relative_to(PACKAGE_DIR.parent)}:{line}: {what}"
-                 for path in sorted(PACKAGE_DIR.rglob("*.py")) if path != HOME
+                 for path in sorted(PACKAGE_DIR.rglob("*.py")) if HOME not in path.parents
                  for line, what in device_literal_uses(path.read_text(encoding="utf-8"))]
     assert offenders == [], "use the Device type (Device.NPU, dev.torch_type, …):\n" + "\n".join(offenders)
 

@@ -23,10 +23,10 @@ from verlflow import config
 from verlflow.backends.train_setup import choose_train_setup, compose_train_config
 from verlflow.compare.efficiency import hardware_of
 from verlflow.compare.snapshot import RunSnapshot
-from verlflow.config import Device
 from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI_QUERY, Probe, collect_device_profile
 from verlflow.device.identity import record_from_name, same_accelerator
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 TESTS = Path(__file__).parent
 DEVICE = TESTS / "fixtures" / "device"

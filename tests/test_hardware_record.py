@@ -17,11 +17,11 @@ from conftest import fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import config
-from verlflow.config import Device
 from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI_QUERY, Probe, collect_device_profile
 from verlflow.device.doctor import diagnose, fitting_profiles, node_label
 from verlflow.device.stacks import list_stacks, load_stack
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 TESTS = Path(__file__).parent
 DEVICE = TESTS / "fixtures" / "device"

@@ -17,9 +17,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verlflow import config
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
-from verlflow.config import Device
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
+from verlflow.platforms import Device
 from verlflow.runs import tracking
 
 PER_STEP = [

@@ -124,12 +124,6 @@ RAY_JOB_ID_TAG = "verlflow.ray_job_id"  # the Ray job a launch submitted
 JEMALLOC_TAG = "verlflow.jemalloc"  # the jemalloc library preloaded, if any
 ROLLOUT_TRACES_TAG = "verlflow.rollout_traces"  # how many of verl's rollout traces were linked to the run
 DEVICE_PROFILE_HOST_TAG = "verlflow.device_profile_host"  # the host whose devices the device.* tags describe
-# Hardware identity, side by side: what the machine's listing tool names and which record fits it, next to the
-# record the run's profile carries (device.record, device.model, device.peak_tflops, …; Accelerator.tags).
-DETECTED_TAG = "device.detected"  # the machine's accelerator as listed, with its generation: "Ascend910B2 (A2)"
-DETECTED_PROFILE_TAG = "device.detected_profile"  # the shipped profile whose record fits the machine ("none")
-RECORD_TAG = "device.record"  # the run profile's record name ("A3")
-RECORD_FITS_TAG = "device.record_fits"  # true | false (the user accepted another record: accept_other_hardware)
 SYSTEM_METRICS_TAG = "verlflow.system_metrics"  # which samplers recorded system/* metrics
 SYSTEM_METRICS_INTERVAL_TAG = "verlflow.system_metrics_interval_s"  # seconds between system/* samples
 HOST_TAG = "verlflow.host"  # the host a run's process lives on (to find stale RUNNING runs)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from verlflow.config import ComposedConfig, Device
+from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device, Platform
 
 AUTO = "auto"
 # The modules whose import registers the shipped backends (the local trainer, the verl launch).
@@ -45,8 +46,9 @@ class TrainBackend:
 
     # The registered name (``local``, ``verl``): the ``backend`` step parameter and the run's verlflow.backend tag.
     name: ClassVar[str] = ""
-    # Devices this backend trains on when the user says backend=auto.
-    default_for: ClassVar[tuple[Device, ...]] = ()
+    # Whether it trains on a device of this platform when the user says backend=auto (verl: the accelerators,
+    # local: the host CPU), so a kind added later has a default backend without naming it here.
+    default_for: ClassVar[Callable[[Platform], bool]] = staticmethod(lambda platform: False)
     # Profiles it needs instead of the device's default one (verl on the CPU: cpu-verl).
     profile_for: ClassVar[Mapping[Device, str]] = {}
     # Whether the config's counts and both data splits are checked before the run opens (the verl launch leaves
@@ -113,7 +115,7 @@ def get_backend(name: str) -> TrainBackend:
 def default_backend(dev: Device) -> TrainBackend:
     """The backend that trains on ``dev`` when the user says backend=auto."""
     _load_builtins()
-    found = [b for b in _REGISTRY.values() if dev in b.default_for]
+    found = [b for b in _REGISTRY.values() if b.default_for(Device(dev).platform)]
     if len(found) != 1:
         raise VerlflowError(f"{len(found)} backends train on {dev} by default: name one with -P backend=…")
     return found[0]

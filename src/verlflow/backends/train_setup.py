@@ -21,10 +21,11 @@ from pathlib import Path
 
 from verlflow import config
 from verlflow.backends.registry import AUTO, default_backend, get_backend
-from verlflow.config import PROFILE_FOR_DEVICE, Device, check_config_counts, default_recipe
+from verlflow.config import PROFILE_FOR_DEVICE, check_config_counts, default_recipe
 from verlflow.device import identity
 from verlflow.device.detect import Probe, detect_device, identify_node
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 
 def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str, *,
@@ -49,8 +50,8 @@ def choose_train_setup(recipe: str, device_name: str, profile: str, backend: str
 
 def auto_profile(dev: Device, *, probe: Probe | None = None) -> str:
     """The profile ``auto`` means on ``dev`` here: the shipped record that fits the listed accelerator, else the
-    device's default (:data:`verlflow.config.PROFILE_FOR_DEVICE`)."""
-    node = None if dev is Device.CPU else identify_node(dev, probe=probe)
+    device's default (its platform's ``default_profile``)."""
+    node = identify_node(dev, probe=probe) if Device(dev).is_accelerator else None
     return (node.profile if node is not None else None) or PROFILE_FOR_DEVICE[dev]
 
 
@@ -62,7 +63,7 @@ def fit_hardware(cfg: config.ComposedConfig, *, probe: Probe | None = None) -> i
     The profile's record becomes the listed SKU's (an a2 profile on 910B2 chips: the 910B2's peak). The node, or
     None when nothing is listed (the CPU, a dry run on a laptop).
     """
-    if cfg.profile.device is Device.CPU or cfg.profile.accelerator is None:
+    if not cfg.profile.device.is_accelerator or cfg.profile.accelerator is None:
         return None
     node = identify_node(cfg.profile.device, probe=probe)
     identity.check_fits(cfg.profile, node, accepted=cfg.verlflow.accept_other_hardware)

@@ -24,6 +24,7 @@ from verlflow.compare.prices import Price, read_prices
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.device import identity
 from verlflow.errors import VerlflowError
+from verlflow.platforms import tags as device_tags
 
 __all__ = ["Efficiency", "Hardware", "efficiency_of", "hardware_of", "read_prices", "run_hour_ratios",
            "step_time_ratios", "work_time_ratios"]
@@ -96,8 +97,8 @@ def hardware_of(snap: RunSnapshot) -> Hardware:
     """Devices, nodes, dies per chip, peak and bandwidth of a run: params, ``device.*`` tags, else its profile."""
     per_node, nodes = _param_int(snap, PARAMS["per_node"]), _param_int(snap, PARAMS["nodes"])
     devices = per_node * nodes if per_node and nodes else None
-    dies, peak = _tag_float(snap, "device.dies_per_chip"), _tag_float(snap, "device.peak_tflops")
-    bandwidth = next((found for f in HBM_FIELDS if (found := _tag_float(snap, f"device.{f}"))), None)
+    dies, peak = _tag_float(snap, device_tags.DIES_PER_CHIP_TAG), _tag_float(snap, device_tags.PEAK_TFLOPS_TAG)
+    bandwidth = next((found for f in HBM_FIELDS if (found := _tag_float(snap, device_tags.tag(f)))), None)
     name, record = "", "the run's device.* tags"
     accelerator, source = _record_of(snap)
     if accelerator is not None:
@@ -122,7 +123,7 @@ def _record_of(snap: RunSnapshot):
             return found, f"profile {profile}'s hardware record"
     except VerlflowError:
         pass  # a profile file of another machine
-    found = identity.record_from_name(snap.tags.get("device.type", ""), snap.tags.get("device.name", ""))
+    found = identity.record_from_name(snap.tags.get(device_tags.TYPE_TAG, ""), snap.tags.get(device_tags.NAME_TAG, ""))
     return (found, f"the shipped {found.name} record its device.name fits") if found else (None, "")
 
 
@@ -342,5 +343,5 @@ def run_hour_ratios(base: Efficiency, cand: Efficiency) -> dict[str, float | Non
 def side_name(snap: RunSnapshot) -> str:
     """How the first screen names a side: its profile (``h20``), else its device, else its role."""
     tags = snap.tags
-    return tags.get(names.PROFILE_TAG) or tags.get("device.name") or tags.get("device.type") or snap.role
+    return tags.get(names.PROFILE_TAG) or tags.get(device_tags.NAME_TAG) or tags.get(device_tags.TYPE_TAG) or snap.role
 

@@ -22,6 +22,7 @@ from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.stats import Effect, device_effect
 from verlflow.device import identity
 from verlflow.names import RECIPE_TAG
+from verlflow.platforms import tags as device_tags
 
 STEP_KEY = f"{names.TIMING_MEAN_PREFIX}step"
 # What "the same work" means: the recipe, and the three settings that fix how much one run computes.
@@ -31,14 +32,14 @@ WORK_PARAMS = (("batch", "data/train_batch_size"), ("rollout n", "actor_rollout_
 
 def side_names(baseline: RunSnapshot, candidate: RunSnapshot) -> tuple[str, str]:
     """How the lines name the sides: their profiles (``h20``, ``a3``), or the roles when both are one profile."""
-    named = [s.tags.get(names.PROFILE_TAG) or s.tags.get("device.name") or s.role for s in (baseline, candidate)]
+    named = [s.tags.get(names.PROFILE_TAG) or s.tags.get(device_tags.NAME_TAG) or s.role for s in (baseline, candidate)]
     return (named[0], named[1]) if named[0] != named[1] else ("the baseline", "the candidate")
 
 
 def header(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
     """The first line: each side named once, with its profile and runs."""
     def one(snap: RunSnapshot) -> str:
-        where = snap.tags.get(names.PROFILE_TAG) or snap.tags.get("device.name") or "?"
+        where = snap.tags.get(names.PROFILE_TAG) or snap.tags.get(device_tags.NAME_TAG) or "?"
         return f"{where} (`{snap.name}`)"
     return f"**The answer** — baseline: {one(baseline)}; candidate: {one(candidate)}"
 
@@ -68,7 +69,7 @@ def same_accelerator(baseline: RunSnapshot, candidate: RunSnapshot) -> bool:
     file described it; the device type and profile where a run names no device."""
     if identity.accelerator_key(baseline.tags) is not None and identity.accelerator_key(candidate.tags) is not None:
         return identity.same_accelerator(baseline.tags, candidate.tags)
-    return all(baseline.tags.get(t) == candidate.tags.get(t) for t in ("device.type", names.PROFILE_TAG))
+    return all(baseline.tags.get(t) == candidate.tags.get(t) for t in (device_tags.TYPE_TAG, names.PROFILE_TAG))
 
 
 def _ratio(base: float | None, cand: float | None) -> float | None:
@@ -138,7 +139,8 @@ def _mean(snaps: Sequence[RunSnapshot]) -> float | None:
 def _run_vs_run(baseline: RunSnapshot, candidate: RunSnapshot, effs: Sequence[Efficiency],
                 differs: list[str], effect: Effect) -> list[str]:
     """No speed claim: why, then the run-vs-run time ratios, each in its own unit, and the step times' test."""
-    why = [f"both sides ran on one accelerator ({baseline.tags.get('device.name') or baseline.tags.get('device.type')})"
+    accelerator = baseline.tags.get(device_tags.NAME_TAG) or baseline.tags.get(device_tags.TYPE_TAG)
+    why = [f"both sides ran on one accelerator ({accelerator})"
            ] if same_accelerator(baseline, candidate) else []
     why += [f"the work differs ({'; '.join(differs)})"] if differs else []
     base, cand = effs

@@ -31,6 +31,7 @@ from verlflow.compare.parity import (  # noqa: F401 - re-exported: compare's mod
 )
 from verlflow.compare.snapshot import MISSING, RunSnapshot, same_device_profile
 from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG, VERSION_TAG
+from verlflow.platforms import tags as device_tags
 
 # The guide's §6.3 as it states it: ratios only, A3 relative to H20 (no seconds, no seeds). Quoted as its claims.
 GUIDE_RATIOS = {names.TIMING_E2E: 1.58, f"{names.TIMING_MEAN_PREFIX}gen": 0.80,
@@ -40,20 +41,20 @@ CONSTRUCTED_TAG = "verlflow.constructed"
 
 # §6.1 of the guide, row by row: (tag, label). The guide's own words are kept in brackets.
 VERSION_ROWS: list[tuple[str, str]] = [
-    ("device.type", "device type"),
-    ("device.name", "machine / device"),
-    ("device.count", "devices (as verl counts them: an A3 die is one)"),
-    ("device.memory_gb", "memory per device (GiB)"),
-    ("device.model", "accelerator (profile's record)"),
-    ("device.node", "node (profile's record)"),
-    ("device.devices_per_node", "devices per node (profile's record)"),
-    ("device.peak_tflops", "peak dense TFLOPS per device (profile's record)"),
-    ("device.interconnect", "interconnect (profile's record)"),
-    ("device.stack", "expected stack (config/stacks)"),
-    ("device.driver", "driver (HDK)"),
-    ("device.firmware", "firmware"),
-    ("device.cann", "CANN"),
-    ("device.cuda", "CUDA"),
+    (device_tags.TYPE_TAG, "device type"),
+    (device_tags.NAME_TAG, "machine / device"),
+    (device_tags.COUNT_TAG, "devices (as verl counts them: an A3 die is one)"),
+    (device_tags.MEMORY_TAG, "memory per device (GiB)"),
+    (device_tags.MODEL_TAG, "accelerator (profile's record)"),
+    (device_tags.NODE_TAG, "node (profile's record)"),
+    (device_tags.DEVICES_PER_NODE_TAG, "devices per node (profile's record)"),
+    (device_tags.PEAK_TFLOPS_TAG, "peak dense TFLOPS per device (profile's record)"),
+    (device_tags.INTERCONNECT_TAG, "interconnect (profile's record)"),
+    (device_tags.STACK_TAG, "expected stack (config/stacks)"),
+    (device_tags.DRIVER_TAG, "driver (HDK)"),
+    (device_tags.FIRMWARE_TAG, "firmware"),
+    (device_tags.CANN_TAG, "CANN"),
+    (device_tags.CUDA_TAG, "CUDA"),
     ("host.arch", "host arch"),
     ("host.cpu", "host CPU"),
     ("sw.python", "python"),
@@ -214,7 +215,8 @@ def same_device_warning(baseline: RunSnapshot, candidate: RunSnapshot) -> str | 
     """The first line when both sides ran on one device profile (a rerun, another seed), else None."""
     if not same_device_profile(baseline, candidate):
         return None
-    where = baseline.tags.get(PROFILE_TAG) or baseline.tags.get("device.name") or baseline.tags.get("device.type")
+    where = (baseline.tags.get(PROFILE_TAG) or baseline.tags.get(device_tags.NAME_TAG)
+             or baseline.tags.get(device_tags.TYPE_TAG))
     return (f"SAME DEVICE PROFILE: both sides ran on {where or 'the same device'}: a run-vs-run comparison follows "
             "(curves and differences), no parity verdict — parity is judged only between two device profiles.")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from verlflow.platforms.tags import NAME_TAG, TYPE_TAG
+
 # How a table cell shows a value one run does not have.
 MISSING = "-"
 
@@ -33,12 +35,12 @@ class RunSnapshot:
     @property
     def label(self) -> str:
         """``baseline: <name> (<device>)`` — how the run is named in tables and legends."""
-        device = self.tags.get("device.name") or self.tags.get("device.type") or "?"
+        device = self.tags.get(NAME_TAG) or self.tags.get(TYPE_TAG) or "?"
         return f"{self.role}: {self.name} ({device})"
 
 
 # What says which device a run ran on: two runs that agree on all of these ran on the same device profile.
-DEVICE_IDENTITY_TAGS = ("verlflow.profile", "device.type", "device.name")
+DEVICE_IDENTITY_TAGS = ("verlflow.profile", TYPE_TAG, NAME_TAG)
 
 
 def same_device_profile(baseline: RunSnapshot, candidate: RunSnapshot) -> bool:

@@ -29,20 +29,29 @@ from pathlib import Path
 
 from verlflow.compare.report import candidate_over_baseline, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
-from verlflow.config import Device
 from verlflow.device.system_metrics import DEFAULT_INTERVAL_S
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG
+from verlflow.platforms import Device, platform_of
+from verlflow.platforms.tags import TYPE_TAG
 
 SYSTEM_PREFIX = "system/"
-# system/[<node id>/]<npu|gpu>_<index>_<name>: MLflow puts a node id in when MLFLOW_SYSTEM_METRICS_NODE_ID is set
-DEVICE_KEY = re.compile(r"^system/(?:[^/]+/)?(npu|gpu)_(\d+)_([a-z_]+)$")
-# What each device type calls the four figures (gpu: MLflow's GPUMonitor; npu: verlflow.device.npu_monitor).
-DEVICE_NAMES: dict[Device, dict[str, str]] = {
-    Device.NPU: {"util": "utilization_percentage", "mem_mb": "hbm_usage_megabytes", "mem_pct": "hbm_usage_percentage",
-            "power": "power_watts"},
-    Device.GPU: {"util": "utilization_percentage", "mem_mb": "memory_usage_megabytes",
-            "mem_pct": "memory_usage_percentage", "power": "power_usage_watts"},
-}
+# system/[<node id>/]<kind>_<index>_<name>: MLflow puts a node id in when MLFLOW_SYSTEM_METRICS_NODE_ID is set; what
+# each kind calls the four figures is its platform's system_metric_keys (gpu: MLflow's GPUMonitor; npu:
+# verlflow.device.npu_monitor), so only a registered kind with such names counts (see _device_key).
+_KIND_KEY = re.compile(r"^system/(?:[^/]+/)?([a-z][a-z0-9]*)_(\d+)_([a-z_]+)$")
+
+
+def metric_names(kind: str) -> Mapping[str, str]:
+    """Figure (util, mem_mb, mem_pct, power) → the name ``kind``'s per-device system metrics use; {} for none."""
+    return platform_of(kind).system_metric_keys if kind in Device else {}
+
+
+def _device_key(key: str) -> re.Match | None:
+    """``key`` as (kind, index, name) when it is one device's system metric of a kind that logs them."""
+    m = _KIND_KEY.match(key)
+    return m if m and metric_names(m.group(1)) else None
+
+
 HOST_CPU = "system/cpu_utilization_percentage"
 HOST_MEMORY = "system/system_memory_usage_megabytes"
 # system/[<node id>/]<host figure>
@@ -103,16 +112,15 @@ def node_of(key: str) -> str | None:
 
 def needed_keys(snap: RunSnapshot) -> list[str]:
     """The ``system/*`` keys §6.4 reads for a run (not disk or network): the node-scoped ones when it has any."""
-    wanted = {name for names in DEVICE_NAMES.values() for name in names.values()}
     keys = [k for k in system_keys(snap)
-            if ((m := DEVICE_KEY.match(k)) and m.group(3) in wanted) or HOST_KEY.match(k)]
+            if ((m := _device_key(k)) and m.group(3) in metric_names(m.group(1)).values()) or HOST_KEY.match(k)]
     scoped = [k for k in keys if node_of(k)]
     return scoped or keys
 
 
 def _device_type(snap: RunSnapshot, keys: Sequence[str]) -> str | None:
-    found = {m.group(1) for k in keys if (m := DEVICE_KEY.match(k))}
-    tagged = snap.tags.get("device.type")
+    found = {m.group(1) for k in keys if (m := _device_key(k))}
+    tagged = snap.tags.get(TYPE_TAG)
     if tagged in found:
         return tagged
     return sorted(found)[0] if found else None
@@ -137,8 +145,7 @@ def run_utilisation(snap: RunSnapshot, histories: Mapping[str, list[tuple[int, f
     figure_keys = _figure_keys(keys, device)
     series = {figure: _across_devices(histories, chosen, total=figure == "power")
               for figure, chosen in figure_keys.items()}
-    indices = {(node_of(k), DEVICE_KEY.match(k).group(2)) for k in keys
-               if (m := DEVICE_KEY.match(k)) and m.group(1) == device}
+    indices = {(node_of(k), m.group(2)) for k in keys if (m := _device_key(k)) and m.group(1) == device}
     node_ids = sorted({n for k in keys if (n := node_of(k))})
     nodes = {node: {figure: _across_devices(histories, mine, total=figure == "power")
                     for figure, chosen in figure_keys.items() if (mine := [k for k in chosen if node_of(k) == node])}
@@ -154,8 +161,8 @@ def _figure_keys(keys: Sequence[str], device: str | None) -> dict[str, list[str]
     """Figure → the keys (of every node) it is computed from."""
     chosen: dict[str, list[str]] = defaultdict(list)
     for key in keys:
-        if (m := DEVICE_KEY.match(key)) and m.group(1) == device:
-            figure = next((f for f, name in DEVICE_NAMES[device].items() if name == m.group(3)), None)
+        if (m := _device_key(key)) and m.group(1) == device:
+            figure = next((f for f, name in metric_names(device).items() if name == m.group(3)), None)
             if figure:
                 chosen[figure].append(key)
         elif m := HOST_KEY.match(key):

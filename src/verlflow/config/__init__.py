@@ -16,9 +16,9 @@ Overrides use verl's dotted form (``actor_rollout_ref.rollout.n=8``) with Hydra'
 This package, one job per module (each imports its siblings, never this facade; every module outside the
 package imports from this facade only, tests/test_import_layout.py):
 
-- :mod:`~verlflow.config.schema` — the typed schemas: :class:`Device` (npu/gpu/cpu), :class:`Profile` (with its
-  hardware record, :class:`Accelerator`) and the
-  recipe's ``verlflow:`` block, :class:`VerlflowBlock` (every key, its type, its default, one comment each).
+- :mod:`~verlflow.config.schema` — the typed schemas: :class:`Profile` (its ``device`` a
+  :class:`verlflow.platforms.Device`, re-exported here), its hardware record :class:`Accelerator`, and the recipe's
+  ``verlflow:`` block, :class:`VerlflowBlock` (every key, its type, its default, one comment each).
 - :mod:`~verlflow.config.loading` — find a recipe, profile or search config by name or ``.yaml`` path, read it
   into its schema.
 - :mod:`~verlflow.config.typed_build` — a mapping → a schema dataclass (:func:`build`), overrides applied to one;

@@ -13,61 +13,12 @@ import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
-from enum import StrEnum
 from typing import Any
 
 from verlflow.errors import VerlflowError
-from verlflow.names import RECORD_TAG
-
-
-class Device(StrEnum):
-    """The accelerator a run drives: the one name for it in profiles, detection, backends and run tags.
-
-    A profile decides it (``device:`` of ``config/profiles/<name>.yaml``); the ``device`` step parameter
-    only chooses the profile. It is a ``str`` (``Device.GPU == "gpu"``), so tags and JSON read as before.
-    """
-
-    NPU = "npu"
-    GPU = "gpu"
-    CPU = "cpu"
-
-    @property
-    def torch_type(self) -> str:
-        """The name torch and verl's ``trainer.device`` use for it: ``cuda`` for a GPU, else the same."""
-        return "cuda" if self is Device.GPU else self.value
-
-    @property
-    def word(self) -> str:
-        """How messages name it: ``NPU``, ``CUDA GPU``, ``CPU``."""
-        return "CUDA GPU" if self is Device.GPU else self.value.upper()
-
-    @property
-    def short_word(self) -> str:
-        """How tables name one of them: ``NPU``, ``GPU``, ``CPU``."""
-        return self.value.upper()
-
-    @property
-    def visible_devices_var(self) -> str | None:
-        """The variable that narrows what a process sees (verl's ``get_visible_devices_keyword``); None on CPU."""
-        return {Device.NPU: "ASCEND_RT_VISIBLE_DEVICES", Device.GPU: "CUDA_VISIBLE_DEVICES"}.get(self)
-
-    @property
-    def ray_resource(self) -> str | None:
-        """The Ray resource name its workers ask for (``NPU`` / ``GPU``); None on CPU."""
-        return {Device.NPU: "NPU", Device.GPU: "GPU"}.get(self)
-
-    @property
-    def collective_env_prefix(self) -> str | None:
-        """Prefix of its collective library's settings (``HCCL_`` on Ascend, ``NCCL_`` on CUDA); None on CPU."""
-        return {Device.NPU: "HCCL_", Device.GPU: "NCCL_"}.get(self)
-
-    @classmethod
-    def of_torch(cls, name: str) -> Device | None:
-        """The device for a torch / ``trainer.device`` name (``cuda`` → gpu; ``gpu`` too); None when unknown."""
-        return next((d for d in cls if name in (d.value, d.torch_type)), None)
-
-
-DEVICES = tuple(Device)
+from verlflow.platforms import Device
+from verlflow.platforms import tags as device_tags
+from verlflow.platforms.tags import RECORD_TAG
 
 
 @dataclass
@@ -183,13 +134,13 @@ class Accelerator:
 
     def tags(self) -> dict[str, str]:
         """The record as ``device.*`` run tags (model, devices per node, memory, peak, bandwidth, interconnect)."""
-        tags = {RECORD_TAG: self.name, "device.model": self.model, "device.node": self.node,
-                "device.devices_per_node": str(self.devices_per_node),
-                "device.peak_tflops": f"{self.peak_tflops:g} {self.peak_dtype}",
-                "device.dies_per_chip": str(self.dies_per_chip),
-                "device.interconnect": self.interconnect}
+        tags = {RECORD_TAG: self.name, device_tags.MODEL_TAG: self.model, device_tags.NODE_TAG: self.node,
+                device_tags.DEVICES_PER_NODE_TAG: str(self.devices_per_node),
+                device_tags.PEAK_TFLOPS_TAG: f"{self.peak_tflops:g} {self.peak_dtype}",
+                device_tags.DIES_PER_CHIP_TAG: str(self.dies_per_chip),
+                device_tags.INTERCONNECT_TAG: self.interconnect}
         if self.hbm_gbps:
-            tags["device.hbm_gbps"] = f"{self.hbm_gbps:g}"
+            tags[device_tags.HBM_GBPS_TAG] = f"{self.hbm_gbps:g}"
         return tags
 
 
@@ -219,8 +170,8 @@ class Profile:
 
     def __post_init__(self) -> None:
         """Refuse a device verlflow cannot drive, and a record that contradicts the profile's verl counts."""
-        if self.device not in DEVICES:
-            raise VerlflowError(f"profile '{self.name}' has device '{self.device}': use one of {', '.join(DEVICES)}")
+        if self.device not in Device:  # a registered kind (verlflow.platforms)
+            raise VerlflowError(f"profile '{self.name}' has device '{self.device}': use one of {', '.join(Device)}")
         self.device = Device(self.device)
         per_node = self.verl.get("trainer", {}).get("n_gpus_per_node") if isinstance(self.verl, dict) else None
         if self.accelerator is not None and per_node is not None and int(per_node) != self.accelerator.devices_per_node:

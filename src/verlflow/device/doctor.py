@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verlflow import config
-from verlflow.config import Accelerator, Device, Profile
+from verlflow.config import Accelerator, Profile
 from verlflow.device import detect as hw
 from verlflow.device import identity, stacks
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 STATUS = {True: "ok", False: "BLOCKS", None: "differs"}
 # A device's memory as listed (MiB / 1024) within this fraction of the record's data-sheet GB is the same memory.
@@ -64,12 +65,6 @@ def import_error(module_check: str, source_files: list[str]) -> str | None:
     errors = [ln for ln in text if "Error" in ln or "error" in ln]
     return (errors or text or [f"exit status {done.returncode}"])[-1][:200]
 
-
-DEVICE_CHECK = {
-    Device.NPU: "import torch, torch_npu; n = torch.npu.device_count(); assert n > 0, 'torch.npu.device_count() is 0'",
-    Device.GPU: "import torch; assert torch.cuda.is_available(), f'torch.cuda.is_available() is False (torch.version."
-           "cuda={torch.version.cuda})'",
-}
 
 
 def _same_version(found: str | None, guide: str | None) -> bool:
@@ -114,13 +109,9 @@ def diagnose(dev: Device | str, profile_name: str, *, probe: hw.Probe | None = N
     if memory := memory_row(fields, record):
         rows.append(memory)
     rows += _driver_rows(dev, fields, stack, probe, profile, environ)
-    error = check_import(DEVICE_CHECK[dev], profile.source_files) if visible or versions.get("torch") else \
+    error = check_import(dev.platform.import_check, profile.source_files) if visible or versions.get("torch") else \
         f"skipped: no {word} visible"
-    import_fix = (f"source {' and '.join(profile.source_files)}; torch_npu must match torch: "
-                  f"{stack.install_command('torch_npu')}" if dev is Device.NPU
-                  else f"install the NVIDIA driver and a CUDA build of torch: {stack.install_command('torch')}")
-    rows.append(Row("import torch_npu" if dev is Device.NPU else "torch.cuda", "ok" if error is None else error, "ok",
-                    error is None, import_fix))
+    rows.append(_import_row(dev, profile, stack, error))
     rows += _package_rows(stack, versions, profile, probe)
     prefix = dev.collective_env_prefix
     comm = {k: v for k, v in hw.capture_env(environ).items() if k.startswith(prefix)}
@@ -150,7 +141,7 @@ def _driver_rows(dev: Device, fields: hw.DeviceProfile, stack: stacks.Stack, pro
         sourced = any(environ.get(v) for v in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"))
         rows.append(Row("set_env.sh sourced here", "yes" if sourced else "no", "yes (the launch sources it)",
                         True if sourced else None, "the launch sources it itself; source it to use torch_npu here"))
-    else:
+    elif dev.platform.needs_cuda_torch:
         rows.append(Row("driver", fields.driver or "not found", "", bool(fields.driver), "install the NVIDIA driver"))
         cuda = probe.torch_cuda()
         rows.append(Row("torch CUDA build", cuda or "none (CPU build)", stack.extra.get("cuda", ""),
@@ -233,6 +224,20 @@ def memory_row(fields: hw.DeviceProfile, record: Accelerator | None) -> Row | No
                "tuned for the profile may not fit")
 
 
+def _import_row(dev: Device, profile: Profile, stack: stacks.Stack, error: str | None) -> Row:
+    """Whether torch drives one here (the platform's ``import_check``), and what to install when it does not."""
+    extension = dev.platform.torch_extension
+    if dev is Device.NPU:
+        fix = (f"source {' and '.join(profile.source_files)}; torch_npu must match torch: "
+               f"{stack.install_command('torch_npu')}")
+    elif dev.platform.needs_cuda_torch:
+        fix = f"install the NVIDIA driver and a CUDA build of torch: {stack.install_command('torch')}"
+    else:
+        fix = f"install {extension or 'the torch build'} for {dev.word}: {stack.install_command(extension or 'torch')}"
+    label = f"import {extension}" if extension else f"torch.{dev.torch_type}"
+    return Row(label, "ok" if error is None else error, "ok", error is None, fix)
+
+
 def _count_fix(dev: Device, visible: int, probe: hw.Probe, model: Row) -> str:
     """What to do about too few devices: the listing tool's own error, or the node that is not the profile's."""
     cmd = hw.lister_command(dev)
@@ -240,7 +245,7 @@ def _count_fix(dev: Device, visible: int, probe: hw.Probe, model: Row) -> str:
     if visible == 0:
         failure = probe.failure(cmd)
         if failure and "not found on PATH" not in failure:
-            return f"{' '.join(cmd[:2]) if dev is Device.NPU else lister} failed: {failure}"
+            return f"{dev.platform.lister_name} failed: {failure}"
         where = f"an {model.guide} node" if model.guide else f"a node with {word}s"
         return f"no {word} on this machine ({failure or lister + ' lists none'}): run on {where}"
     override = f"pass -P overrides=\"trainer.n_gpus_per_node={visible}\""

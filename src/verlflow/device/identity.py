@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from verlflow import config
-from verlflow.config import Accelerator, Device, Profile
+from verlflow.config import Accelerator, Profile
 from verlflow.device.parsers import npu_generation
 from verlflow.errors import VerlflowError
-from verlflow.names import DETECTED_PROFILE_TAG, DETECTED_TAG, RECORD_FITS_TAG
+from verlflow.platforms import Device
+from verlflow.platforms.tags import DETECTED_PROFILE_TAG, DETECTED_TAG, NAME_TAG, RECORD_FITS_TAG, TYPE_TAG
 
 # The override that runs a profile whose record is not the machine's (VerlflowBlock.accept_other_hardware).
 ACCEPT_OVERRIDE = "verlflow.accept_other_hardware=true"
@@ -78,7 +79,7 @@ def fitting_profiles(dev: Device | str, listed: str) -> list[str]:
 
 def node_from(device_type: Device | str, name: str, count: int, gen: str | None = None) -> Node | None:
     """The node a listing found (``count`` devices named ``name``); None when nothing is listed (a laptop)."""
-    if str(device_type) == Device.CPU or count <= 0 or not name or name == "unknown":
+    if not Device(device_type).is_accelerator or count <= 0 or not name or name == "unknown":
         return None
     listed = label(name, gen or generation(device_type, name))
     return Node(Device(device_type), listed, count, tuple(fitting_profiles(device_type, listed)))
@@ -141,10 +142,10 @@ def record_from_name(device_type: Device | str, name: str) -> Accelerator | None
 
 def accelerator_key(tags: Mapping[str, str]) -> str | None:
     """What identifies a run's accelerator: its shipped record and SKU, else its listed name; None when untagged."""
-    kind, name = tags.get("device.type") or "", (tags.get("device.name") or "").strip()
+    kind, name = tags.get(TYPE_TAG) or "", (tags.get(NAME_TAG) or "").strip()
     if not kind or not name or name == "unknown":
         return None
-    record = record_from_name(kind, name) if kind != Device.CPU else None
+    record = record_from_name(kind, name) if kind in Device and Device(kind).is_accelerator else None
     return f"{kind}: {record.name} {record.model}" if record else f"{kind}: {name}"
 
 

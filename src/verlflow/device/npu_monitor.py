@@ -33,11 +33,12 @@ from collections.abc import Mapping, Sequence
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
 from verlflow.device.parsers import NpuChip, parse_key_values, parse_npu_smi_info
+from verlflow.platforms import Device
 
 log = logging.getLogger(__name__)
 
 NPU_SMI = "npu-smi"
-VISIBLE_VAR = "ASCEND_RT_VISIBLE_DEVICES"
+VISIBLE_VAR = Device.NPU.visible_devices_var  # ASCEND_RT_VISIBLE_DEVICES
 # Consecutive failed samples after which the monitor gives up (npu-smi can fail once under load).
 MAX_FAILURES = 3
 COMMAND_TIMEOUT_S = 30

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verlflow.config import CONFIG_ROOT, Device, load_named_yaml
+from verlflow.config import CONFIG_ROOT, load_named_yaml
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 STACKS_DIR = CONFIG_ROOT / "stacks"
 
@@ -79,7 +80,7 @@ def load_stack(name: str) -> Stack:
     known = ("name", "device", "python", "platform", "packages")
     if missing := [k for k in known if k not in data]:
         raise VerlflowError(f"stack file {found.path} lacks {', '.join(missing)}: give every one of {', '.join(known)}")
-    if str(data["device"]) not in tuple(Device):
+    if str(data["device"]) not in Device:
         raise VerlflowError(f"stack file {found.path} has device '{data['device']}': use one of {', '.join(Device)}")
     fields = {k: data[k] for k in known} | {"device": Device(str(data["device"]))}
     return Stack(**fields, extra={k: v for k, v in data.items() if k not in known})

@@ -24,10 +24,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verlflow.compat.mlflow import replace_monitor_client
-from verlflow.config import Device, VerlflowBlock
+from verlflow.config import VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG
+from verlflow.platforms import Device
 from verlflow.runs.store_retry import LockRetryingClient
 
 log = logging.getLogger(__name__)

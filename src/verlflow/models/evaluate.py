@@ -32,11 +32,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
-from verlflow.config import Device
 from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
+from verlflow.platforms import Device
 from verlflow.runs import tracking
 from verlflow.runs.deadline import TrackingDeadline
 from verlflow.runs.store_retry import retry_on_lock
@@ -144,7 +144,7 @@ def choose_backend(backend: str) -> str:
     if backend == "vllm" and not has_vllm:
         raise VerlflowError("backend 'vllm' needs the vllm package, which is not installed: use backend=hf")
     if backend == "auto":
-        return "vllm" if has_vllm and _accelerator() is not Device.CPU else "hf"
+        return "vllm" if has_vllm and _accelerator().is_accelerator else "hf"
     return backend
 
 
@@ -157,11 +157,10 @@ def _accelerator() -> Device:
 
     # An installed torch_npu that cannot import is one line here; left alone, transformers imports it while loading
     # the model and fails with a traceback.
-    npu_ready = import_torch_npu()
+    import_torch_npu()
     found = detect_device()
-    if found is Device.NPU and not (npu_ready and torch.npu.is_available()):
-        return Device.CPU
-    if found is Device.GPU and not torch.cuda.is_available():
+    backend = getattr(torch, found.torch_type, None)  # torch.npu (once torch_npu is imported), torch.cuda
+    if found.is_accelerator and not (backend is not None and backend.is_available()):
         return Device.CPU
     return found
 
@@ -180,7 +179,7 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
     tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = torch.bfloat16 if dev is not Device.CPU else torch.float32
+    dtype = torch.bfloat16 if dev.is_accelerator else torch.float32
     lm = AutoModelForCausalLM.from_pretrained(model.model_dir, dtype=dtype).to(device).eval()
     eos = _eos_ids(lm, tokenizer)
     gen_config = GenerationConfig(

@@ -59,6 +59,7 @@ from verlflow.names import (
     find_metric,
     metric_names,
 )
+from verlflow.platforms import tags as device_tags
 from verlflow.runs import naming as run_names
 from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
@@ -71,7 +72,7 @@ SEARCH_BEST = "search-best"
 # On a register run: the train run had a version already, which was returned instead of a new one.
 REUSED_VERSION_TAG = "verlflow.reused_version"
 # Run tags copied onto the version (besides source_run_id): where and how the checkpoint was made.
-LINEAGE_TAGS = ("device.type", "device.name", RECIPE_TAG, PROFILE_TAG, BACKEND_TAG)
+LINEAGE_TAGS = (device_tags.TYPE_TAG, device_tags.NAME_TAG, RECIPE_TAG, PROFILE_TAG, BACKEND_TAG)
 MAX_PROMOTION_ROUNDS = 20
 _PLAIN_METRIC_KEY = re.compile(r"[\w\-./ ]+")  # what MLflow accepts as is, so verl leaves it unchanged
 
@@ -266,8 +267,8 @@ def describe_version(client: MlflowClient, name: str, version: str) -> str:
                      "test problems")
     if tags.get(DATA_DIGEST_TAG):
         parts.append(f"data {tags[DATA_DIGEST_TAG]}")
-    if tags.get("device.type"):
-        parts.append(f"{tags['device.type']} (recipe {tags.get(RECIPE_TAG, '?')})")
+    if tags.get(device_tags.TYPE_TAG):
+        parts.append(f"{tags[device_tags.TYPE_TAG]} (recipe {tags.get(RECIPE_TAG, '?')})")
     parts.append(f"from train run {tags.get('source_run_id') or mv.run_id}")
     model_tags = client.get_registered_model(name).tags
     text = champion_notes.with_note(" · ".join(parts), champion_notes.version_note(CHAMPION, model_tags, version))

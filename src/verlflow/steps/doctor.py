@@ -14,12 +14,11 @@ from verlflow.step_requests import DoctorRequest
 def run_doctor(request: DoctorRequest):
     """Print the table; raise (exit 2) naming what blocks the launch; the rows."""
     from verlflow.backends.train_setup import auto_profile
-    from verlflow.config import Device
     from verlflow.device import detect
     from verlflow.device.doctor import diagnose, render
 
     dev = detect.detect_device(request.device)
-    if dev is Device.CPU:
+    if not dev.is_accelerator:
         raise VerlflowError("no NPU or GPU found on this machine (npu-smi and nvidia-smi list none): verl needs "
                             "one; pass --device npu or --device gpu to see what is missing, or use backend=local")
     rows = diagnose(dev, auto_profile(dev) if request.profile == "auto" else request.profile)

@@ -46,7 +46,7 @@ from mlflow.entities import Run
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow import config, names
-from verlflow.config import Device, VerlflowBlock
+from verlflow.config import VerlflowBlock
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision, describe_version
 from verlflow.names import (
@@ -62,6 +62,7 @@ from verlflow.names import (
     SOURCE_RUN_TAG,
     STEP_TAG,
 )
+from verlflow.platforms import Device
 from verlflow.runs import naming as run_names
 from verlflow.runs import tracking, ui_links
 from verlflow.runs.experiments import recipe_experiment

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
-from verlflow.config import ComposedConfig, Device
+from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
 
 
@@ -19,7 +19,7 @@ from verlflow.errors import VerlflowError
 class LocalBackend(TrainBackend):
     """The embedded trainer: this process, this machine, metrics through a spilling buffer."""
 
-    default_for = (Device.CPU,)
+    default_for = staticmethod(lambda platform: not platform.accelerator)
 
     def check_config(self, cfg: ComposedConfig) -> None:
         """The keys the local trainer reads must hold values it supports (one line otherwise)."""

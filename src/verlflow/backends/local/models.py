@@ -13,25 +13,30 @@ from typing import Any
 import torch
 
 from verlflow.backends.local.settings import LocalSettings
-from verlflow.config import Device
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 from verlflow.util import first_line, hub_unreachable
+
+
+def _sees_none(dev: Device) -> str:
+    """How the refusal says torch sees no device of ``dev``: ``this torch (2.x) sees no CUDA GPU``."""
+    extension = dev.platform.torch_extension
+    return f"{extension} sees no {dev.word}" if extension else f"this torch ({torch.__version__}) sees no {dev.word}"
 
 
 def torch_device(device: Device | str) -> torch.device:
     """The torch device for the device ``trainer.device`` names; a clear error when it is not there."""
     dev = Device(device)
     name = dev.torch_type
-    if dev is Device.GPU and not torch.cuda.is_available():
-        raise VerlflowError(f"trainer.device=cuda but this torch ({torch.__version__}) sees no CUDA GPU: "
-                            "use -P device=cpu")
-    if dev is Device.NPU:
+    extension = dev.platform.torch_extension
+    if extension:
         from verlflow.device.detect import import_torch_npu
 
-        if not import_torch_npu():
-            raise VerlflowError("trainer.device=npu but torch_npu is not installed: use -P device=cpu")
-        if not torch.npu.is_available():
-            raise VerlflowError("trainer.device=npu but torch_npu sees no NPU: use -P device=cpu")
+        if extension == "torch_npu" and not import_torch_npu():
+            raise VerlflowError(f"trainer.device={name} but {extension} is not installed: use -P device=cpu")
+    backend = getattr(torch, name, None)  # torch.cuda, torch.npu (once torch_npu is imported)
+    if dev.is_accelerator and not (backend is not None and backend.is_available()):
+        raise VerlflowError(f"trainer.device={name} but {_sees_none(dev)}: use -P device=cpu")
     return torch.device(name)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.config import Device
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 from verlflow.util import first_line
 
 ACTOR = "actor_rollout_ref.actor."

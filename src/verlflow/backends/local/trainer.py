@@ -53,10 +53,10 @@ from verlflow.backends.local.rollout import (
 )
 from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
 from verlflow.backends.local.traces import trace_samples
-from verlflow.config import Device
 from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
+from verlflow.platforms import Device
 from verlflow.runs import logged_models
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line

@@ -50,7 +50,7 @@ from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
 from verlflow.backends.writable import OUT_OF_SPACE, out_of_space_advice
-from verlflow.config import Device, config_count_problems
+from verlflow.config import config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
@@ -97,27 +97,28 @@ def node_hint(profile: config.Profile) -> str:
     record = profile.accelerator
     if record is not None:
         return f"run on an {record.name} node"
-    return "use backend=local" if profile.device is Device.CPU else f"run on a node with {profile.device.word}s"
+    return f"run on a node with {profile.device.word}s" if profile.device.is_accelerator else "use backend=local"
 
 
 def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Probe | None = None,
               environ: dict[str, str] | None = None) -> None:
     """Refuse, in one line, a launch that cannot work here: no device, too few devices, missing data/model.
 
-    ``device=npu`` needs torch_npu installed and NPUs listed by npu-smi; ``gpu`` needs GPUs listed by
-    nvidia-smi and a CUDA build of torch. ``probe``/``environ`` let tests describe a machine.
+    An accelerator needs its platform's torch extension installed (torch_npu), devices listed by its lister
+    (npu-smi, nvidia-smi) and, on CUDA, a CUDA build of torch. ``probe``/``environ`` let tests describe a machine.
     """
     probe = probe or device.Probe()
     dev = cfg.profile.device
+    platform = dev.platform
     word, hint = dev.word, f"{node_hint(cfg.profile)} or pass -P dry_run=true"
-    if dev is Device.CPU:
+    if not dev.is_accelerator:
         # verl's own trainer on the CPU (cpu-verl profile): no device to look for, only verl and the plugin.
         from verlflow.backends.verl import cpu as verl_cpu
 
         verl_cpu.check_cpu_launch(plan.env)
         return
-    if dev is Device.NPU and not probe.import_ok("torch_npu"):
-        raise VerlflowError(f"no NPU is visible on this machine (torch_npu not installed); {hint}")
+    if platform.torch_extension and not probe.import_ok(platform.torch_extension):
+        raise VerlflowError(f"no {word} is visible on this machine ({platform.torch_extension} not installed); {hint}")
     visible = device.count_visible(dev, probe=probe, environ=environ)
     if visible == 0:
         lister = device.lister_command(dev)
@@ -126,7 +127,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
         if said:
             why = said if said.startswith(lister[0]) else f"{' '.join(lister)}: {said}"
         raise VerlflowError(f"no {word} is visible here ({why}); {hint}")
-    if dev is Device.GPU and probe.torch_cuda() is None:
+    if platform.needs_cuda_torch and probe.torch_cuda() is None:
         raise VerlflowError(f"torch here is a CPU build (torch.version.cuda is None): install a CUDA torch; {hint}")
     wanted = int(plan.overrides.get("trainer.n_gpus_per_node", config.verl_defaults()["trainer.n_gpus_per_node"]))
     nodes = int(plan.overrides.get("trainer.nnodes", 1))
@@ -149,7 +150,7 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
 def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, check_device: bool,
                  check_files: bool = True) -> None:
     """Run :mod:`.preflight` (and :func:`preflight` for the device) and report every problem at once."""
-    if cfg.profile.device is Device.CPU:
+    if not cfg.profile.device.is_accelerator:
         # The launched verl loads the CPU plugin (its ``hf`` rollout among others): check against that verl.
         importlib.import_module("verlflow.backends.verl.cpu_plugin")
         verl_preflight.verl_names.cache_clear()
@@ -163,7 +164,7 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
             preflight(cfg, plan)
         except VerlflowError as exc:
             problems.append(Problem("device", cfg.profile.device, str(exc)))
-    if cfg.profile.device is not Device.CPU:  # the CPU plugin hides TRL from verl; NPU/GPU launches would crash on it
+    if cfg.profile.device.is_accelerator:  # the CPU plugin hides TRL from verl; NPU/GPU launches would crash on it
         from verlflow.backends.verl.cpu import incompatible_trl
 
         trl = incompatible_trl()

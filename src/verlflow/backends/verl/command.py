@@ -260,9 +260,9 @@ def traced_samples(block: dict[str, Any]) -> int:
     return raw
 
 
-# verl's profiler tool for a device (verlflow.profile_steps): Ascend's profiler on an NPU, torch's elsewhere (its
-# Chrome traces summarize the same way on every device; pass global_profiler.tool=nsys for Nsight on a GPU).
-PROFILER_TOOLS = {Device.NPU: "npu", Device.GPU: "torch", Device.CPU: "torch"}
+# verl's profiler tool for a device (verlflow.profile_steps) is its platform's profiler_tool: Ascend's profiler on an
+# NPU, torch's elsewhere (its Chrome traces summarize the same way on every device; pass global_profiler.tool=nsys
+# for Nsight on a GPU).
 # The workers whose stages verl profiles (the rollout's engine has its own profiler settings).
 PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
 # verl's npu tool: record NPU activity beside the CPU's and parse each rank's collection into its
@@ -277,14 +277,14 @@ def profiler_overrides(overrides: dict[str, Any], steps: tuple[int, ...], device
         return {}, []
     if "global_profiler.steps" not in defaults:
         return {}, ["verlflow.profile_steps: this verl has no global_profiler (verl >= 0.6): steps not profiled"]
-    tool = overrides.get("global_profiler.tool") or PROFILER_TOOLS.get(Device(device), "torch")
+    tool = overrides.get("global_profiler.tool") or Device(device).platform.profiler_tool
     out: dict[str, Any] = {"global_profiler.tool": tool, "global_profiler.steps": list(steps),
                            "global_profiler.save_path": str(run_dir / "profile")}
     for role in PROFILED_ROLES:
         if f"{role}.profiler.enable" in defaults:
             out[f"{role}.profiler.enable"] = True
             out[f"{role}.profiler.all_ranks"] = True
-        if tool == PROFILER_TOOLS[Device.NPU]:  # NPU activity too (verl records only the CPU's), parsed into the .db
+        if tool == Device.NPU.platform.profiler_tool:  # NPU activity too (verl records only the CPU's), into the .db
             out.update({f"{role}.{k}": v for k, v in NPU_TOOL_CONFIG.items() if f"{role}.{k}" in defaults})
     return out, [f"global_profiler.tool={tool} steps={list(steps)}: verlflow.profile_steps, traces logged under "
                  "profile/step_<N>/"]

@@ -11,15 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
-from verlflow.config import VERL_CPU_PROFILE, ComposedConfig, Device
+from verlflow.config import VERL_CPU_PROFILE, ComposedConfig
 from verlflow.errors import VerlflowError
+from verlflow.platforms import Device
 
 
 @register_backend("verl")
 class VerlBackend(TrainBackend):
     """verl's own trainer, launched under bash (or as a Ray job) with the profile's files sourced."""
 
-    default_for = (Device.NPU, Device.GPU)
+    default_for = staticmethod(lambda platform: platform.accelerator)
     profile_for = {Device.CPU: VERL_CPU_PROFILE}
     checks_up_front = False
 

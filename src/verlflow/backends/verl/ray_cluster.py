@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from verlflow.config import Device
 from verlflow.errors import Problem, VerlflowError, raise_problems
+from verlflow.platforms import Device
 from verlflow.secrets import mask_url_password
 from verlflow.util import first_line
 

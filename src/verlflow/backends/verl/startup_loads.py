@@ -80,7 +80,7 @@ def _has_fsdp_workers() -> bool:
 def device_problems(cfg: DictConfig, device: Device | None) -> list[Problem]:
     """``trainer.device`` that is not the profile's device (Ray would wait for devices the node lacks)."""
     # verl's Ray resources and torch need the accelerator's torch name (cuda, npu); a CPU launch is not checked.
-    want = Device(device).torch_type if device in (Device.NPU, Device.GPU) else None
+    want = Device(device).torch_type if device is not None and Device(device).is_accelerator else None
     got = _get(cfg, "trainer.device")
     if want and got != want:
         return [Problem("trainer.device", got, f"the profile runs on {Device(device).short_word} devices: use "
