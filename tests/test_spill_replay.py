@@ -127,3 +127,33 @@ def test_a_long_record_on_a_server_that_answers_again_is_waited_for(server, tmp_
     metrics = client.get_run(run_id).data.metrics
     assert all(metrics[f"timing_s_mean/{k.removeprefix('timing_s/')}"] == pytest.approx(2.0) for k in keys)
     assert not spill.uploaded_marker(tmp_path / "spill.jsonl").exists() and not (tmp_path / "spill.jsonl").exists()
+
+
+def _traces(client: MlflowClient, run_id: str) -> list[tuple[str, str]]:
+    mlflow.flush_trace_async_logging()
+    traces = client.search_traces(locations=["0"], run_id=run_id, include_spans=False)
+    return sorted((t.info.tags["step"], t.info.tags["sample_index"]) for t in traces)
+
+
+def test_rollout_traces_of_an_outage_are_sent_on_replay_and_by_the_upload(server, tmp_path):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    rows = [{"prompt": f"{n}+{n}?", "response": str(2 * n), "reward": 1.0} for n in range(2)]
+    server.error_every = 1  # the outage
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
+    buffer.log({"loss": 1.0}, 1)
+    buffer.log_record({"kind": "traces", "step": 1, "rows": rows})
+    wait_until(lambda: buffer.written >= 0 and buffer.outage, 60, "the writer's report of the outage")
+    server.heal()  # back before the end: the replay sends them
+    assert buffer.close(wait_s=60) == 0
+    assert _traces(client, run_id) == [("1", "0"), ("1", "1")]  # before: lost, never spilled
+
+    server.error_every = 1  # down until after the end: the spill file keeps them, the upload sends them
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
+    buffer.log_record({"kind": "traces", "step": 2, "rows": rows})
+    assert buffer.close(wait_s=2) == 1
+    server.heal()
+    spill.upload(tmp_path / "spill.jsonl")
+    spill.uploaded_marker(tmp_path / "spill.jsonl").replace(tmp_path / "spill.jsonl")
+    spill.upload(tmp_path / "spill.jsonl")  # a second upload makes none twice
+    assert _traces(client, run_id) == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")]

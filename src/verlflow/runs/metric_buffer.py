@@ -104,6 +104,12 @@ def log_table(run_id: str, data: Mapping[str, list], artifact_file: str) -> bool
     return _record(run_id, {"kind": "table", "artifact_file": artifact_file, "data": dict(data)})
 
 
+def log_traces(run_id: str, step: int, rows: list[dict[str, Any]]) -> bool:
+    """Queue a step's rollout traces (``{"prompt", "response", "reward"}`` each) for ``run_id`` when a buffer is
+    open: written by the writer, kept in the spill file during an outage. False when there is none."""
+    return _record(run_id, {"kind": "traces", "step": int(step), "rows": rows})
+
+
 def set_tags(run_id: str, tags: Mapping[str, str]) -> bool:
     """Queue tags for ``run_id`` when a buffer is open; False when there is none (set them directly)."""
     return _record(run_id, {"kind": "tags", "tags": {k: str(v) for k, v in tags.items()}})

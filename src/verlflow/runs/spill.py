@@ -6,6 +6,8 @@ One JSON object per line, in the order training made them. A metric point is
 ``{"run_id", "key", "value", "timestamp", "step"}``; anything else names its ``kind``:
 
 - ``table``: ``{"artifact_file", "data"}`` (a validation step's samples, for ``MlflowClient.log_table``),
+- ``traces``: ``{"step", "rows": [{"prompt", "response", "reward"}, ...]}`` (a step's rollout traces,
+  :func:`verlflow.runs.rollout_traces.write_traces`),
 - ``tags``: ``{"tags": {name: value}}``,
 - ``summaries``: ``{"started_at", "ended_at", "sums", "from_step"}`` (``timing_s/e2e`` and the
   ``timing_s_mean/*`` of :func:`verlflow.runs.summaries.log_timing_summaries`, from the timing sums of the steps
@@ -147,6 +149,10 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
         from verlflow.runs.logged_models import link_points
 
         link_points(client, run_id, entry["model_id"], [Metric(*point) for point in entry["points"]])
+    elif kind == "traces":
+        from verlflow.runs.rollout_traces import write_traces
+
+        write_traces(client, run_id, entry)
     elif kind == "final_model":
         from verlflow.runs.logged_models import replay_final_model
 
@@ -199,12 +205,13 @@ class UploadIncomplete(Exception):
 
 # Kinds whose write goes to the artifact store: one that fails while the tracking API answers is kept and reported,
 # never a stop for the records behind it.
-ARTIFACT_KINDS = ("table", "final_model")
+ARTIFACT_KINDS = ("table", "traces", "final_model")
 
 
 def describe(record: dict[str, Any]) -> str:
     """A record in words, for the one line that says it was not written."""
-    what = record.get("artifact_file") or record.get("checkpoint") or record.get("status") or ""
+    what = (record.get("artifact_file") or record.get("checkpoint") or record.get("status")
+            or (f"of step {record['step']}" if "step" in record else ""))
     return f"{record['kind']}{f' {what}' if what else ''} of run {record['run_id']}"
 
 

@@ -424,7 +424,7 @@ class LocalTrainer:
 
         if step <= self.logged_through:
             return
-        trace_samples(samples, step, self.cfg.verlflow.rollout_traces)  # the run's Traces tab, as verl's
+        trace_samples(samples, step, self.cfg.verlflow.rollout_traces, self.run_id)  # the run's Traces tab, as verl's
         if metric_buffer.log_table(self.run_id, samples, f"samples/step_{step}.json"):
             return  # queued for the writer process: an outage keeps it in the spill file
         try:
