@@ -98,3 +98,30 @@ def test_a_refused_artifact_is_kept_apart_while_the_metrics_go_on(server, tmp_pa
     assert upload.returncode == 0, upload.stderr
     assert [a.path for a in client.list_artifacts(run_id, "samples")] == ["samples/step_1.json"]
     assert not path.exists()
+
+
+def _models(client: MlflowClient, run_id: str) -> list[tuple[str, str]]:
+    found = client.search_logged_models(experiment_ids=["0"], filter_string=f"source_run_id = '{run_id}'")
+    return sorted((m.name, str(m.status)) for m in found)
+
+
+@pytest.mark.slow
+def test_a_refused_final_model_leaves_no_unfinished_model_and_the_upload_makes_it(server, tmp_path):
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
+
+    checkpoint = resolve_model_path(TINY_SENTINEL, tmp_path / "cache")
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    path = tmp_path / "metrics.spill.jsonl"
+    with artifacts_refused(server):
+        buffer = MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
+        buffer.log({"loss": 1.0}, 1)
+        buffer.log_record({"kind": "final_model", "checkpoint": checkpoint, "step": 1})
+        buffer.log({"loss": 0.5}, 2)
+        assert buffer.close(wait_s=60) == 0
+        assert buffer.parked == 1 and not buffer.outage
+        assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2]
+        assert _models(client, run_id) == []  # before: a FAILED `model` stayed beside the READY one made later
+    upload = _upload(path)
+    assert upload.returncode == 0, upload.stderr
+    assert _models(client, run_id) == [("model", "READY")]
