@@ -37,7 +37,7 @@ def upstream(tmp_path_factory):
 def server(upstream, monkeypatch):
     proxy = FaultProxy(upstream.url).start()
     for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-                       "MLFLOW_TRACKING_URI": proxy.url, "VERLFLOW_METRICS_RETRY_S": "0.3"}.items():
+                       "MLFLOW_TRACKING_URI": proxy.url}.items():
         monkeypatch.setenv(key, value)
     mlflow.set_tracking_uri(proxy.url)
     yield proxy
