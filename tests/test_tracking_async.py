@@ -17,7 +17,7 @@ import pytest
 from conftest import process_running, wait_until
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import metric_buffer, tracking
+from verlflow.runs import metric_buffer, tracking, writer_handle
 
 STEPS, KEYS = 50, 20
 
@@ -81,7 +81,7 @@ def test_a_dead_writer_process_is_replaced_and_every_point_reaches_the_store(tra
 
 
 def test_when_writers_keep_dying_the_trainer_writes_their_points_itself(tracking_uri, tmp_path, monkeypatch):
-    monkeypatch.setattr(metric_buffer, "MAX_WRITERS", 1)  # no replacement: the last resort at once
+    monkeypatch.setattr(writer_handle, "MAX_WRITERS", 1)  # no replacement: the last resort at once
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     with metric_buffer.buffering(run_id, tmp_path) as buffer:

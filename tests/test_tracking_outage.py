@@ -168,6 +168,10 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     assert run.info.status == "FINISHED"
     for key in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
         assert _steps(client, run_id, key) == list(range(1, steps + 1)), key
+    # The last step's rollout traces (verlflow.rollout_traces: 2), made during the outage: before, lost.
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run_id, include_spans=False)
+    assert sorted((t.info.tags["step"], t.info.tags["sample_index"]) for t in traces) == [(str(steps), "0"),
+                                                                                          (str(steps), "1")]
 
 
 def _spilled_steps(outputs: Path) -> set[int]:

@@ -33,6 +33,7 @@ from mlflow.entities import LoggedModel, LoggedModelOutput, LoggedModelStatus, M
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow.compat.mlflow import latest_metrics
 from verlflow.names import CHECKPOINT_DIR_TAG
 from verlflow.runs.store_retry import LockRetryingClient
 
@@ -122,10 +123,19 @@ def log_final_model(client: MlflowClient, run, checkpoint: Path, step: int | Non
         if step is not None:
             client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=step)])
     except BaseException:
-        with contextlib.suppress(MlflowException):
-            client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+        _drop_unfinished(client, model.model_id)
         raise
     return client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+
+
+def _drop_unfinished(client: MlflowClient, model_id: str) -> None:
+    """Remove a model whose upload failed (no orphan beside the READY one a later try makes); where the store
+    refuses that too, mark it FAILED, and the run's next final model removes it (:func:`remove_unfinished_models`)."""
+    try:
+        client.delete_logged_model(model_id)
+    except Exception:  # the store is away: whatever it raised, the upload's own error is the one to tell
+        with contextlib.suppress(Exception):
+            client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
 
 
 def record_final_model(run_id: str, checkpoint: str | Path, step: int, *,
@@ -189,11 +199,14 @@ def remove_unfinished_models(client: MlflowClient, run_id: str) -> list[str]:
     return removed
 
 
-def record_checkpoint_model(run_id: str, checkpoint: str | Path, step: int) -> LoggedModel | None:
+def record_checkpoint_model(run_id: str, checkpoint: str | Path, step: int, *,
+                            link: Callable[[str, str, int], bool] | None = None) -> LoggedModel | None:
     """An intermediate checkpoint as a LoggedModel of the run at ``step``, its weights left where they are.
 
     Called while training: a tracking store that does not answer costs a warning and the record, never the
-    training. Its metrics are linked at the end of training (:func:`record_final_model`).
+    training. ``link(run_id, model_id, step)`` (the local trainer's :func:`verlflow.runs.metric_buffer.link_model`)
+    links its step's metrics behind them in the run's metric writer (one write, kept in the spill file during an
+    outage); otherwise, or when it returns False, the end of training links them (:func:`record_final_model`).
     """
     client = LockRetryingClient()
     try:
@@ -202,18 +215,24 @@ def record_checkpoint_model(run_id: str, checkpoint: str | Path, step: int) -> L
             experiment_id=experiment_id, name=CHECKPOINT_MODEL.format(step=step), source_run_id=run_id,
             tags={CHECKPOINT_DIR_TAG: str(checkpoint), CHECKPOINT_STEP_TAG: str(step)}, model_type="transformers")
         client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=step)])
-        return client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        model = client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     except (MlflowException, OSError) as exc:
         log.warning("checkpoint of step %d not recorded as an MLflow LoggedModel (tracking store: %s); training "
                     "goes on", step, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return None
+    if link is not None:
+        link(run_id, model.model_id, step)
+    return model
 
 
 def link_step_metrics(client: MlflowClient, run_id: str) -> int:
     """Link the run's metrics to each model in its outputs, at the model's step; returns the points linked.
 
     What MLflow's ``log_model(step=)`` does for one model, done once for all: the run's points are logged
-    again with the model's id (MLflow keeps one copy on the run, and a copy on the model's page).
+    again with the model's id (MLflow keeps one copy on the run, and a copy on the model's page). One read of
+    the run gives every key's latest point, which is all a model at the run's last step needs; a model at an
+    earlier step that has nothing linked yet (a checkpoint the trainer did not link as it saved it) has the
+    points of its step read from the histories of the keys that went on past it.
     """
     run = client.get_run(run_id)
     models_at: dict[int, list[str]] = {}
@@ -223,17 +242,37 @@ def link_step_metrics(client: MlflowClient, run_id: str) -> int:
         return 0
     # Points a model already has (linked by an earlier end of this run, before a resume) are not linked again:
     # MLflow's SQL store refuses a second copy (UNIQUE constraint), which failed the resumed run's final model.
-    linked = {(model_id, m.key, m.timestamp, m.step) for ids in models_at.values() for model_id in ids
-              for m in client.get_logged_model(model_id).metrics or ()}
+    linked = {model_id: _linked_points(client, model_id) for ids in models_at.values() for model_id in ids}
+    latest = {key: m for key, m in latest_metrics(run.data).items() if not key.startswith(UNSTEPPED_PREFIXES)}
+    keys = [key for key in run.data.metrics if not key.startswith(UNSTEPPED_PREFIXES)]
     points = []
-    for key in run.data.metrics:
-        if key.startswith(UNSTEPPED_PREFIXES):
-            continue
-        for point in client.get_metric_history(run_id, key):
-            for model_id in models_at.get(point.step, ()):
-                if (model_id, point.key, point.timestamp, point.step) not in linked:
-                    points.append(Metric(point.key, point.value, point.timestamp, point.step, model_id=model_id,
-                                         run_id=run_id))
+    for step, model_ids in models_at.items():
+        here = [m for m in latest.values() if m.step == step]
+        past = [key for key in keys if key not in latest or latest[key].step > step]
+        for model_id in (m for m in model_ids if linked[m] is not None):  # None: removed (never finished)
+            found = here + ([p for key in past for p in client.get_metric_history(run_id, key) if p.step == step]
+                            if not linked[model_id] else [])
+            points += [Metric(p.key, p.value, p.timestamp, p.step, model_id=model_id, run_id=run_id) for p in found
+                       if (p.key, p.timestamp, p.step) not in linked[model_id]]
     for start in range(0, len(points), _METRICS_PER_BATCH):
         client.log_batch(run_id, metrics=points[start:start + _METRICS_PER_BATCH])
     return len(points)
+
+
+def _linked_points(client: MlflowClient, model_id: str) -> set[tuple[str, int, int]] | None:
+    """The (key, timestamp, step) of the points linked to ``model_id``; None when it is gone (removed unfinished)."""
+    try:
+        model = client.get_logged_model(model_id)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        return None
+    return {(m.key, m.timestamp, m.step) for m in model.metrics or ()}
+
+
+def link_points(client: MlflowClient, run_id: str, model_id: str, points: list[Metric]) -> None:
+    """Link ``points`` (one step's, as the trainer logged them) to the LoggedModel ``model_id``: one write."""
+    linked = [Metric(p.key, p.value, p.timestamp, p.step, model_id=model_id, run_id=run_id) for p in points
+              if not p.key.startswith(UNSTEPPED_PREFIXES)]
+    for start in range(0, len(linked), _METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=linked[start:start + _METRICS_PER_BATCH])

@@ -16,8 +16,9 @@ import itertools
 import logging
 import os
 import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from verlflow import known_warnings
@@ -102,6 +103,10 @@ class _Writer:
         self.outage_started: float | None = None
         self.stopped = False  # SIGTERM: write what was taken once, spill it if that fails, and exit
         self.spill_full = False  # the spill folder took only part of what is pending
+        self.answered = False  # the server took the last write: a long record's beats count as progress
+        self.report_lock = threading.Lock()  # reports come from the beat thread too
+        self.parked: list[dict] = []  # artifact records refused while the tracking API answers: kept, retried
+        self.parked_at = 0.0
 
     def stop(self, signum=None, frame=None) -> None:
         """SIGTERM handler (a scheduler stopping the job): end after one last write."""
@@ -131,8 +136,26 @@ class _Writer:
         self.closing = self.closing or self.orphaned
 
     def report(self, message: tuple) -> None:
-        with contextlib.suppress(OSError):  # the trainer is gone: nobody to tell
+        with self.report_lock, contextlib.suppress(OSError):  # the trainer is gone: nobody to tell
             self.acks.send(message)
+
+    @contextlib.contextmanager
+    def beating(self) -> Iterator[None]:
+        """While one record is written (a model's upload, a summaries read), tell the trainer every second that
+        the writer is at work, when the server answered the last write: the end's window counts from the
+        server's last answer, not from the record's start. A call that hangs fails within the HTTP timeout."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(1.0):
+                self.report(("working",))
+
+        if self.answered:
+            threading.Thread(target=beat, name="verlflow-writer-beat", daemon=True).start()
+        try:
+            yield
+        finally:
+            done.set()
 
     def run(self) -> None:
         """Until the stream ends and everything is written (or the trainer abandons the rest to the spill file)."""
@@ -140,6 +163,7 @@ class _Writer:
             self.take(wait_s=0.0 if self.pending else 0.2)
             if not self.pending:
                 if self.closing:
+                    self.settle_parked(last=True)
                     return
                 continue
             gathered_until = self.last_write + self.write_every_s
@@ -165,8 +189,7 @@ class _Writer:
             if self.spill_full:
                 self.spill_full = False
                 self.report(("spill_full", False))
-            with contextlib.suppress(FileNotFoundError):
-                self.spill_path.unlink()
+            self.settle_parked()
         if self.pending:
             self.on_failure(RuntimeError("still unreachable at the end of the run"))
 
@@ -178,21 +201,69 @@ class _Writer:
             started = time.process_time()
             try:
                 if isinstance(self.pending[0], dict):
-                    spill.write_entry(self.client, self.run_id, self.pending[0])
+                    with self.beating():
+                        self.write_record(self.pending[0])
                     count = 1
                 else:
                     points = itertools.takewhile(lambda entry: not isinstance(entry, dict), self.pending[:_BATCH])
                     batch = [Metric(*point) for point in points]
                     retry_on_lock(self.client.log_batch, self.run_id, metrics=batch)  # another run's SQLite lock
                     count = len(batch)
+            except Exception:
+                self.answered = False
+                raise
             finally:
                 self.write_cpu += time.process_time() - started
+            self.answered = True
             self.pending = self.pending[count:]
             self.spilled = max(0, self.spilled - count)
             self.written += count
             self.report(("written", self.written, self.write_cpu))
             self.take()
         self.last_write = time.monotonic()
+
+    def write_record(self, record: dict) -> None:
+        """Write one record; an artifact write the server refuses while its tracking API answers is parked (kept in
+        the spill file as its own record, retried later) so that the metrics behind it go on."""
+        try:
+            spill.write_entry(self.client, self.run_id, record)
+        except Exception as exc:
+            if record["kind"] not in spill.ARTIFACT_KINDS or not self.api_answers():
+                raise
+            spill.append(self.spill_path, self.run_id, [record])
+            self.parked.append(record)
+            self.parked_at = time.monotonic()
+            logger.warning("%s not written (%s): the artifact store refuses while the tracking API answers; kept "
+                           "in %s and retried, metrics go on", spill.describe({**record, "run_id": self.run_id}),
+                           first_line(exc, 200), self.spill_path)
+            self.report(("parked", len(self.parked), first_line(exc, 200)))
+
+    def api_answers(self) -> bool:
+        """Whether the tracking API takes a call now (the run can be read)."""
+        try:
+            self.client.get_run(self.run_id)
+        except Exception:
+            return False
+        return True
+
+    def settle_parked(self, last: bool = False) -> None:
+        """All is written: retry the parked artifact writes (every ``retry_s``, and once more at the ``last``), then
+        make the spill file hold only those still refused (none: no file)."""
+        if self.parked and (last or time.monotonic() - self.parked_at >= self.retry_s):
+            self.parked_at = time.monotonic()
+            refused = []
+            for record in self.parked:
+                try:
+                    spill.write_entry(self.client, self.run_id, record)
+                except Exception:
+                    refused.append(record)
+            if len(refused) < len(self.parked):
+                self.parked = refused
+                self.report(("parked", len(self.parked), ""))
+        try:
+            spill.replace_durably(self.spill_path, self.run_id, self.parked)
+        except OSError as exc:  # a full or read-only spill folder: the parked records stay in the old file
+            logger.warning("the spill file %s was not rewritten (%s)", self.spill_path, first_line(exc, 200))
 
     def on_failure(self, exc: Exception) -> None:
         """Say the server is away (once per outage) and mirror the entries not yet on disk to the spill file."""

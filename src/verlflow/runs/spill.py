@@ -6,9 +6,14 @@ One JSON object per line, in the order training made them. A metric point is
 ``{"run_id", "key", "value", "timestamp", "step"}``; anything else names its ``kind``:
 
 - ``table``: ``{"artifact_file", "data"}`` (a validation step's samples, for ``MlflowClient.log_table``),
+- ``traces``: ``{"step", "rows": [{"prompt", "response", "reward"}, ...]}`` (a step's rollout traces,
+  :func:`verlflow.runs.rollout_traces.write_traces`),
 - ``tags``: ``{"tags": {name: value}}``,
-- ``summaries``: ``{"started_at", "ended_at"}`` (``timing_s/e2e`` and the ``timing_s_mean/*`` of
-  :func:`verlflow.runs.summaries.log_timing_summaries`, taken once the points before it are in),
+- ``summaries``: ``{"started_at", "ended_at", "sums", "from_step"}`` (``timing_s/e2e`` and the
+  ``timing_s_mean/*`` of :func:`verlflow.runs.summaries.log_timing_summaries`, from the timing sums of the steps
+  the trainer logged; the steps before ``from_step`` (a resumed run's) are read back),
+- ``link``: ``{"model_id", "points": [[key, value, timestamp, step], ...]}`` (a checkpoint's step linked to its
+  LoggedModel in one write, :func:`verlflow.runs.logged_models.link_points`),
 - ``final_model``: ``{"checkpoint", "step"}`` (the run's final checkpoint as its LoggedModel, made from the
   folder, metrics linked: :func:`verlflow.runs.logged_models.replay_final_model`),
 - ``status``: ``{"status", "end_time"}`` (the run's final status; the last line, set last).
@@ -129,7 +134,7 @@ def upload_command(path: Path, tracking_uri: str) -> str:
 
 def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
     """Write one kind record (table, tags, summaries, final model, status) into ``run_id`` through ``client``."""
-    from mlflow.entities import RunTag
+    from mlflow.entities import Metric, RunTag
 
     kind = entry["kind"]
     if kind == "table":
@@ -137,9 +142,17 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
     elif kind == "tags":
         client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in entry["tags"].items()])
     elif kind == "summaries":
-        from verlflow.runs.summaries import log_timing_summaries
+        from verlflow.runs.summaries import TimingSums, log_timing_summaries
 
-        log_timing_summaries(client, run_id, entry["started_at"], entry["ended_at"])
+        log_timing_summaries(client, run_id, entry["started_at"], entry["ended_at"], TimingSums.from_record(entry))
+    elif kind == "link":
+        from verlflow.runs.logged_models import link_points
+
+        link_points(client, run_id, entry["model_id"], [Metric(*point) for point in entry["points"]])
+    elif kind == "traces":
+        from verlflow.runs.rollout_traces import write_traces
+
+        write_traces(client, run_id, entry)
     elif kind == "final_model":
         from verlflow.runs.logged_models import replay_final_model
 
@@ -182,27 +195,42 @@ def _torn_status(bad: list[tuple[int, str]]) -> dict[str, Any] | None:
     return None
 
 
-def _latest_steps(client, run_id: str) -> dict[str, float]:
-    """Each metric key of ``run_id`` with the step of its latest point (MLflow keeps the highest step there), from
-    one read of the run; a key's step is unknown (infinite: read its history) where the run does not give it."""
-    return latest_metric_steps(client.get_run(run_id).data)
+class UploadIncomplete(Exception):
+    """Some records of a spill file could not be written (each said in one line); they are kept in the file."""
+
+    def __init__(self, path: Path, count: int, kept: int):
+        super().__init__(f"{kept} records of {path} could not be written and are kept there")
+        self.path, self.count, self.kept = path, count, kept
 
 
-def upload(path: str | os.PathLike[str]) -> int:
-    """Write a spill file's records into their runs, in order (metrics with their step and time); returns how many
-    metric points it wrote, and renames the file to :func:`uploaded_marker`.
+# Kinds whose write goes to the artifact store: one that fails while the tracking API answers is kept and reported,
+# never a stop for the records behind it.
+ARTIFACT_KINDS = ("table", "traces", "final_model")
 
-    Idempotent: a point the run already holds (same key, step, time and value) and summaries already logged are
-    not written again, so uploading the same file twice adds nothing. Lines that are not records (a torn last
-    line, a damaged one) are reported on stderr, kept in ``<file>.bad`` and skipped; the rest is uploaded, and a
-    final status torn after its status word is still set.
-    """
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
 
-    from verlflow.names import TIMING_E2E
+def describe(record: dict[str, Any]) -> str:
+    """A record in words, for the one line that says it was not written."""
+    what = (record.get("artifact_file") or record.get("checkpoint") or record.get("status")
+            or (f"of step {record['step']}" if "step" in record else ""))
+    return f"{record['kind']}{f' {what}' if what else ''} of run {record['run_id']}"
 
-    path = Path(path)
+
+def replace_durably(path: Path, run_id: str | None, entries: list[Entry]) -> None:
+    """Make ``path`` hold ``entries`` only (write a new file, fsync, rename over): the old file stays whole until
+    the new one is on disk. No entries: the file is removed."""
+    if not entries:
+        Path(path).unlink(missing_ok=True)
+        return
+    fresh = Path(path).with_name(Path(path).name + ".new")
+    fresh.unlink(missing_ok=True)
+    _append_lines(fresh, [json.dumps(entry if run_id is None else _as_json(run_id, entry)) + "\n"
+                          for entry in entries])
+    os.replace(fresh, path)
+
+
+def _readable_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a spill file; its lines that are not records are reported, kept in ``<file>.bad`` and left
+    out, and a final status torn after its status word is still taken."""
     records, bad = _records(path)
     if bad:
         with path.with_name(path.name + ".bad").open("a") as kept:
@@ -212,48 +240,97 @@ def upload(path: str | os.PathLike[str]) -> int:
                   f"{path.name}.bad: {line[:80]!r}", file=sys.stderr)
         if not any(r.get("kind") == "status" for r in records) and (status := _torn_status(bad)):
             records.append(status)
-    client = MlflowClient()
-    held: dict[tuple[str, str], set[tuple[int, int, float]]] = {}
-    read: set[tuple[str, str]] = set()  # keys whose history has been read
-    latest: dict[str, dict[str, float]] = {}
-    points: list[tuple[str, Metric]] = []
-    count = 0
+    return records
 
-    def is_new(run_id: str, metric: Metric) -> bool:
-        """Not in the run yet: one read of the run gives each key's last step, and a key's history is read only
-        for a point at or before it (a second upload), not for the steps an outage left out."""
-        if run_id not in latest:
-            latest[run_id] = _latest_steps(client, run_id)
-        seen = held.setdefault((run_id, metric.key), set())
-        if (run_id, metric.key) not in read and metric.step <= latest[run_id].get(metric.key, -math.inf):
-            seen |= {(m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, metric.key)}
-            read.add((run_id, metric.key))
+
+class _Uploader:
+    """One upload of a spill file: points gathered per run and written in batches, records one by one, each
+    point checked against what the run holds (one read of the run; a key's history only for a point at or
+    before the run's last step of that key, as in a second upload)."""
+
+    def __init__(self, client):
+        self.client = client
+        self.held: dict[tuple[str, str], set[tuple[int, int, float]]] = {}
+        self.read: set[tuple[str, str]] = set()  # keys whose history has been read
+        self.latest: dict[str, dict[str, float]] = {}
+        self.points: list[tuple[str, Any]] = []
+        self.count = 0
+        self.failed: list[dict[str, Any]] = []
+
+    def is_new(self, run_id: str, metric) -> bool:
+        """Whether ``metric`` is not in the run yet."""
+        if run_id not in self.latest:
+            self.latest[run_id] = latest_metric_steps(self.client.get_run(run_id).data)
+        seen = self.held.setdefault((run_id, metric.key), set())
+        if (run_id, metric.key) not in self.read and metric.step <= self.latest[run_id].get(metric.key, -math.inf):
+            seen |= {(m.step, m.timestamp, m.value) for m in self.client.get_metric_history(run_id, metric.key)}
+            self.read.add((run_id, metric.key))
         return (metric.step, metric.timestamp, metric.value) not in seen
 
-    def write_points() -> None:
-        nonlocal points, count
-        for run_id in dict.fromkeys(r for r, _ in points):
+    def write_points(self) -> None:
+        """Write the gathered points that the runs lack (a point spilled twice is written once)."""
+        for run_id in dict.fromkeys(r for r, _ in self.points):
             metrics = []
-            for r, m in points:  # a point spilled twice (by a writer and its replacement) is written once
-                if r == run_id and is_new(r, m):
+            for r, m in self.points:
+                if r == run_id and self.is_new(r, m):
                     metrics.append(m)
-                    held[(r, m.key)].add((m.step, m.timestamp, m.value))
-            latest.pop(run_id, None)  # read again after the writes, for the records that follow
+                    self.held[(r, m.key)].add((m.step, m.timestamp, m.value))
+            self.latest.pop(run_id, None)  # read again after the writes, for the records that follow
             for start in range(0, len(metrics), _BATCH):
-                client.log_batch(run_id, metrics=metrics[start:start + _BATCH])
-            count += len(metrics)
-        points = []
+                self.client.log_batch(run_id, metrics=metrics[start:start + _BATCH])
+            self.count += len(metrics)
+        self.points = []
 
-    for record in records:
+    def add(self, record: dict[str, Any]) -> None:
+        """Gather a point, or write the points before a record and then the record (kept when it fails while the
+        tracking API answers: an artifact store that refuses stops only that record)."""
+        from mlflow.entities import Metric
+
+        from verlflow.names import TIMING_E2E
+
         if "kind" not in record:
-            points.append((record["run_id"], Metric(record["key"], record["value"], record["timestamp"],
-                                                    record["step"])))
-            continue
-        write_points()
-        if record["kind"] == "summaries" and not is_new(record["run_id"], Metric(
+            self.points.append((record["run_id"], Metric(record["key"], record["value"], record["timestamp"],
+                                                         record["step"])))
+            return
+        self.write_points()
+        if record["kind"] == "summaries" and not self.is_new(record["run_id"], Metric(
                 TIMING_E2E, record["ended_at"] - record["started_at"], int(record["ended_at"] * 1000), 0)):
-            continue  # logged by an earlier upload of this file
-        write_entry(client, record["run_id"], record)
-    write_points()
+            return  # logged by an earlier upload of this file
+        try:
+            write_entry(self.client, record["run_id"], record)
+        except Exception as exc:
+            self.client.get_run(record["run_id"])  # the tracking API does not answer either: the upload stops
+            self.failed.append(record)
+            print(f"verlflow: {describe(record)} not uploaded ({_first_line(exc)}): kept in the spill file",
+                  file=sys.stderr, flush=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def upload(path: str | os.PathLike[str]) -> int:
+    """Write a spill file's records into their runs, in order (metrics with their step and time); returns how many
+    metric points it wrote, and renames the file to :func:`uploaded_marker`.
+
+    Idempotent: a point the run already holds (same key, step, time and value) and summaries already logged are
+    not written again, so uploading the same file twice adds nothing. Lines that are not records (a torn last
+    line, a damaged one) are reported on stderr, kept in ``<file>.bad`` and skipped; the rest is uploaded, and a
+    final status torn after its status word is still set. A record the tracking server refuses while it answers
+    (an artifact store that takes no writes) is one line on stderr and stays in the file, which then holds only
+    such records: :class:`UploadIncomplete` says how many. A server that does not answer stops the upload with
+    its error, the file left as it was.
+    """
+    from mlflow.tracking import MlflowClient
+
+    path = Path(path)
+    uploader = _Uploader(MlflowClient())
+    for record in _readable_records(path):
+        uploader.add(record)
+    uploader.write_points()
+    if uploader.failed:
+        replace_durably(path, None, uploader.failed)
+        raise UploadIncomplete(path, uploader.count, len(uploader.failed))
     path.replace(uploaded_marker(path))
-    return count
+    return uploader.count

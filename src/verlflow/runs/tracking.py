@@ -361,7 +361,8 @@ def log_run_summaries(run_id: str, started_at: float, *, ended_at: float | None 
     # the per-step history the means are taken over
     if not metric_buffer.flush(run_id) and metric_buffer.defer_summaries(run_id, started_at, ended_at):
         return {TIMING_E2E: ended_at - started_at}
-    return summaries.log_timing_summaries(LockRetryingClient(), run_id, started_at, ended_at)
+    return summaries.log_timing_summaries(LockRetryingClient(), run_id, started_at, ended_at,
+                                          metric_buffer.timing_sums(run_id))
 
 
 def standard_tags(*, backend: str, recipe: str, profile: str) -> dict[str, str]:

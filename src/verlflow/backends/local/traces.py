@@ -22,11 +22,19 @@ from verlflow.util import first_line
 log = logging.getLogger(__name__)
 
 
-def trace_samples(samples: dict[str, list[Any]], step: int, limit: int) -> int:
-    """Record the first ``limit`` rows of a step's samples table as traces of the active run; how many."""
+def trace_samples(samples: dict[str, list[Any]], step: int, limit: int, run_id: str | None = None) -> int:
+    """Record the first ``limit`` rows of a step's samples table as traces of the active run; how many.
+
+    With ``run_id``'s metric buffer open they go to its writer process like the metrics (kept in the spill file
+    during an outage, sent on replay or upload: :mod:`verlflow.runs.rollout_traces`)."""
     import mlflow
 
+    from verlflow.runs import metric_buffer
+
     count = min(max(limit, 0), len(samples.get("response", [])))
+    rows = [{key: samples[key][index] for key in ("prompt", "response", "reward")} for index in range(count)]
+    if count and run_id is not None and metric_buffer.log_traces(run_id, step, rows):
+        return count
     try:
         for index in range(count):
             with mlflow.start_span(name="rollout", span_type="LLM") as span:

@@ -406,7 +406,10 @@ class LocalTrainer:
         self.last_saved = ckpt.save_checkpoint(self.settings.default_local_dir, self.global_step, self.model,
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
         if self.global_step < self.total_steps:  # the last one becomes the run's final model, in train()
-            logged_models.record_checkpoint_model(self.run_id, self.last_saved.resolve(), self.global_step)
+            from verlflow.runs import metric_buffer
+
+            logged_models.record_checkpoint_model(self.run_id, self.last_saved.resolve(), self.global_step,
+                                                  link=metric_buffer.link_model)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         from verlflow.runs import tracking
@@ -421,7 +424,7 @@ class LocalTrainer:
 
         if step <= self.logged_through:
             return
-        trace_samples(samples, step, self.cfg.verlflow.rollout_traces)  # the run's Traces tab, as verl's
+        trace_samples(samples, step, self.cfg.verlflow.rollout_traces, self.run_id)  # the run's Traces tab, as verl's
         if metric_buffer.log_table(self.run_id, samples, f"samples/step_{step}.json"):
             return  # queued for the writer process: an outage keeps it in the spill file
         try:
