@@ -66,6 +66,9 @@ KNOWN: tuple[Known, ...] = (
           "Token authentication is enabled for this Ray cluster",
           "the local Ray instance verl starts for one launch keeps Ray's default token authentication; the line "
           "only says how to switch it off, which verlflow does not want"),
+    Known("torch.fx._symbolic_trace", "is_fx_tracing will return true for both fx.symbolic_trace and torch.export",
+          "transformers' model code asks torch whether it is being traced, in every FSDP worker; torch says what the "
+          "answer will mean, which matters to tracing code only, and verlflow traces nothing"),
 )
 
 
