@@ -170,10 +170,13 @@ def test_verls_rollout_traces_are_in_the_runs_experiment_linked_to_the_run(verl_
 @pytest.mark.slow
 def test_the_launch_prints_none_of_verls_and_rays_known_noise(verl_cpu):
     printed = verl_cpu.launch.stdout + verl_cpu.launch.stderr
-    assert "Started a local Ray instance" in printed  # verl's own output is shown
+    # up to verl's model merger, which runs without the plugin (docs/run-output.md)
+    launch = printed.split("config: ModelMergerConfig")[0]
+    assert "Started a local Ray instance" in launch and "Training from scratch" in launch  # verl's own output shows
     for noise in ("engine is not available", "Legacy trainer", "RayPPOTrainer' is deprecated", "Disabled critic",
-                  "Token authentication is enabled", "torch_dtype", "'set_vital'", "far outside GRPO practice"):
-        assert noise not in printed, noise
+                  "Token authentication is enabled", "torch_dtype", "'set_vital'", "far outside GRPO practice",
+                  "is_fx_tracing", "[MLflow] Metric key"):
+        assert noise not in launch, noise
 
 
 @pytest.mark.slow
