@@ -155,6 +155,28 @@ def test_verls_rollout_traces_are_in_the_runs_experiment_linked_to_the_run(verl_
     spans = client.get_trace(traces[0].info.trace_id).data.spans
     texts = [span.outputs for span in spans if isinstance(span.outputs, dict) and "response_text" in span.outputs]
     assert texts and texts[0]["prompt_text"].startswith("<|im_start|>user\n")
+    # and the root span reads like the local trainer's: prompt in, response and reward out, the step (compat). (A
+    # worker stopped at the end may leave its last trace without its root span: MLflow exports a root as it ends.)
+    roots = {trace.info.trace_id: [span for span in trace.data.spans if span.parent_id is None] for trace in traces}
+    complete = [trace for trace in traces if roots[trace.info.trace_id]]
+    assert {trace.info.tags["step"] for trace in complete} >= {"1", "2"}
+    for trace in complete:
+        (root,) = roots[trace.info.trace_id]
+        assert root.name == "agent_loop" and set(root.inputs) == {"prompt"} and root.inputs["prompt"]
+        assert set(root.outputs) == {"response", "reward"} and isinstance(root.outputs["reward"], float)
+        assert str(root.attributes["step"]) == trace.info.tags["step"]
+
+
+@pytest.mark.slow
+def test_the_launch_prints_none_of_verls_and_rays_known_noise(verl_cpu):
+    printed = verl_cpu.launch.stdout + verl_cpu.launch.stderr
+    # up to verl's model merger, which runs without the plugin (docs/run-output.md)
+    launch = printed.split("config: ModelMergerConfig")[0]
+    assert "Started a local Ray instance" in launch and "Training from scratch" in launch  # verl's own output shows
+    for noise in ("engine is not available", "Legacy trainer", "RayPPOTrainer' is deprecated", "Disabled critic",
+                  "Token authentication is enabled", "torch_dtype", "'set_vital'", "far outside GRPO practice",
+                  "is_fx_tracing", "[MLflow] Metric key"):
+        assert noise not in launch, noise
 
 
 @pytest.mark.slow

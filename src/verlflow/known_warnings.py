@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from verlflow.compat import ray as compat_ray
+
 
 @dataclass(frozen=True)
 class Known:
@@ -62,10 +64,13 @@ KNOWN: tuple[Known, ...] = (
     Known("__main__", "Legacy trainer `main_ppo_v0.py` is deprecated",
           "verl's main_ppo on trainer.use_v1=False, which verlflow forces on verl >= 0.9 unless TransferQueue is "
           "installed (its v1 trainer needs it); the launch notes say so once"),
-    Known("ray._private.authentication.authentication_token_setup",
+    Known(compat_ray.TOKEN_AUTH_LOGGER,
           "Token authentication is enabled for this Ray cluster",
           "the local Ray instance verl starts for one launch keeps Ray's default token authentication; the line "
           "only says how to switch it off, which verlflow does not want"),
+    Known("torch.fx._symbolic_trace", "is_fx_tracing will return true for both fx.symbolic_trace and torch.export",
+          "transformers' model code asks torch whether it is being traced, in every FSDP worker; torch says what the "
+          "answer will mean, which matters to tracing code only, and verlflow traces nothing"),
 )
 
 

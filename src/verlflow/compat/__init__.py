@@ -7,7 +7,8 @@ fails on a private name of theirs used anywhere else).
 - :mod:`.mlflow`: the system-metrics monitor's client, a run's latest metric steps, alias-name rules, the
   words of made-up run names;
 - :mod:`.optuna`: the heartbeat base class of the search's journal storage;
-- :mod:`.ray`: the class behind a ``@ray.remote`` actor;
+- :mod:`.verl_traces`: prompt, response, reward and step on the root span of verl's rollout traces;
+- :mod:`.ray`: the class behind a ``@ray.remote`` actor, the logger of its token-auth notice;
 - :mod:`.omegaconf`: a config node's full key and unresolved children;
 - :mod:`.transformers`: a loaded model's attention kernel.
 

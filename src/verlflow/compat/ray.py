@@ -16,3 +16,9 @@ def actor_class(remote: Any) -> Any:
     reports its start-up stage failing).
     """
     return getattr(remote, "__ray_actor_class__", None) or remote.__ray_metadata__.modified_class
+
+
+# The logger of Ray's "Token authentication is enabled" notice (``ray/_private/authentication/
+# authentication_token_setup.py``), filtered by name in verl's processes. Checked on Ray 2.60.0. Fallback: where
+# Ray moves it, the filter matches nothing and the one line is printed again.
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"

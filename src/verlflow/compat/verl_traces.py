@@ -13,8 +13,9 @@ read. The local trainer's traces show prompt, response and reward on the root sp
 - outputs ``{"response": …, "reward": …}``: the decoded response and the reward verl scored it with;
 - attributes ``step``, ``sample_index``, ``rollout_n``, ``validate``: verl's own trace attributes.
 
-verl offers no hook on that span, so :func:`install` wraps ``AgentLoopWorker._agent_loop_postprocess`` (private),
-the one method that runs inside the root span after the reward is computed, and reads verl's trace attributes from
+verl offers no hook on that span, so :func:`install` wraps ``AgentLoopWorker._agent_loop_postprocess`` (private,
+and on its subclasses, Ray's actor class among them), the one method that runs inside the root span after the reward
+is computed, and reads verl's trace attributes from
 ``verl.utils.rollout_trace._trace_attributes`` (private). Checked on verl 0.9.1. It patches lazily, when an agent-loop
 worker calls ``RolloutTraceConfig.init`` (public), so a process that never traces imports nothing more. Fallback:
 where a name is gone, nothing is patched and verl's traces stay as verl makes them; a span that cannot be filled
@@ -60,14 +61,28 @@ def install() -> bool:
 
 
 def _patch_agent_loop_worker() -> None:
-    """Wrap ``AgentLoopWorker._agent_loop_postprocess`` (its module is loaded: a worker is calling init)."""
+    """Wrap ``_agent_loop_postprocess`` where ``AgentLoopWorker`` and each of its subclasses define it (its module is
+    loaded: a worker is calling init). The subclasses matter: Ray's actor class is one, and Ray sets a wrapper of
+    every method on it as it loads the actor, which a patch of ``AgentLoopWorker`` alone would never reach."""
     worker = getattr(sys.modules.get(_AGENT_LOOP_MODULE), "AgentLoopWorker", None)
-    original = getattr(worker, "_agent_loop_postprocess", None)
-    if original is None or getattr(original, _MARK, False):
-        if original is None:
-            log.debug("verl %s has no AgentLoopWorker._agent_loop_postprocess; traces left as verl makes them",
-                      CHECKED_ON)
+    if worker is None or not hasattr(worker, "_agent_loop_postprocess"):
+        log.debug("this verl has no AgentLoopWorker._agent_loop_postprocess (checked on %s): traces left as verl "
+                  "makes them", CHECKED_ON)
         return
+    classes, seen = [worker], set()
+    while classes:
+        cls = classes.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        classes += cls.__subclasses__()
+        original = cls.__dict__.get("_agent_loop_postprocess")
+        if original is not None and not getattr(original, _MARK, False):
+            cls._agent_loop_postprocess = _filling(original)
+
+
+def _filling(original):
+    """``original`` (an ``_agent_loop_postprocess``) that fills the root span once the rollout is scored."""
 
     @functools.wraps(original)
     async def _agent_loop_postprocess(self, output, *args, **kwargs):
@@ -76,7 +91,7 @@ def _patch_agent_loop_worker() -> None:
         return result
 
     setattr(_agent_loop_postprocess, _MARK, True)
-    worker._agent_loop_postprocess = _agent_loop_postprocess
+    return _agent_loop_postprocess
 
 
 def fill_root_span(tokenizer: Any, output: Any, raw_prompt: Any) -> bool:
