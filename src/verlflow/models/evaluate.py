@@ -392,7 +392,11 @@ def tag_version(name: str, version: str, result: EvalResult) -> str:
     kept beside the headline under :func:`side_tag_prefix`, and a line says which score stays the headline.
     """
     client = MlflowClient()
-    current = client.get_model_version(name, version).tags
+    try:
+        current = client.get_model_version(name, version).tags
+    except MlflowException:
+        raise VerlflowError(f"version {version} of registered model '{name}' was deleted while it was evaluated: "
+                            f"the result is kept in run {result.run_id} only") from None
     headline = is_headline(current, result)
     prefix = "eval.gsm8k" if headline else side_tag_prefix(result.split, result.num_samples)
     values = {"accuracy": f"{result.accuracy:.6g}", "accuracy_flexible": f"{result.accuracy_flexible:.6g}",

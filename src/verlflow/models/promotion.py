@@ -24,7 +24,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
-from verlflow.models import champion_notes
+from verlflow.models import absent, champion_notes
 from verlflow.models.aliases import CHAMPION, check_alias
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import require_registered_model
@@ -157,8 +157,7 @@ def promote_alias(
     scorer = _Scorer(client, metric)
     first = _read_state(client, name, alias, scorer)
     if first.best is None:
-        raise VerlflowError(f"no version of '{name}' has a value for '{metric}' (version tag "
-                            f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
+        raise _nothing_to_promote(client, name, metric)
     previous, previous_value = first.holder, first.holder_value
     state, moved, reason = first, False, ""
     for _ in range(MAX_PROMOTION_ROUNDS):
@@ -171,6 +170,12 @@ def promote_alias(
         try:
             client.set_registered_model_alias(name, alias, state.best.version)
         except MlflowException as exc:
+            if not absent.model_exists(client, name):
+                raise VerlflowError(f"registered model '{name}' was deleted while promote ran: nothing to "
+                                    "promote") from None
+            if str(state.best.version) not in {str(v) for v in absent.live_versions(client, name)}:
+                raise VerlflowError(f"version {state.best.version} of registered model '{name}' was deleted while "
+                                    "promote ran: run promote again") from None
             raise VerlflowError(f"MLflow refused alias '{alias}' on '{name}': {exc.message}") from None
         moved = True
         # Re-read: a racing promotion may have written in between with an older view of the registry.
@@ -199,8 +204,7 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
     require_registered_model(client, model_name)
     scorer = _Scorer(client, metric)
     if _read_state(client, model_name, alias, scorer).best is None:  # fail before opening a run
-        raise VerlflowError(f"no version of '{model_name}' has a value for '{metric}' (version tag "
-                            f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
+        raise _nothing_to_promote(client, model_name, metric)
     tags = {STEP_TAG: "promote", MODEL_NAME_TAG: model_name}
     run_name = None if run_id else run_names.promote_run_name(model_name, alias)
     with tracking.tracked_run(run_name=run_name, tags=tags, run_id=run_id,
@@ -222,6 +226,16 @@ def promote_best(model_name: str, metric: str, alias: str, force: bool, *,
     describe_champion(client, decision)
     print(describe(decision))
     return decision
+
+
+def _nothing_to_promote(client: MlflowClient, name: str, metric: str) -> VerlflowError:
+    """Why no version can be promoted: the model or its versions were deleted, or none was evaluated."""
+    if not absent.model_exists(client, name):
+        return absent.missing_model(client, name)
+    if not absent.live_versions(client, name):
+        return absent.no_versions(client, name)
+    return VerlflowError(f"no version of '{name}' has a value for '{metric}' (version tag "
+                         f"'{metric_tag_key(metric)}' or a metric of its source run): evaluate a version first")
 
 
 def _newest_version_experiment(client: MlflowClient, name: str) -> str | None:

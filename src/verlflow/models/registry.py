@@ -27,7 +27,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
-from verlflow.models import champion_notes
+from verlflow.models import absent, champion_notes
 from verlflow.models.aliases import (  # noqa: F401  (re-exported: callers import them from the registry)
     CHALLENGER,
     CHAMPION,
@@ -217,8 +217,10 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
         retry_on_lock(mlflow.set_tags, {MODEL_VERSION_TAG: str(mv.version), MODEL_URI_TAG: model.model_uri})
         if step_run_id is None:
             client.update_run(run.info.run_id, name=run_names.register_run_name(name, mv.version))
+    gone = [v for v in absent.deleted_from_run(client, name, run_id) if str(v) != str(mv.version)]
+    again = f" (registered again: its version {', '.join(map(str, gone))} was deleted)" if gone else ""
     print(f"register: {name} version {mv.version} from run {run_id} ({checkpoint}); alias {alias} → "
-          f"{mv.version}")
+          f"{mv.version}{again}")
     return mv
 
 
