@@ -37,6 +37,7 @@ from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
+from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.runs import tracking
 from verlflow.runs.deadline import TrackingDeadline
 from verlflow.runs.store_retry import retry_on_lock
@@ -192,17 +193,38 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     answers: list[tuple[str, int]] = [("", 0)] * len(texts)
     with torch.inference_mode(), progress_bar(len(texts), "evaluate", "problem") as bar:
-        for start in range(0, len(order), batch_size):
+        start = 0
+        while start < len(order):
             batch = order[start:start + batch_size]
             enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
-            out = lm.generate(**enc, generation_config=gen_config)  # (batch, prompt_len + new)
+            try:
+                out = lm.generate(**enc, generation_config=gen_config)  # (batch, prompt_len + new)
+            except Exception as exc:
+                batch_size = _smaller_batch(exc, batch_size, max_new_tokens)
+                continue
             new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
             for i, tokens in zip(batch, new_tokens, strict=True):
                 length = _response_length(tokens, eos)
                 answers[i] = (tokenizer.decode(tokens[:length], skip_special_tokens=True), length)
             bar.update(len(batch))
+            start += len(batch)
     return answers
+
+
+def _smaller_batch(exc: Exception, batch_size: int, max_new_tokens: int) -> int:
+    """Half the batch after it ran out of memory (said once per halving); re-raised when not out of memory, and
+    one line when even one problem at a time does not fit."""
+    if not is_out_of_memory(exc):
+        raise exc
+    if batch_size <= 1:
+        raise out_of_memory_error("evaluating one problem at a time", {"max_new_tokens": max_new_tokens},
+                                  fix="the model and one answer of max_new_tokens (the training run's "
+                                      "data.max_response_length) do not fit: evaluate where more memory is") from None
+    smaller = max(1, batch_size // 2)
+    hold_reserve()  # taken back for the next time
+    print(f"evaluate: out of memory generating {batch_size} problems at once; going on with {smaller}", flush=True)
+    return smaller
 
 
 def _eos_ids(lm: Any, tokenizer: Any) -> set[int]:
