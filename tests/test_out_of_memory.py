@@ -45,6 +45,9 @@ def test_a_train_out_of_memory_is_one_line_naming_the_setting_and_the_run_ends_f
                                 "tags.`verlflow.step` = 'train'")
     assert run.info.status == "FAILED"
     assert run.data.params["actor_rollout_ref/rollout/n"] == "2048"
+    assert run.data.tags["verlflow.error"].endswith(line.removeprefix("verlflow train: error: "))
+    if " at step 1 " not in line:  # the steps before the one that ran out are kept
+        assert "critic/score/mean" in run.data.metrics
 
 
 def test_the_voices_of_out_of_memory_are_recognised_through_the_chain():
@@ -63,3 +66,20 @@ def test_the_voices_of_out_of_memory_are_recognised_through_the_chain():
     assert not is_out_of_memory(RuntimeError("shape mismatch"))
     line = str(out_of_memory_error("somewhere", {"a.b": 8, "c": 1}))
     assert 'a.b=8, c=1' in line and 'e.g. -P overrides="a.b=4"' in line and "\n" not in line
+
+
+def test_evaluate_halves_a_batch_that_ran_out_of_memory_down_to_one_problem(capsys):
+    import torch
+
+    from verlflow.errors import VerlflowError
+    from verlflow.models.generate import _smaller_batch
+
+    with pytest.raises(RuntimeError) as caught:
+        torch.empty(2**62, dtype=torch.uint8)
+    assert _smaller_batch(caught.value, 32, 1024) == 16
+    assert "evaluate: out of memory generating 32 problems at once; going on with 16" in capsys.readouterr().out
+    with pytest.raises(VerlflowError, match=r"^out of memory evaluating one problem at a time with "
+                                            r"max_new_tokens=1024; .*: the model and one answer"):
+        _smaller_batch(caught.value, 1, 1024)
+    with pytest.raises(ValueError, match="not memory"):
+        _smaller_batch(ValueError("not memory"), 32, 1024)

@@ -120,8 +120,8 @@ def _out_of_memory(trainer: LocalTrainer) -> VerlflowError:
              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": s.ppo_micro_batch_size,
              "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": s.log_prob_micro_batch}
     total = getattr(trainer, "total_steps", None)  # set once set-up has read the data
-    where = ("in the local trainer's set-up" if total is None
-             else f"in the local trainer at step {min(trainer.global_step + 1, total)} of {total}")
+    step = trainer.global_step  # counted up as a step starts: 0 is set-up or the validation before training
+    where = f"in the local trainer at step {step} of {total}" if total and step else "in the local trainer's set-up"
     return out_of_memory_error(where, sizes)
 
 
