@@ -135,7 +135,7 @@ def test_train_run_checkpoint_and_folder_can_be_evaluated(store, synthetic_data)
 @pytest.mark.parametrize("uri, message", [
     ("models:/nope@champion", "no registered model 'nope'"),
     (f"models:/{MODEL_NAME}@champion", f"'{MODEL_NAME}' has no alias 'champion'"),
-    (f"models:/{MODEL_NAME}/99", "has no version '99'"),
+    (f"models:/{MODEL_NAME}/99", f"version 99 of registered model '{MODEL_NAME}' does not exist: its versions are "),
     ("runs:/0123456789abcdef0123456789abcdef", "no run '0123456789abcdef0123456789abcdef'"),
     ("no/such/folder", "neither an existing folder nor a model URI"),
 ])

@@ -195,12 +195,14 @@ KILLED_WORKER = textwrap.dedent("""
 """)
 
 
-def test_a_trial_of_a_search_killed_and_resumed_at_once_is_failed_and_retried(tmp_path):
-    storage = str(tmp_path / "s.journal")
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_a_trial_of_a_search_killed_and_resumed_at_once_is_failed_and_retried(tmp_path, kind):
+    """Journal and RDB storage alike (SQLite stands for PostgreSQL: both are Optuna's RDBStorage)."""
+    storage = str(tmp_path / "s.journal") if kind == "journal" else f"sqlite:///{tmp_path / 'optuna.db'}"
     worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, storage], env=dict(os.environ))
     try:
         wait_until(lambda: [t for t in _study(storage, grace=600).trials
-                            if "verlflow:heartbeat" in t.system_attrs and len(t.params) == 2],
+                            if t.state is TrialState.RUNNING and len(t.params) == 2],
                    120, "the killed worker's trial running", watch=[worker])
     finally:
         worker.kill()
@@ -210,3 +212,4 @@ def test_a_trial_of_a_search_killed_and_resumed_at_once_is_failed_and_retried(tm
     lost, retried = sorted(resumed.trials, key=lambda t: t.number)
     assert (lost.state, retried.state) == (TrialState.FAIL, TrialState.COMPLETE)  # before: RUNNING for good
     assert retried.params == lost.params
+    assert not [t for t in resumed.trials if t.state is TrialState.RUNNING]

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
+from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.runs.deadline import TrackingDeadline, server_failure
 from verlflow.runs.store_retry import store_write_failure
 from verlflow.secrets import mask_text
@@ -78,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: ``verlflow <step> --param value …``; exits 2 with one line on bad input."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     prefer_passive_wait()  # before any step loads torch: OpenMP reads it once
+    hold_reserve()  # memory for the line if the step runs out of it
     with gc_paused():
         args = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(args).items() if k != "step"}
@@ -101,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except Exception as exc:
-        if (line := server_failure(exc) or store_write_failure(exc)) is None:
+        if is_out_of_memory(exc):  # one that no step named with its settings
+            line = str(out_of_memory_error(f"in {args.step}", {}))
+        elif (line := server_failure(exc) or store_write_failure(exc)) is None:
             raise
         print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

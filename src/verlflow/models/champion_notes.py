@@ -6,7 +6,7 @@ Every ``promote`` records its decision on the registered model as tags (``verlfl
 ``.since``, ``.why`` of the move that put it there, ``.checked``: the latest decision), and the model's and its
 versions' descriptions are written from them, so the *Models* page says why a version is the champion
 (gain, interval, problems) without opening the promote run. Text only: the registry writes
-(:func:`verlflow.models.registry.describe_champion`) call these.
+(:func:`verlflow.models.promotion.describe_champion`) call these.
 """
 
 from __future__ import annotations

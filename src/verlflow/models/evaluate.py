@@ -7,7 +7,8 @@ The model is a registered version (``models:/<name>@<alias>``, ``models:/<name>/
 artifact (``runs:/<run_id>/<path>``; ``runs:/<run_id>`` alone means the run's final checkpoint, tag
 ``verlflow.checkpoint_dir``) or a local Hugging Face folder. Each problem is prompted exactly as in
 training (the parquet's prompt messages through the tokenizer's chat template) and answered greedily,
-batched with a KV cache through transformers (left padding), or through vLLM when it is installed.
+batched with a KV cache through transformers (left padding), or through vLLM when it is installed
+(:mod:`verlflow.models.generate`; a batch that runs out of memory is halved and tried again).
 
 Logged: ``eval/gsm8k/accuracy`` (strict ``#### <n>`` extraction), ``eval/gsm8k/accuracy_flexible``
 (last number), ``eval/gsm8k/num_samples``, ``eval/gsm8k/response_length_mean`` and the table
@@ -34,6 +35,7 @@ from mlflow.tracking import MlflowClient
 from verlflow import names
 from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
+from verlflow.models.generate import DEFAULT_BATCH_SIZE, accelerator, generate_hf, generate_vllm
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
 from verlflow.platforms import Device
@@ -49,7 +51,6 @@ log = logging.getLogger(__name__)
 BACKENDS = ("auto", "hf", "vllm")
 # Used when the model's training run does not say (a bare folder): the guide's max_response_length.
 DEFAULT_MAX_NEW_TOKENS = 1024
-DEFAULT_BATCH_SIZE = 32
 PREDICTIONS_TABLE = "eval/gsm8k_predictions.json"
 # Version tags written after an evaluation; promote reads VERSION_ACCURACY_TAG.
 VERSION_ACCURACY_TAG = "eval.gsm8k.accuracy"
@@ -144,92 +145,8 @@ def choose_backend(backend: str) -> str:
     if backend == "vllm" and not has_vllm:
         raise VerlflowError("backend 'vllm' needs the vllm package, which is not installed: use backend=hf")
     if backend == "auto":
-        return "vllm" if has_vllm and _accelerator().is_accelerator else "hf"
+        return "vllm" if has_vllm and accelerator().is_accelerator else "hf"
     return backend
-
-
-def _accelerator() -> Device:
-    """The device to generate on: verlflow's one detection order (:func:`detect_device`), then the CPU when this
-    torch cannot drive what was found (a CPU build of torch on a GPU node, torch_npu seeing no NPU)."""
-    import torch
-
-    from verlflow.device.detect import detect_device, import_torch_npu
-
-    # An installed torch_npu that cannot import is one line here; left alone, transformers imports it while loading
-    # the model and fails with a traceback.
-    import_torch_npu()
-    found = detect_device()
-    backend = getattr(torch, found.torch_type, None)  # torch.npu (once torch_npu is imported), torch.cuda
-    if found.is_accelerator and not (backend is not None and backend.is_available()):
-        return Device.CPU
-    return found
-
-
-def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int,
-                batch_size: int = DEFAULT_BATCH_SIZE) -> list[tuple[str, int]]:
-    """Greedy answers (text, response tokens) with transformers: left-padded batches, KV cache."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    from verlflow.progress import progress_bar
-
-    dev = _accelerator()
-    device = dev.torch_type  # what torch calls it: cuda, npu, cpu
-    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
-    tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    dtype = torch.bfloat16 if dev.is_accelerator else torch.float32
-    lm = AutoModelForCausalLM.from_pretrained(model.model_dir, dtype=dtype).to(device).eval()
-    eos = _eos_ids(lm, tokenizer)
-    gen_config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, use_cache=True,
-        eos_token_id=sorted(eos), pad_token_id=tokenizer.pad_token_id,
-    )
-    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
-    # Similar lengths in one batch waste less compute on padding; answers go back in input order.
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    answers: list[tuple[str, int]] = [("", 0)] * len(texts)
-    with torch.inference_mode(), progress_bar(len(texts), "evaluate", "problem") as bar:
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
-            out = lm.generate(**enc, generation_config=gen_config)  # (batch, prompt_len + new)
-            new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
-            for i, tokens in zip(batch, new_tokens, strict=True):
-                length = _response_length(tokens, eos)
-                answers[i] = (tokenizer.decode(tokens[:length], skip_special_tokens=True), length)
-            bar.update(len(batch))
-    return answers
-
-
-def _eos_ids(lm: Any, tokenizer: Any) -> set[int]:
-    ids = lm.generation_config.eos_token_id
-    eos = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
-    if tokenizer.eos_token_id is not None:
-        eos.add(tokenizer.eos_token_id)
-    return eos
-
-
-def _response_length(tokens: list[int], eos: set[int]) -> int:
-    """Tokens up to and including the first end-of-sequence token (what was actually generated)."""
-    for position, token in enumerate(tokens):
-        if token in eos:
-            return position + 1
-    return len(tokens)
-
-
-def generate_vllm(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int) -> list[tuple[str, int]]:
-    """Greedy answers (text, response tokens) with vLLM, same prompts as :func:`generate_hf`."""
-    from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
-
-    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
-    texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
-    llm = LLM(model=str(model.model_dir), tokenizer=str(model.tokenizer_dir), seed=0)
-    outputs = llm.generate(texts, SamplingParams(temperature=0.0, max_tokens=max_new_tokens), use_tqdm=True)
-    return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outputs]
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -391,7 +308,11 @@ def tag_version(name: str, version: str, result: EvalResult) -> str:
     kept beside the headline under :func:`side_tag_prefix`, and a line says which score stays the headline.
     """
     client = MlflowClient()
-    current = client.get_model_version(name, version).tags
+    try:
+        current = client.get_model_version(name, version).tags
+    except MlflowException:
+        raise VerlflowError(f"version {version} of registered model '{name}' was deleted while it was evaluated: "
+                            f"the result is kept in run {result.run_id} only") from None
     headline = is_headline(current, result)
     prefix = "eval.gsm8k" if headline else side_tag_prefix(result.split, result.num_samples)
     values = {"accuracy": f"{result.accuracy:.6g}", "accuracy_flexible": f"{result.accuracy_flexible:.6g}",

@@ -21,6 +21,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
+from verlflow.models import absent
 from verlflow.models.model_path import is_hub_id
 from verlflow.names import CHECKPOINT_DIR_TAG, SOURCE_RUN_TAG
 from verlflow.util import first_line
@@ -79,11 +80,8 @@ def _resolve_registered(uri: str) -> ResolvedModel:
     try:
         mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
     except MlflowException:
-        if alias:
-            aliases = sorted(client.get_registered_model(name).aliases)
-            have = f"its aliases are {', '.join(aliases)}" if aliases else "it has no aliases yet (run promote)"
-            raise VerlflowError(f"registered model '{name}' has no alias '{alias}': {have}") from None
-        raise VerlflowError(f"registered model '{name}' has no version '{version}'") from None
+        raise (absent.missing_alias(client, name, alias) if alias
+               else absent.missing_version(client, name, version)) from None
     source_run = mv.tags.get("source_run_id") or _source_of_run(client, mv.run_id)
     resolved = _from_download(f"models:/{name}/{mv.version}", source_run_id=source_run)
     resolved.uri, resolved.registered_name, resolved.version = uri, name, str(mv.version)
@@ -102,15 +100,11 @@ def logged_model_id(mv) -> str | None:
 
 
 def require_registered_model(client: MlflowClient, name: str) -> None:
-    """One clear line, listing what exists, when no registered model has this name."""
+    """One clear line when no registered model has this name: deleted (named so) or never made, listing what exists."""
     try:
         client.get_registered_model(name)
     except MlflowException:
-        known = sorted(m.name for m in client.search_registered_models(max_results=20))
-        have = f"registered models: {', '.join(known)}" if known else "the registry is empty (run register first)"
-        raise VerlflowError(
-            f"no registered model '{name}' in the tracking store {mlflow.get_tracking_uri()}: {have}"
-        ) from None
+        raise absent.missing_model(client, name) from None
 
 
 def _resolve_run(uri: str) -> ResolvedModel:

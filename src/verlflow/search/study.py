@@ -13,8 +13,9 @@ Storage (``-P storage=``):
 SQLite (``sqlite:///…``) works for one worker only: it locks under parallel writers. Both kinds record a
 heartbeat for each running trial; a trial whose worker died (no heartbeat for ``grace_period`` seconds)
 is marked failed by the next worker that starts a trial, its MLflow runs are closed, and its params are
-queued again (Optuna's retry callback). With a journal, a trial whose worker ran on this host and is gone (a
-search SIGKILLed and resumed at once) is failed the same way without waiting for the grace period.
+queued again (Optuna's retry callback). Both also record each trial's worker (host, pid, process start): a
+trial whose worker ran on this host and is gone (a search SIGKILLed and resumed at once) is failed the same way
+without waiting for the grace period.
 Optuna's journal storage has no heartbeat of its own:
 :class:`HeartbeatJournalStorage` adds one, stored as a trial system attribute.
 """
@@ -108,6 +109,33 @@ def _worker_gone(worker: str | None) -> bool:
     if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
     return not process_alive(int(pid), None if start == "None" else start)
+
+
+def _gone_workers_trials(storage: BaseStorage, study_id: int) -> list[int]:
+    """RUNNING trials of the study whose recorded worker ran on this host and is gone."""
+    return [trial._trial_id for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+            if _worker_gone(trial.system_attrs.get(WORKER_ATTR))]
+
+
+class HeartbeatRDBStorage(RDBStorage):
+    """Optuna's RDBStorage whose trials also record their worker, so a trial of a search killed and resumed at
+    once is failed by the resumed search, not only once its heartbeat is older than the grace period."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._stamped: set[int] = set()  # trials whose worker this process has recorded
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """Optuna's heartbeat, and on the first beat the worker (host, pid, process start) as a system attr."""
+        if trial_id not in self._stamped:
+            self.set_trial_system_attr(trial_id, WORKER_ATTR, _this_worker())
+            self._stamped.add(trial_id)
+        super().record_heartbeat(trial_id)
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """Optuna's stale trials (no heartbeat for the grace period) and those whose worker on this host is gone."""
+        stale = list(super()._get_stale_trial_ids(study_id))
+        return stale + [t for t in _gone_workers_trials(self, study_id) if t not in stale]
 
 
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
@@ -227,15 +255,15 @@ _RACE = re.compile(r"already exists|duplicate|unique constraint|database is lock
 CONNECT_TIMEOUT_S = 10
 
 
-def _rdb_storage(url: str, kwargs: dict[str, Any], attempts: int = 3) -> RDBStorage:
+def _rdb_storage(url: str, kwargs: dict[str, Any], attempts: int = 3) -> HeartbeatRDBStorage:
     """Open an RDB storage; retried a few times because workers that start together on a fresh database race
     to create Optuna's tables (one sees "already exists" while the other's CREATE commits). The last
     attempt's error (and a missing driver's at once) is the caller's to report."""
 
-    def attempt() -> RDBStorage:
+    def attempt() -> HeartbeatRDBStorage:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(url, **kwargs)
+            return HeartbeatRDBStorage(url, **kwargs)
 
     for _ in range(attempts - 1):
         try:

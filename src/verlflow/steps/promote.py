@@ -11,7 +11,7 @@ from verlflow.step_requests import PromoteRequest
 
 def run_promote(request: PromoteRequest, *, run_id: str | None = None):
     """Decide and move the request's alias; ``run_id``: a ``promote`` run already created (``main``'s child)."""
-    from verlflow.models.registry import promote_best
+    from verlflow.models.promotion import promote_best
 
     decision = promote_best(request.model_name, request.metric, request.alias, request.force, run_id=run_id)
     if run_id is None and decision.run_id:  # main's promote child: main prints the links

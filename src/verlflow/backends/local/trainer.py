@@ -56,6 +56,7 @@ from verlflow.backends.local.traces import trace_samples
 from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
+from verlflow.out_of_memory import is_out_of_memory, out_of_memory_error
 from verlflow.platforms import Device
 from verlflow.runs import logged_models
 from verlflow.runs.store_retry import retry_on_lock
@@ -102,8 +103,26 @@ def train_local(
     try:
         trainer.setup()
         return trainer.train(on_step_end=on_step_end, started_at=started_at)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise _out_of_memory(trainer) from None
     finally:
         trainer.cleanup()
+
+
+def _out_of_memory(trainer: LocalTrainer) -> VerlflowError:
+    """The one line for a trainer out of memory: the step, and the sizes that set its memory (largest lever first:
+    one step generates train_batch_size x n responses at once)."""
+    s = trainer.settings
+    batch = {"data.train_batch_size": s.train_batch_size, "actor_rollout_ref.rollout.n": s.n}
+    sizes = {**dict(sorted(batch.items(), key=lambda kv: -kv[1])), "data.max_response_length": s.max_response_length,
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": s.ppo_micro_batch_size,
+             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": s.log_prob_micro_batch}
+    total = getattr(trainer, "total_steps", None)  # set once set-up has read the data
+    step = trainer.global_step  # counted up as a step starts: 0 is set-up or the validation before training
+    where = f"in the local trainer at step {step} of {total}" if total and step else "in the local trainer's set-up"
+    return out_of_memory_error(where, sizes)
 
 
 def with_run_folder(cfg: Any, run_id: str) -> Any:
