@@ -21,3 +21,16 @@ except ImportError as exc:  # pragma: no cover - an Optuna that moved it
                       "verlflow's journal heartbeats need: install optuna>=4.2,<6") from exc
 
 __all__ = ["BaseHeartbeat"]
+
+
+def trial_id(trial: optuna.trial.FrozenTrial) -> int:
+    """The storage's id of ``trial`` (what a storage's trial methods take; ``FrozenTrial._trial_id``, no public
+    name). Checked on Optuna 5.1.0. Fallback: none (AttributeError), as the storages themselves read it."""
+    return trial._trial_id
+
+
+def rdb_stale_trial_ids(storage: optuna.storages.RDBStorage, study_id: int) -> list[int]:
+    """RDBStorage's own stale trials of ``study_id`` (no heartbeat for the grace period):
+    ``RDBStorage._get_stale_trial_ids``, which Optuna's optimize loop calls through ``BaseHeartbeat``. Checked on
+    Optuna 5.1.0. Fallback: none (AttributeError): an RDBStorage without it has no heartbeat either."""
+    return list(optuna.storages.RDBStorage._get_stale_trial_ids(storage, study_id))

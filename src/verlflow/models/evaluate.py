@@ -38,7 +38,6 @@ from verlflow.errors import VerlflowError
 from verlflow.models.generate import DEFAULT_BATCH_SIZE, accelerator, generate_hf, generate_vllm
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
-from verlflow.platforms import Device
 from verlflow.runs import tracking
 from verlflow.runs.deadline import TrackingDeadline
 from verlflow.runs.store_retry import retry_on_lock

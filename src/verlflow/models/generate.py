@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from verlflow.platforms import Device
 from verlflow.models.model_uri import ResolvedModel
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
+from verlflow.platforms import Device
 
 DEFAULT_BATCH_SIZE = 32
 

@@ -41,6 +41,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
+from verlflow.compat import optuna as compat_optuna
 from verlflow.compat.optuna import BaseHeartbeat  # Optuna's private heartbeat base (see compat.optuna)
 from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, SPACE_TAG
@@ -113,8 +114,8 @@ def _worker_gone(worker: str | None) -> bool:
 
 def _gone_workers_trials(storage: BaseStorage, study_id: int) -> list[int]:
     """RUNNING trials of the study whose recorded worker ran on this host and is gone."""
-    return [trial._trial_id for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-            if _worker_gone(trial.system_attrs.get(WORKER_ATTR))]
+    running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+    return [compat_optuna.trial_id(trial) for trial in running if _worker_gone(trial.system_attrs.get(WORKER_ATTR))]
 
 
 class HeartbeatRDBStorage(RDBStorage):
@@ -134,7 +135,7 @@ class HeartbeatRDBStorage(RDBStorage):
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         """Optuna's stale trials (no heartbeat for the grace period) and those whose worker on this host is gone."""
-        stale = list(super()._get_stale_trial_ids(study_id))
+        stale = compat_optuna.rdb_stale_trial_ids(self, study_id)
         return stale + [t for t in _gone_workers_trials(self, study_id) if t not in stale]
 
 
