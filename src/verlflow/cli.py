@@ -19,6 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from verlflow import stopping
 from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.runs.deadline import TrackingDeadline, server_failure
@@ -57,7 +58,7 @@ def run_step(name: str, values: dict[str, str]):
         import mlflow
 
         from verlflow import known_warnings, progress
-        from verlflow.runs import deadline, lifecycle, probe, tracking, ui_links
+        from verlflow.runs import deadline, lifecycle, probe, ui_links
 
         step = STEPS[name]
         request = parse_request(step.request, values)
@@ -69,9 +70,12 @@ def run_step(name: str, values: dict[str, str]):
     probe.check_tracking_server()
     if (uri := mlflow.get_tracking_uri()).startswith(("http://", "https://")):
         deadline.bound_tracking(uri)
-    with tracking.signals_raise():  # a SIGTERM before or after the step's run is one line, exit 143, too
+    with stopping.installed():  # a SIGTERM before or after the step's run is one line, exit 143, too
         lifecycle.die_with_launcher()
-        return step.run(request)
+        stopping.stop_point()  # a stop taken while the step loaded and checked its inputs
+        result = step.run(request)
+        stopping.stop_point()  # a stop taken after the step's last run ended: the step still says it stopped
+        return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:

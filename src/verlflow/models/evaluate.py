@@ -31,7 +31,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow import names
+from verlflow import names, stopping
 from verlflow.config import Device
 from verlflow.data.gsm8k import log_split_inputs
 from verlflow.errors import VerlflowError
@@ -196,13 +196,26 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
             batch = order[start:start + batch_size]
             enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
-            out = lm.generate(**enc, generation_config=gen_config)  # (batch, prompt_len + new)
+            out = lm.generate(**enc, generation_config=gen_config, stopping_criteria=_until_stopped(torch))
+            stopping.stop_point()  # per batch (a stop also cuts the batch's generation short, per token)
             new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
             for i, tokens in zip(batch, new_tokens, strict=True):
                 length = _response_length(tokens, eos)
                 answers[i] = (tokenizer.decode(tokens[:length], skip_special_tokens=True), length)
             bar.update(len(batch))
     return answers
+
+
+def _until_stopped(torch: Any) -> Any:
+    """A stopping criterion for ``generate`` that ends every row once a stop has come (:data:`stopping.STOP`)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class UntilStopped(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), stopping.STOP.is_set(), dtype=torch.bool,
+                              device=input_ids.device)
+
+    return StoppingCriteriaList([UntilStopped()])
 
 
 def _eos_ids(lm: Any, tokenizer: Any) -> set[int]:
