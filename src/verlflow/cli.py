@@ -58,6 +58,7 @@ def run_step(name: str, values: dict[str, str]):
         import mlflow
 
         from verlflow import known_warnings, progress
+        from verlflow.compat import mlflow as compat_mlflow
         from verlflow.runs import deadline, lifecycle, probe, ui_links
 
         step = STEPS[name]
@@ -70,10 +71,15 @@ def run_step(name: str, values: dict[str, str]):
     probe.check_tracking_server()
     if (uri := mlflow.get_tracking_uri()).startswith(("http://", "https://")):
         deadline.bound_tracking(uri)
+        compat_mlflow.http_retries_end_at(stopping.STOP)  # a stop ends a hung request after its try under way
     with stopping.installed():  # a SIGTERM before or after the step's run is one line, exit 143, too
         lifecycle.die_with_launcher()
         stopping.stop_point()  # a stop taken while the step loaded and checked its inputs
-        result = step.run(request)
+        try:
+            result = step.run(request)
+        except (Exception, deadline.TrackingDeadline):  # after a stop: a call that failed riding out its timeout
+            stopping.stop_point()
+            raise
         stopping.stop_point()  # a stop taken after the step's last run ended: the step still says it stopped
         return result
 

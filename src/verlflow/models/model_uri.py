@@ -20,6 +20,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow import stopping
 from verlflow.errors import VerlflowError
 from verlflow.models.model_path import is_hub_id
 from verlflow.names import CHECKPOINT_DIR_TAG, SOURCE_RUN_TAG
@@ -106,6 +107,7 @@ def require_registered_model(client: MlflowClient, name: str) -> None:
     try:
         client.get_registered_model(name)
     except MlflowException:
+        stopping.stop_point()  # the request failed riding out its timeout after a stop: no second one
         known = sorted(m.name for m in client.search_registered_models(max_results=20))
         have = f"registered models: {', '.join(known)}" if known else "the registry is empty (run register first)"
         raise VerlflowError(
