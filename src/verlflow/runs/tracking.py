@@ -105,6 +105,7 @@ def tracked_run(
             if experiment:
                 experiments.mark_training(run.info.experiment_id)
             heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
+            stopping.stop_point()  # a stop while it opened: the body (a metric writer, a launch) never starts
             yield run
             stopping.stop_point()  # a stop taken in a body without safe points of its own (preprocess, register)
         except BaseException as exc:
