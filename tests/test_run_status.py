@@ -50,12 +50,14 @@ def test_explicit_parent_link(tracking_uri):
 def test_signal_ends_killed_and_keeps_metrics(tracking_uri, tmp_path, signum):
     script = textwrap.dedent(
         """
-        import sys, time, mlflow
+        import mlflow
+        from verlflow import stopping
         from verlflow.runs.tracking import tracked_run
         with tracked_run(run_name="long") as run:
             mlflow.log_metric("timing_s/step", 1.5, step=1)
             print(run.info.run_id, flush=True)
-            time.sleep(120)
+            stopping.STOP.wait(120)  # a long body at a safe point: the signal only sets STOP
+            stopping.stop_point()
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -19,6 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from verlflow import stopping
 from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
@@ -58,7 +59,8 @@ def run_step(name: str, values: dict[str, str]):
         import mlflow
 
         from verlflow import known_warnings, progress
-        from verlflow.runs import deadline, lifecycle, probe, tracking, ui_links
+        from verlflow.compat import mlflow as compat_mlflow
+        from verlflow.runs import deadline, lifecycle, probe, ui_links
 
         step = STEPS[name]
         request = parse_request(step.request, values)
@@ -70,9 +72,17 @@ def run_step(name: str, values: dict[str, str]):
     probe.check_tracking_server()
     if (uri := mlflow.get_tracking_uri()).startswith(("http://", "https://")):
         deadline.bound_tracking(uri)
-    with tracking.signals_raise():  # a SIGTERM before or after the step's run is one line, exit 143, too
+        compat_mlflow.http_retries_end_at(stopping.STOP)  # a stop ends a hung request after its try under way
+    with stopping.installed():  # a SIGTERM before or after the step's run is one line, exit 143, too
         lifecycle.die_with_launcher()
-        return step.run(request)
+        stopping.stop_point()  # a stop taken while the step loaded and checked its inputs
+        try:
+            result = step.run(request)
+        except (Exception, deadline.TrackingDeadline):  # after a stop: a call that failed riding out its timeout
+            stopping.stop_point()
+            raise
+        stopping.stop_point()  # a stop taken after the step's last run ended: the step still says it stopped
+        return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:

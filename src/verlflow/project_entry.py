@@ -14,15 +14,17 @@ from __future__ import annotations
 def main(argv: list[str]) -> None:
     """Run the step ``argv[0]`` as ``verlflow <step> …`` does; an interrupt while it loads is one line, exit 130.
 
-    The stop handlers (:mod:`verlflow.stopping`, which loads only ``signal`` and ``sys``) come first: whatever
-    loads before them is a window in which a Ctrl-C is still Python's own.
+    The stop handler (:mod:`verlflow.stopping`, which loads only ``signal`` and ``sys``) comes first: whatever
+    loads before it is a window in which a Ctrl-C is still Python's own. While the step's imports load (no safe
+    point in them) the first signal raises; from the step's first line on a signal only sets
+    :data:`verlflow.stopping.STOP`, and the step ends at its next safe point.
     """
-    from verlflow.stopping import raise_stops_once, stop_interrupted
+    from verlflow.stopping import raising_while_loading, stop_interrupted
 
-    raise_stops_once()
-    prepare_process()
     try:
-        from verlflow.cli import main as cli_main
+        with raising_while_loading():
+            prepare_process()
+            from verlflow.cli import main as cli_main
     except KeyboardInterrupt as exc:
         stop_interrupted(argv[0], exc)
     cli_main(argv)

@@ -1,16 +1,24 @@
-"""How this process stops on SIGINT/SIGTERM: one handler records the signal and sets :data:`STOP`.
+"""How this process stops on SIGINT/SIGTERM: a stop is an event, checked at safe points.
 
-- :func:`install` is the only place that sets a SIGINT/SIGTERM handler: the entry calls it from its first line
-  (:mod:`verlflow.project_entry`), a block run without an entry through :func:`installed` (a run in a test, a
-  script), and a library that replaced it (``ray.init`` sets ``sys.exit`` for SIGTERM) calls it again.
-- The handler records every stop signal (:func:`received`) and sets :data:`STOP`. Inside :func:`checked` that is
-  all it does: the block looks at :data:`STOP` at its own safe points (the verl launch's wait forwards the
-  signal to verl, a node sampler stops, a run's end runs out its bounded tries). Elsewhere (the entry's
-  imports, a step's code without safe points) the first signal raises :class:`RunInterrupted` where the main
-  thread is; later ones are only recorded: a second Ctrl-C, or the launcher's SIGTERM after the terminal's
-  SIGINT, arrives while the run ends, and raising again there cut its end short.
-- :func:`stop_point` is a safe point: it raises :class:`RunInterrupted` once a stop has come (the trainer's step
-  loop, the search's trial loop, the launch once verl has exited).
+The contract:
+
+- :func:`install` is the only place that sets a SIGINT/SIGTERM handler: the entry (:mod:`verlflow.project_entry`)
+  through :func:`raising_while_loading`, a block run without an entry through :func:`installed` (a step under the
+  console script, a run in a test or a script), and a library that replaced it (``ray.init`` sets ``sys.exit`` for
+  SIGTERM) is undone by :func:`handlers_kept`. Any other handler a process needs (the metric writer's child) is set
+  here too, through :func:`set_handlers`.
+- The handler records the signal (:func:`received`) and sets :data:`STOP`. It never raises, except while the entry
+  imports (:func:`raising_while_loading`: MLflow, torch and verl take seconds to load and have no safe point): there
+  the first signal raises :class:`RunInterrupted`, once.
+- Every long-running place checks :data:`STOP` at its safe points and ends there: :func:`stop_point` raises
+  :class:`RunInterrupted` in verlflow's own code, between library calls, so the run it is in ends KILLED
+  (:func:`verlflow.runs.tracking.tracked_run`). Safe points: the trainer's step loop and its sampling per token,
+  evaluate per batch and per generated token, the search's trial loop, the verl launch's and Ray job's waits (which
+  pass the signal on to verl first), promote's rounds, the end of every run's body and of every step. A blocking
+  call in between (a store request, a model load) is bounded by its own timeout, never interrupted from outside, so
+  a stop never lands inside SQLAlchemy, a finalizer or a library's logging.
+- The end of a stopped run is short and bounded (one try at the server, see :mod:`verlflow.runs.tracking`); a second
+  signal meanwhile is only recorded.
 
 It imports only ``signal``, ``sys`` and ``threading`` at load, so an entry point has it before MLflow, torch or
 verl start loading. :func:`stop_interrupted` is the exit of an interrupted step.
@@ -22,18 +30,16 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 STOPS = (signal.SIGINT, signal.SIGTERM)
 STOP = threading.Event()  # set by the first stop signal; cleared only by the block that installed the handler
 _received: list[int] = []  # every stop signal since the handler was installed, in order
-_state = {"checked": 0, "raised": False}
-# Called with (signum, frame) before a raise: True when it took the signal over (it will be raised later).
-_defer: list[Callable[[int, object], bool]] = []
+_state = {"raising": False}  # True only while the entry imports (raising_while_loading)
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """A stop signal, raised in the main thread (a :class:`KeyboardInterrupt`, so a step's run ends KILLED)."""
+    """A stop, raised at a safe point (a :class:`KeyboardInterrupt`, so a step's run ends KILLED)."""
 
     def __init__(self, signum: int):
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
@@ -42,7 +48,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 def install() -> None:
     """Make this module's handler the SIGINT/SIGTERM handler (again after a library replaced it)."""
-    _set_handlers(dict.fromkeys(STOPS, _on_stop))
+    set_handlers(dict.fromkeys(STOPS, _on_stop))
 
 
 def is_installed() -> bool:
@@ -50,18 +56,26 @@ def is_installed() -> bool:
     return all(signal.getsignal(stop) is _on_stop for stop in STOPS)
 
 
-def _set_handlers(handlers: dict) -> None:
-    """The one place that sets a stop signal's handler: the main thread's (Python's rule)."""
+def set_handlers(handlers: dict) -> None:
+    """The one place that sets a signal's handler (None: the default); only the main thread may (Python's rule),
+    elsewhere nothing changes. Used by :func:`install` and by a child process with its own (the metric writer)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for stop, handler in handlers.items():
-        if signal.getsignal(stop) is not handler:
-            signal.signal(stop, handler if handler is not None else signal.SIG_DFL)
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-def raise_stops_once() -> None:
-    """The entry's first line: from now on a stop signal is this module's (see the module's docstring)."""
+@contextlib.contextmanager
+def raising_while_loading() -> Iterator[None]:
+    """The entry's first block: the handler is installed and the first stop signal in the block raises
+    :class:`RunInterrupted` (the step's imports have no safe point). Once the block is left it never raises."""
     install()
+    _state["raising"] = True
+    try:
+        yield
+    finally:
+        _state["raising"] = False
 
 
 @contextlib.contextmanager
@@ -76,7 +90,7 @@ def installed() -> Iterator[None]:
         yield
     finally:
         if owner:
-            _set_handlers(previous)
+            set_handlers(previous)
             reset()
 
 
@@ -90,7 +104,7 @@ def handlers_kept() -> Iterator[None]:
     try:
         yield
     finally:
-        _set_handlers(previous)
+        set_handlers(previous)
 
 
 @contextlib.contextmanager
@@ -100,18 +114,17 @@ def sigint_ignored_by_children() -> Iterator[None]:
     metric writer's interpreter was starting killed it with a traceback. A Ctrl-C to this process in the block is
     ignored too (the block only starts a process). Only the main thread may change a handler; elsewhere a no-op."""
     previous = {signal.SIGINT: signal.getsignal(signal.SIGINT)}
-    _set_handlers({signal.SIGINT: signal.SIG_IGN})
+    set_handlers({signal.SIGINT: signal.SIG_IGN})
     try:
         yield
     finally:
-        _set_handlers(previous)
+        set_handlers(previous)
 
 
 def reset() -> None:
     """Forget the stop this process took (the block that installed the handler ended)."""
     STOP.clear()
     _received.clear()
-    _state["raised"] = False
 
 
 def received() -> list[int]:
@@ -124,53 +137,23 @@ def stop_signal() -> int | None:
     return _received[0] if _received else None
 
 
-@contextlib.contextmanager
-def checked() -> Iterator[None]:
-    """A stop signal only sets :data:`STOP` while the block runs: the block checks it at its safe points, or is
-    short and bounded (ending a run, the exit's one line)."""
-    _state["checked"] += 1
-    try:
-        yield
-    finally:
-        _state["checked"] -= 1
-
-
 def interrupted() -> RunInterrupted:
-    """The :class:`RunInterrupted` for the stop that came, marked raised (a later signal raises nothing)."""
-    _state["raised"] = True
+    """The :class:`RunInterrupted` for the stop that came (SIGTERM when :data:`STOP` was set without a signal)."""
     return RunInterrupted(stop_signal() or signal.SIGTERM)
 
 
 def stop_point() -> None:
-    """A safe point: raise :class:`RunInterrupted` when a stop has come."""
+    """A safe point: raise :class:`RunInterrupted` when a stop has come (the run ends KILLED)."""
     if STOP.is_set():
         raise interrupted()
 
 
-def raise_again() -> None:
-    """The raise for this stop was lost (Python cannot raise in a finalizer): the next signal raises again."""
-    _state["raised"] = False
-
-
-@contextlib.contextmanager
-def deferring(defer: Callable[[int, object], bool]) -> Iterator[None]:
-    """``defer(signum, frame)`` is asked before each raise while the block runs; True: not raised now."""
-    _defer.append(defer)
-    try:
-        yield
-    finally:
-        _defer.remove(defer)
-
-
 def _on_stop(signum: int, frame) -> None:
-    if not _received or _state["raised"] or _state["checked"]:
-        _received.append(signum)  # a re-sent one (a deferral) is the same stop, not a second signal
+    _received.append(signum)
     STOP.set()
-    if _state["checked"] or _state["raised"]:
-        return
-    if any(defer(signum, frame) for defer in _defer):
-        return
-    raise interrupted()
+    if _state["raising"]:  # the entry still imports: only there, and only the first signal, raises
+        _state["raising"] = False
+        raise RunInterrupted(signum)
 
 
 def stop_interrupted(step: str, exc: KeyboardInterrupt) -> None:
@@ -178,10 +161,9 @@ def stop_interrupted(step: str, exc: KeyboardInterrupt) -> None:
     run``, a watcher that ends the launcher's run KILLED if the step never did (:mod:`verlflow.runs.launcher_status`).
     Imports nothing that an interrupted import could have left half made."""
     signum = exc.signum if isinstance(getattr(exc, "signum", None), int) else signal.SIGINT
-    _state["raised"] = True
-    with checked():  # a second Ctrl-C meanwhile must not end this in a traceback
-        from verlflow.processes import LAUNCHER_RUN_ID, watch_launcher
+    _state["raising"] = False
+    from verlflow.processes import LAUNCHER_RUN_ID, watch_launcher
 
-        watch_launcher(LAUNCHER_RUN_ID, interrupted_by=signal.Signals(signum).name)
+    watch_launcher(LAUNCHER_RUN_ID, interrupted_by=signal.Signals(signum).name)
     print(f"verlflow {step}: interrupted", file=sys.stderr)
     sys.exit(128 + signum)

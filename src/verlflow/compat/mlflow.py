@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -86,3 +87,37 @@ def latest_metrics(run_data: Any) -> dict[str, Any]:
     scripts/test_lowest_mlflow.sh. Fallback: where it is gone the result is empty, and callers read histories.
     """
     return {metric.key: metric for metric in getattr(run_data, "_metric_objs", None) or ()}
+
+
+def http_retries_end_at(stop: threading.Event) -> bool:
+    """Make MLflow's HTTP client give up its remaining retries of a request once ``stop`` is set: a stop never
+    interrupts a request (:mod:`verlflow.stopping`), so a request to a hung server ends after the try under way
+    (its own timeout) instead of after every retry (a minute and more); a request begun after the stop still gets
+    its one try (a run's end).
+
+    The ``Retry`` class (urllib3's, and ``JitteredRetry`` under urllib3 < 2) that ``mlflow/utils/request_utils.py``
+    builds its sessions with, replaced by a subclass whose ``is_exhausted`` is also true once ``stop`` is set, and
+    its session cache ``_cached_get_request_session`` cleared: checked on MLflow 3.17.2, and 3.5.1 by
+    scripts/test_lowest_mlflow.sh. Fallback: where they are gone a request runs out its retries as before (a stop
+    then takes up to one call's whole bound, :mod:`verlflow.runs.deadline`). Returns whether it was replaced.
+    """
+    try:
+        from mlflow.utils import request_utils
+    except ImportError:
+        return False
+    replaced = False
+    for name in ("Retry", "JitteredRetry"):
+        base = getattr(request_utils, name, None)
+        if not isinstance(base, type) or getattr(base, "verlflow_stop", None) is stop:
+            continue
+
+        def is_exhausted(self, _base=base) -> bool:
+            return stop.is_set() or _base.is_exhausted(self)
+
+        ending = type(base.__name__, (base,), {"is_exhausted": is_exhausted, "verlflow_stop": stop})
+        setattr(request_utils, name, ending)
+        replaced = True
+    cache = getattr(request_utils, "_cached_get_request_session", None)
+    if replaced and hasattr(cache, "cache_clear"):
+        cache.cache_clear()
+    return replaced

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verlflow import stopping
 from verlflow.models.model_uri import ResolvedModel
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.platforms import Device
@@ -66,10 +67,11 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
             enc = tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(device)
             try:
-                out = lm.generate(**enc, generation_config=gen_config)  # (batch, prompt_len + new)
+                out = lm.generate(**enc, generation_config=gen_config, stopping_criteria=_until_stopped(torch))
             except Exception as exc:
                 batch_size = _smaller_batch(exc, batch_size, max_new_tokens)
                 continue
+            stopping.stop_point()  # per batch (a stop also cuts the batch's generation short, per token)
             new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
             for i, tokens in zip(batch, new_tokens, strict=True):
                 length = _response_length(tokens, eos)
@@ -92,6 +94,18 @@ def _smaller_batch(exc: Exception, batch_size: int, max_new_tokens: int) -> int:
     hold_reserve()  # taken back for the next time
     print(f"evaluate: out of memory generating {batch_size} problems at once; going on with {smaller}", flush=True)
     return smaller
+
+
+def _until_stopped(torch: Any) -> Any:
+    """A stopping criterion for ``generate`` that ends every row once a stop has come (:data:`stopping.STOP`)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class UntilStopped(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), stopping.STOP.is_set(), dtype=torch.bool,
+                              device=input_ids.device)
+
+    return StoppingCriteriaList([UntilStopped()])
 
 
 def _eos_ids(lm: Any, tokenizer: Any) -> set[int]:

@@ -20,6 +20,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow import stopping
 from verlflow.errors import VerlflowError
 from verlflow.models import absent
 from verlflow.models.model_path import is_hub_id
@@ -104,6 +105,7 @@ def require_registered_model(client: MlflowClient, name: str) -> None:
     try:
         client.get_registered_model(name)
     except MlflowException:
+        stopping.stop_point()  # the request failed riding out its timeout after a stop: no second one
         raise absent.missing_model(client, name) from None
 
 

@@ -23,6 +23,7 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow import stopping
 from verlflow.errors import VerlflowError
 from verlflow.models import absent, champion_notes
 from verlflow.models.aliases import CHAMPION, check_alias
@@ -167,6 +168,7 @@ def promote_alias(
             break
         if before_write is not None:
             before_write()
+        stopping.stop_point()  # a stop taken while the registry was read: the alias stays where it is
         try:
             client.set_registered_model_alias(name, alias, state.best.version)
         except MlflowException as exc:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from verlflow import known_warnings
+from verlflow import known_warnings, stopping
 from verlflow.runs import spill
 from verlflow.runs.spill import Entry, Point
 from verlflow.runs.store_retry import retry_on_lock
@@ -65,7 +65,7 @@ def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: 
                         write_every_s: float) -> None:
     """The writer process: gather, write, and on failure spill and retry, until the stream ends."""
     # A Ctrl-C to the terminal's process group is the trainer's to handle: it ends its run, then closes the stream.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stopping.set_handlers({signal.SIGINT: signal.SIG_IGN})
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     known_warnings.install()  # MLflow's traceback per SQLite lock retry: the writer waits it out (retry_on_lock)
     cap_http(WRITER_HTTP_KNOBS)
@@ -73,7 +73,7 @@ def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: 
 
     mlflow.set_tracking_uri(tracking_uri)  # summaries records read the run back through the default client
     writer = _Writer(steps, acks, run_id, tracking_uri, Path(spill_path), retry_s, write_every_s)
-    signal.signal(signal.SIGTERM, writer.stop)
+    stopping.set_handlers({signal.SIGTERM: writer.stop})
     # Set up (imports, client) at normal priority, while the trainer loads its model, so that the first
     # steps are written at once; then training first: the writer runs when a core is free.
     if hasattr(os, "nice"):  # not on Windows

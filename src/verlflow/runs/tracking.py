@@ -4,6 +4,9 @@
 
 - :func:`tracked_run` opens (or, under ``mlflow run``, attaches to) a run and guarantees its end state:
   FINISHED on success, FAILED on an error, KILLED on SIGTERM/SIGINT. Nothing it opened is left RUNNING.
+  A signal never raises inside the run (:mod:`verlflow.stopping`): it sets ``stopping.STOP``, the body's own safe
+  points end it (``stopping.stop_point``), and so do the run's start and the end of its body. A stop ends the run
+  KILLED whatever the body raised after it (a request riding out its timeout), with one short try at the server.
 - Params are the resolved verl config flattened *by verl's own function*, so local and verl runs carry
   identical keys; metric keys are sanitized *by verl's own MLflow adapter* (``@`` → ``_at_``).
 - :func:`log_run_summaries` adds the end-of-run figures the §6 comparison needs: ``timing_s/e2e`` and
@@ -13,11 +16,9 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -42,103 +43,9 @@ from verlflow.names import (
 from verlflow.processes import watch_launcher
 from verlflow.runs import deadline, experiments, lifecycle, metric_buffer, spill, summaries
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
-from verlflow.util import exception_chain, filter_quote, first_line
+from verlflow.util import filter_quote, first_line
 
 RunInterrupted = stopping.RunInterrupted
-_outer: list[bool] = []  # one entry per open signals_raise block
-
-
-@contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
-    """A SIGTERM/SIGINT raises :class:`RunInterrupted` in the block (a step, a run) where it has no safe point.
-
-    The handler is :mod:`verlflow.stopping`'s (installed here when no entry did): only the first signal raises,
-    a second (Ctrl-C twice, a launcher's SIGTERM after the terminal's SIGINT) arrives while the run is ending.
-    The outermost block adds what raising from any bytecode needs: an interrupt that lands inside SQLAlchemy
-    waits for it to return, one lost in a finalizer is raised again, and a library's log of it is dropped.
-    """
-    outermost = not _outer
-    _outer.append(outermost)
-    # MLflow's logger prints through its own handler, not the root's (it does not propagate).
-    handlers = [*logging.getLogger().handlers, *logging.getLogger("mlflow").handlers] if outermost else []
-    previous_hook = sys.unraisablehook
-    deferral = stopping.deferring(_defer_in_store) if outermost else contextlib.nullcontext()
-    if outermost:
-        sys.unraisablehook = _redeliver_swallowed
-        for handler in handlers:
-            handler.addFilter(_drop_own_interrupt)
-    try:
-        with stopping.installed(), deferral:
-            yield
-    finally:
-        _outer.pop()
-        if outermost:
-            sys.unraisablehook = previous_hook
-            for handler in handlers:
-                handler.removeFilter(_drop_own_interrupt)
-
-
-def _defer_in_store(signum: int, frame) -> bool:
-    """Whether the interrupt for ``signum`` waits (it landed inside a SQL store's session): see :func:`_defer`."""
-    if _in_a_store_transaction(frame) and _defer(signum):
-        return True
-    _deferred_since.clear()
-    return False
-
-
-# How long an interrupt waits for the store code it landed in to return before it is raised there anyway.
-DEFER_LIMIT_S = 5.0
-_deferred_since: list[float] = []
-
-
-def _in_a_store_transaction(frame) -> bool:
-    """Whether the main thread was inside SQLAlchemy when the signal came (a SQL store's session)."""
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith("sqlalchemy"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _defer(signum: int) -> bool:
-    """Send ``signum`` again in a moment instead of raising it now; False once it has waited :data:`DEFER_LIMIT_S`.
-
-    Raised inside SQLAlchemy, the interrupt skipped MLflow's rollback (it catches ``Exception``): the step's own
-    dead session kept SQLite's write lock, and the run's end, its metric writer and the launcher waited 20 s per
-    try on it (seen once in the Ctrl-C test, with MLflow's lock tracebacks printed). Raised a moment later it
-    lands in verlflow's code, between store calls.
-    """
-    if not _deferred_since:
-        _deferred_since.append(time.monotonic())
-    elif time.monotonic() - _deferred_since[0] > DEFER_LIMIT_S:
-        return False
-    _send_again(signum)
-    return True
-
-
-def _send_again(signum: int) -> None:
-    """Deliver ``signum`` to this process again in 50 ms, to be handled where it can be raised."""
-    threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
-
-
-def _drop_own_interrupt(record: logging.LogRecord) -> bool:
-    """Keep a log record unless its traceback is this step's own interrupt: a library that catches it, logs it
-    and raises it on (SQLAlchemy's pool, when the signal lands in its connection finalizer or while it closes a
-    cursor) printed a traceback beside the step's one-line "interrupted"."""
-    # also a later error raised while handling it ("closing cursor")
-    return not any(isinstance(error, RunInterrupted)
-                   for error in exception_chain(record.exc_info[1] if record.exc_info else None))
-
-
-def _redeliver_swallowed(unraisable) -> None:
-    """A :class:`RunInterrupted` raised where Python cannot raise (a finalizer, a module's import-time cleanup:
-    "Exception ignored in …") is lost, and the step trained on to FINISHED (1 SIGTERM in 10 under ``mlflow
-    run``): the signal is sent again, to be raised at the next point that can."""
-    if isinstance(unraisable.exc_value, RunInterrupted):
-        stopping.raise_again()
-        _send_again(unraisable.exc_value.signum)
-        return
-    sys.__unraisablehook__(unraisable)
 
 
 def end_status(exc: BaseException | None) -> str:
@@ -187,7 +94,8 @@ def tracked_run(
     parent = mlflow.active_run()
     if parent is not None and chosen is None and not run_id and not os.environ.get("MLFLOW_RUN_ID"):
         chosen = parent.info.experiment_id  # a nested step (search's evaluate, register) stays with its parent
-    with signals_raise():  # from here on a SIGTERM/SIGINT ends the run KILLED, never leaves it RUNNING
+    with stopping.installed():  # from here on a SIGTERM/SIGINT ends the run KILLED, never leaves it RUNNING
+        stopping.stop_point()  # a stop taken before it opens (between a pipeline's phases): none is opened
         run = retry_on_lock(mlflow.start_run, run_id=run_id, run_name=run_name, tags=all_tags,
                             nested=parent is not None, log_system_metrics=log_system_metrics, experiment_id=chosen)
         run_id = run.info.run_id
@@ -197,9 +105,11 @@ def tracked_run(
             if experiment:
                 experiments.mark_training(run.info.experiment_id)
             heartbeat = lifecycle.mark_alive(run_id)  # host, pid, heartbeat: a dead run can be told and reaped
+            stopping.stop_point()  # a stop while it opened: the body (a metric writer, a launch) never starts
             yield run
+            stopping.stop_point()  # a stop taken in a body without safe points of its own (preprocess, register)
         except BaseException as exc:
-            error = deadline.as_deadline(exc) or exc  # a request that ran out of time: the end is short
+            error = _after_stop(exc) or deadline.as_deadline(exc) or exc  # both: the end is short
             if error is not exc:
                 raise error from exc
             raise
@@ -214,20 +124,20 @@ END_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIM
 _LEAVE_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 2}
 
 
-def _signals_held() -> contextlib.AbstractContextManager:
-    """A SIGTERM/SIGINT only recorded while the block runs (it is short and bounded: ending a run after a first
-    one); the main thread's concern only."""
-    if threading.current_thread() is not threading.main_thread():
-        return contextlib.nullcontext()
-    return stopping.checked()
+def _after_stop(exc: BaseException) -> RunInterrupted | None:
+    """The stop that came before ``exc`` ended the run's body, as the run's end (KILLED): a blocking call rides out
+    its own timeout after a stop and may fail doing so (a hung request), but the run ended because of the stop."""
+    if isinstance(exc, KeyboardInterrupt) or not stopping.STOP.is_set():
+        return None
+    return stopping.interrupted()
 
 
 def _end_run(run_id: str, error: BaseException | None) -> None:
     """End ``run_id`` with the status ``error`` calls for; a server that does not take it gets a spill file.
 
-    After an interrupt or a tracking deadline the end is one short try, deaf to a second Ctrl-C (the server may
-    be why we stop, and a second Ctrl-C from a process group must not leave the run RUNNING). A signal during
-    a normal end (a slow server) makes it such an end, KILLED.
+    After a stop or a tracking deadline the end is one short try (the server may be why we stop); a second Ctrl-C
+    meanwhile is only recorded (the handler never raises), so it cannot leave the run RUNNING. A stop that came
+    after the body's last safe point makes the end such an end, KILLED.
     """
     status = end_status(error)
     active = mlflow.active_run()
@@ -243,14 +153,14 @@ def _end_run(run_id: str, error: BaseException | None) -> None:
         spill_end(run_id, status, failure, reason="some of its data waits in a spill file")
         _leave(run_id if active_here else None, status)
         return
-    short = isinstance(error, (KeyboardInterrupt, deadline.TrackingDeadline))
+    if stopping.STOP.is_set() and status == "FINISHED":  # a stop between the body's end and here
+        exc = stopping.interrupted()
+        status, failure = "KILLED", {ERROR_TAG: _one_line(exc)}
+    short = isinstance(error, (KeyboardInterrupt, deadline.TrackingDeadline)) or stopping.STOP.is_set()
     try:
         if not short:
-            try:
-                return _write_end(run_id, status, failure, active_here)
-            except KeyboardInterrupt as exc:
-                status, failure = "KILLED", {ERROR_TAG: _one_line(exc)}
-        with _signals_held(), metric_buffer.bounded_http(END_HTTP_KNOBS):
+            return _write_end(run_id, status, failure, active_here)
+        with metric_buffer.bounded_http(END_HTTP_KNOBS):
             _write_end(run_id, status, failure, active_here)
             if status == "KILLED":  # mlflow run's launcher would turn it FAILED once this step has exited
                 watch_launcher(run_id)

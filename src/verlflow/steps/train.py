@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-from verlflow import config
+from verlflow import config, stopping
 from verlflow.backends.registry import TrainLaunch, get_backend
 from verlflow.backends.train_setup import check_train_inputs, choose_train_setup, compose_train_config
 from verlflow.backends.writable import check_writable_folders
@@ -120,6 +120,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)
         environ = {**os.environ, **cfg.profile.env}
+        stopping.stop_point()  # a stop during the run's set-up: no system-metric sampler, no backend started
         with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
                                       environ=environ):
             yield run, since

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from verlflow import stopping
 from verlflow.backends.local import decode
 from verlflow.backends.local.forward import prefill
 
@@ -73,6 +74,7 @@ def sample_responses(
     finished = torch.zeros(rows, dtype=torch.bool, device=prompts.device)
     out: list[torch.Tensor] = []
     for index in range(max_new_tokens):
+        stopping.stop_point()  # per token: a long rollout ends at a stop, its step abandoned (the run ends KILLED)
         token = next_tokens(logits, sampling).masked_fill(finished, pad_id)
         out.append(token)
         finished |= torch.isin(token, eos)

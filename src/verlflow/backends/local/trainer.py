@@ -166,6 +166,7 @@ class LocalTrainer:
 
         hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
         self._log_run_description()
+        stopping.stop_point()  # set-up's safe points: between its phases (each bounded: a load, a store call)
         self.device = torch_device(self.settings.device)
         threads = apply_thread_count(self.cfg.profile.env)
         torch.manual_seed(self.settings.rollout_seed)
@@ -176,6 +177,7 @@ class LocalTrainer:
         elif self.device.type == Device.CPU.torch_type:  # the threads follow the cores other work leaves free
             self.governor = ThreadGovernor(threads)
         model_path = resolve_model_path(self.settings.model_path)
+        stopping.stop_point()
         self.tokenizer = load_tokenizer(self.settings.tokenizer_path or model_path, self.settings, self.cfg.resolved)
         self.train_prompts = self._prompts("train")
         self.val_prompts = self._prompts("test")
@@ -186,7 +188,9 @@ class LocalTrainer:
                 f"data.train_batch_size={self.settings.train_batch_size}: lower it or preprocess more rows"
             )
         self.total_steps = self.settings.total_training_steps or self.steps_per_epoch * self.settings.total_epochs
+        stopping.stop_point()
         self.model = load_model(model_path, self.settings, self.device)
+        stopping.stop_point()
         retry_on_lock(mlflow.set_tag, MODEL_PARAMS_TAG, str(sum(p.numel() for p in self.model.parameters())))
         if self.settings.use_ref:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)

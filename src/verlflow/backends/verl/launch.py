@@ -23,7 +23,6 @@ quoting); it stays for a check against a verl in another environment.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
@@ -53,20 +52,16 @@ _TERMINAL_RAY = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 143}
 
 
 class _Forwarder:
-    """The stop signals this process receives, passed on (``send``) instead of stopping it: inside the block a
-    signal only sets :data:`verlflow.stopping.STOP` (:func:`verlflow.stopping.checked`), and the launch's wait
-    hands each new one on at its next poll (:meth:`poll`); a second one is sent as SIGKILL."""
+    """The stop signals this process receives, passed on (``send``) instead of stopping it: a signal only sets
+    :data:`verlflow.stopping.STOP` (the handler never raises), and the launch's wait hands each new one on at its
+    next poll (:meth:`poll`); a second one is sent as SIGKILL."""
 
     def __init__(self, send: Callable[[int], None]):
         self.send = send
         self.received: list[int] = []
         self.first_at = 0.0
-        self._checked: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     def __enter__(self) -> _Forwarder:
-        if threading.current_thread() is threading.main_thread():
-            self._checked = stopping.checked()
-        self._checked.__enter__()
         return self
 
     def poll(self) -> None:
@@ -84,12 +79,11 @@ class _Forwarder:
         return bool(self.received) and time.monotonic() - self.first_at > KILL_GRACE_S
 
     def interrupted(self) -> RunInterrupted | None:
-        """The interrupt to raise once the launch has ended, None when no signal came (taken inside the block, so
-        a signal between its end and the raise is not raised a second time)."""
-        return stopping.interrupted() if self.received else None
+        """The interrupt to raise once the launch has ended, None when no signal came."""
+        return RunInterrupted(self.received[0]) if self.received else None
 
     def __exit__(self, *_exc) -> None:
-        self._checked.__exit__(*_exc)
+        return None
 
 
 def _pump(stream: BinaryIO, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
@@ -131,6 +125,7 @@ def run_streaming(
     child is gone, raised as :class:`~verlflow.runs.tracking.RunInterrupted` (the run ends KILLED).
     """
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    stopping.stop_point()  # a stop taken while the launch was prepared: verl never starts
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -313,6 +308,7 @@ def run_ray_job(
         client = JobSubmissionClient(address)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError for a bad address
         raise VerlflowError(f"cannot reach the Ray cluster at '{address}': {first_line(exc)}") from None
+    stopping.stop_point()  # a stop taken while the job was prepared: it is never submitted
     try:
         job_id = client.submit_job(**spec)
     except Exception as exc:  # Ray raises RuntimeError for an HTTP error, e.g. a head whose job agent is not up yet

@@ -216,7 +216,7 @@ def sample_until_parent_ends(parent: int, *, interval_s: float, environ: Mapping
         print("verlflow: node samplers off: MLFLOW_RUN_ID / MLFLOW_TRACKING_URI not in the job's environment",
               file=sys.stderr, flush=True)
         return 0
-    with stopping.installed(), stopping.checked():
+    with stopping.installed():
         samplers = start_node_samplers(run_id, address=environ.get("RAY_ADDRESS") or "auto",
                                        tracking_uri=tracking_uri, interval_s=interval_s)
         if samplers is None:
