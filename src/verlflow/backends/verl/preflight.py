@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import ACTOR, ROLLOUT, value_of
 from verlflow.backends.verl.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.config import Device
@@ -41,8 +42,6 @@ from verlflow.data.fix_commands import preprocess_command
 from verlflow.errors import Problem
 from verlflow.util import first_line
 
-ROLLOUT = "actor_rollout_ref.rollout"
-ACTOR = "actor_rollout_ref.actor"
 # Files from which transformers' AutoTokenizer can load a tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # ``org/name`` as the Hugging Face hub spells repository ids.
@@ -85,10 +84,6 @@ def _rollout_engines() -> tuple[str, ...]:
                         if m.name.endswith("_rollout")))
 
 
-def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
-    value = OmegaConf.select(cfg, key, default=default)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-
 
 def name_problems(cfg: DictConfig) -> list[Problem]:
     """Engine, estimator, aggregation mode and logger names the installed verl does not know."""
@@ -100,11 +95,11 @@ def name_problems(cfg: DictConfig) -> list[Problem]:
     ]
     problems = []
     for key, valid, what in checks:
-        value = _get(cfg, key)
+        value = value_of(cfg, key)
         if valid and str(value) not in valid:
             fix = f"unknown {what} for the installed verl: use one of {', '.join(valid)}"
             problems.append(Problem(key, value, fix))
-    loggers = _get(cfg, "trainer.logger", [])
+    loggers = value_of(cfg, "trainer.logger", [])
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     unknown = [name for name in loggers if name not in names.loggers]
     if unknown:
@@ -140,7 +135,7 @@ def size_problems(cfg: DictConfig) -> list[Problem]:
     """Sizes that are not whole numbers >= 1, and the divisibility verl asserts at start-up."""
     problems, sizes = [], {}
     for key, required in POSITIVE_SIZES.items():
-        value = _get(cfg, key)
+        value = value_of(cfg, key)
         if value is None and not required:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -207,11 +202,11 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
     """Train/val files that are missing, not parquet, or lack the columns verl's dataset and reward read."""
     import pyarrow.parquet as pq
 
-    wanted = [str(_get(cfg, "data.prompt_key", "prompt")), str(_get(cfg, "data.reward_fn_key", "data_source")),
+    wanted = [str(value_of(cfg, "data.prompt_key", "prompt")), str(value_of(cfg, "data.reward_fn_key", "data_source")),
               "reward_model"]
     problems = []
     for key in ("data.train_files", "data.val_files"):
-        for path in _files(_get(cfg, key)):
+        for path in _files(value_of(cfg, key)):
             if "://" in path:
                 continue
             if not Path(path).is_file():
@@ -257,7 +252,7 @@ def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device
     problems += [p for p in startup if p.key not in named]
     notes: list[str] = []
     if check_files:
-        model, notes = model_problems(_get(cfg, "actor_rollout_ref.model.path"))
+        model, notes = model_problems(value_of(cfg, "actor_rollout_ref.model.path"))
         problems += model + data_problems(cfg) + startup_loads.reward_problems(cfg)
     else:
         problems += startup_loads.reward_problems(cfg, check_files=False)
@@ -266,7 +261,7 @@ def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device
     problems += [p for p in found.problems if p.key not in named]
     versions = verl_versions(stack)
     problems, judged = judge(problems, versions)
-    judged += legacy_reward_warnings(_get(cfg, "custom_reward_function.path"), judged, versions)
+    judged += legacy_reward_warnings(value_of(cfg, "custom_reward_function.path"), judged, versions)
     warnings += judged + found.warnings + startup_loads.startup_warnings(cfg)
     skipped = [f"not rehearsed: {what}" for what in found.skipped]
     return problems, versions_note(versions) + notes + skipped + [f"warning: {w}" for w in warnings]

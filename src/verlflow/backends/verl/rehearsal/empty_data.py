@@ -6,10 +6,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import MODEL
 from verlflow.backends.verl.rehearsal.raise_sites import frames, value_of
 from verlflow.errors import Problem
 
-MODEL = "actor_rollout_ref.model"
 # What verl says when no training row is left (the trainer's dataloader; the sampler before it).
 EMPTY_DATA = ("Train dataloader is empty", "num_samples should be a positive integer")
 

@@ -18,11 +18,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verlflow.backends.verl.keys import ACTOR, MODEL, REF
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
-
-ACTOR, REF, MODEL = "actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.model"
 
 
 def dtype_problems(cfg: DictConfig) -> list[Problem]:

@@ -26,10 +26,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.keys import ACTOR, ROLLOUT
 from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
 
-ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 # The dummy batch: prompts × rollout.n responses of this many tokens.
 PROMPTS, LENGTH = 2, 4
 # What the batch holds when verl computes the advantage (ray_trainer.fit, before compute_advantage).

@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.keys import value_of
 from verlflow.errors import NO_VALUE, Problem
 
 # ``name.attr.attr…`` in a statement; the first name is a local variable of the frame.
@@ -268,12 +269,6 @@ def _exists(cfg: DictConfig, key: str) -> bool:
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return isinstance(node, DictConfig) and leaf in node
-
-
-def value_of(cfg: DictConfig, key: str) -> Any:
-    """The resolved value of ``key`` as a user would type it."""
-    value = OmegaConf.select(cfg, key, default=None)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def message_of(exc: BaseException) -> str:

@@ -34,13 +34,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verlflow.backends.verl.keys import ACTOR, MODEL, REF, ROLLOUT
 from verlflow.backends.verl.rehearsal import first_step, machine
 from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
 from verlflow.backends.verl.rehearsal.raise_sites import to_problem, value_of
 from verlflow.errors import Problem
 
-ACTOR, REF, ROLLOUT, MODEL = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout",
-                              "actor_rollout_ref.model")
 # Engine name → the package its rollout server imports (verl's ``workers/rollout/<name>_rollout``).
 ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
 # The reference policy's keys as verl >= 0.9's engine workers rename them onto the actor's fields.

@@ -24,11 +24,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import ROLLOUT
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
-
-ROLLOUT = "actor_rollout_ref.rollout"
 
 
 @dataclass(frozen=True)
