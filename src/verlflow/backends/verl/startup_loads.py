@@ -83,15 +83,15 @@ def device_problems(cfg: DictConfig, device: Device | None) -> list[Problem]:
     return []
 
 
-def reward_problems(cfg: DictConfig, *, check_files: bool = True) -> list[Problem]:
-    """The custom reward function's file and name (unless ``check_files=False``), and the reward manager's name."""
+def reward_problems(cfg: DictConfig) -> list[Problem]:
+    """The custom reward function's file and name, as verl loads them (the file is parsed, never run)."""
     problems = []
-    for section in REWARD_FUNCTION_SECTIONS if check_files else ():
+    for section in REWARD_FUNCTION_SECTIONS:
         path = value_of(cfg, f"{section}.path")
         if path:
             name = value_of(cfg, f"{section}.name") or "compute_score"
             problems += reward_function_problems(str(path), str(name), section)
-    return problems + _reward_manager_problems(cfg)
+    return problems
 
 
 def reward_function_problems(path: str, name: str, section: str) -> list[Problem]:
@@ -130,7 +130,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
+def reward_manager_problems(cfg: DictConfig) -> list[Problem]:
     """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``).
 
     verl 0.9 resolves it with ``reward.resolve_reward_manager_cls`` (its reward-loop registry), called here;

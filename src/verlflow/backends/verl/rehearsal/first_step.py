@@ -53,6 +53,22 @@ def reward_return_problem(result: Any, key: str, value: Any) -> Problem | None:
     return None
 
 
+def reward_raised_problem(exc: BaseException, key: str, path: Any) -> Problem | None:
+    """An exception raised inside the reward function's own file (``path``), named on ``key``; None when it was
+    raised elsewhere (verl calling it with arguments it does not take is verl's site, :mod:`.raise_sites`)."""
+    tb, inside = exc.__traceback__, None
+    while tb is not None:
+        if path and Path(tb.tb_frame.f_code.co_filename).resolve() == Path(str(path)).expanduser().resolve():
+            inside = tb.tb_lineno
+        tb = tb.tb_next
+    if inside is None:
+        return None
+    return Problem(key, path, (
+        f"the reward function raised {type(exc).__name__} at line {inside} ({message_of(exc)[:120]}) when called "
+        "on a real training prompt with a placeholder response, as verl calls it after each rollout: fix the "
+        "function"))
+
+
 def _count(cfg: DictConfig, key: str) -> int:
     value = value_of(cfg, key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1

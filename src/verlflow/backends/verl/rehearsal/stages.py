@@ -74,6 +74,12 @@ class Rehearsal:
     stack: str
     stack_packages: frozenset[str]
     findings: Findings = field(default_factory=Findings)
+    # The model's folder on this machine (None: the stages that need files are not rehearsed), and whether
+    # the config's files are this machine's to read (not a Ray job's).
+    folder: str | None = None
+    check_files: bool = True
+    # The registered stages (verlflow.backends.verl.checks) that passed so far.
+    passed: set[str] = field(default_factory=set)
     tokenizer: Any = None
     trainer: Any = None
     # The last failed attempt failed only for a package this machine lacks (a warning, not the config's fault).
@@ -90,6 +96,11 @@ class Rehearsal:
         except Exception as exc:  # verl raises AssertionError, ValueError, TypeError, … from its checks
             self.machine_only = self.record(exc, stage, section=section, renamed=renamed)
             return False, None
+
+    def add(self, problems: list[Problem], warnings: list[str] | tuple[str, ...] = ()) -> None:
+        """Record what a stage found."""
+        self.findings.problems += problems
+        self.findings.warnings += warnings
 
     def image_may_have(self, package: str) -> bool:
         """Whether the cluster image has ``package``, or no image is named to tell (then a warning, not an error)."""
@@ -358,9 +369,18 @@ def reward_call(rehearsal: Rehearsal) -> None:
                        extra_info=row.get("extra_info"))
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
 
-    ok, result = rehearsal.attempt("reward", one_call)
     key = reward_function_key(cfg)
-    returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if ok and key else None
+    try:
+        with quiet():
+            result = one_call()
+    except Exception as exc:  # whatever the user's function or verl's wrapper raises
+        raised = first_step.reward_raised_problem(exc, key, value_of(cfg, key)) if key else None
+        if raised is not None:
+            rehearsal.findings.problems.append(raised)
+        else:
+            rehearsal.record(exc, "reward")
+        return
+    returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if key else None
     if returned is not None:
         rehearsal.findings.problems.append(returned)
 
@@ -395,7 +415,7 @@ def lookups(rehearsal: Rehearsal) -> None:
     """Names verl resolves after start-up: the optimizer, the rollout engine's package, the agent loop."""
     cfg = rehearsal.cfg
     build_optimizer = _verl_function("verl.workers.config.optimizer", "build_optimizer")
-    if build_optimizer is not None:
+    if build_optimizer is not None and "engine.optimizer_problems" in rehearsal.passed:
         import torch
         from verl.utils.config import omega_conf_to_dataclass
 
@@ -404,7 +424,7 @@ def lookups(rehearsal: Rehearsal) -> None:
             return build_optimizer(torch.nn.Linear(1, 1).parameters(), optim)
 
         rehearsal.attempt(f"{ACTOR}.optim", optimizer, section=f"{ACTOR}.optim")
-    else:
+    elif build_optimizer is None:
         rehearsal.findings.skipped.append("optimizer: this verl builds it inside the worker (torch.optim.AdamW)")
     engine = str(value_of(cfg, f"{ROLLOUT}.name"))
     package = ENGINE_PACKAGES.get(engine)
