@@ -149,6 +149,8 @@ MISTAKES: dict[str, Row] = {
                              error(f"{R}.engine_kwargs.vllm.swap_spaces"), skip("verl 0.5.0 has no engine_kwargs")),
     "vllm_cudagraph_string": Row("vLLM engine", "npu", f"{R}.cudagraph_capture_sizes='1,2,4'",
                                  error(f"{R}.cudagraph_capture_sizes"), skip(NO_KEY_05)),
+    "vllm_logprobs_mode": Row("vLLM engine", "npu", f"{R}.logprobs_mode=processed_logprob", error(f"{R}.logprobs_mode"),
+                              skip(NO_KEY_05)),
     "sglang_missing": Row("the machine", "npu", f"{R}.name=sglang", error(f"{R}.name")),
     # What verl imports and the device it asks Ray for.
     "megatron": Row("imports", "npu", f"{A}.strategy=megatron", error(f"{A}.strategy")),
@@ -171,6 +173,9 @@ MISTAKES: dict[str, Row] = {
     "custom_dataset_missing": Row("data", "npu", "data.custom_cls.path=/nowhere/dataset.py data.custom_cls.name=Mine",
                                   error("data.custom_cls.path")),
     "dataloader_workers": Row("data", "gpu", "data.dataloader_num_workers=-1", error("data.dataloader_num_workers")),
+    "data_seed_string": Row("data", "npu", "data.seed=abc", error("data.seed"), extra={"guide": "+data.seed=abc"}),
+    "train_max_samples": Row("data", "npu", "data.train_max_samples=10", error("data.train_max_samples"),
+                             skip(NO_KEY_05)),
     # The reward, loaded as verl loads it and called once.
     "reward_path": Row("reward", "npu", "custom_reward_function.path=/nope.py", error("custom_reward_function.path")),
     "reward_name": Row("reward", "npu", "custom_reward_function.path={reward} custom_reward_function.name=my_score",
@@ -183,6 +188,9 @@ MISTAKES: dict[str, Row] = {
                          error("custom_reward_function.reward_kwargs"),
                          extra={"guide": "custom_reward_function.path={reward} "
                                          "+custom_reward_function.reward_kwargs.scale=2"}),
+    "reward_raises": Row("reward", "npu", "reward.custom_reward_function.path={reward_raises}",
+                         error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
+                         extra={"guide": "custom_reward_function.path={reward_raises}"}),
     "reward_manager": Row("reward", "npu", "reward.reward_manager.name=nave", error("reward.reward_manager.name"),
                           error("reward_model.reward_manager"), extra={"guide": "reward_model.reward_manager=nave"}),
     "reward_source": Row("reward", "npu", "reward.reward_manager.source=registry",
@@ -233,6 +241,8 @@ MISTAKES: dict[str, Row] = {
     # LoRA on: every stage still runs (validate_config's vLLM import is the machine's, not a reason to stop).
     "lora_rank_over": Row("LoRA", "npu", f"{M}.lora_rank=1024 {M}.lora_alpha=32", error(f"{M}.lora_rank")),
     "lora_rows_below_batch": Row("LoRA", "gpu", LORA, error("data.train_batch_size"), data="small"),
+    "lora_train_max_samples": Row("LoRA", "gpu", f"{LORA} data.train_max_samples=10", error("data.train_max_samples"),
+                                  skip(NO_KEY_05)),
     "lora_reward_kwargs": Row("LoRA", "npu", f"{LORA} reward.custom_reward_function.path={{reward}} "
                                              "+reward.custom_reward_function.reward_kwargs.scale=2",
                               error("reward.custom_reward_function.reward_kwargs"),
@@ -247,6 +257,12 @@ MISTAKES: dict[str, Row] = {
                        extra={"guide": f"+{A}.fsdp_config.model_dtype=bfloat"}),
     "fsdp_size": Row("engine", "npu", f"{A}.fsdp_config.fsdp_size=3", error(f"{A}.fsdp_config.fsdp_size")),
     "lora_targets": Row("engine", "gpu", f"{LORA} {M}.target_modules=[q_projx]", error(f"{M}.target_modules")),
+    "lora_targets_string": Row("engine", "npu", f"{LORA} {M}.target_modules=q_projx", error(f"{M}.target_modules")),
+    "betas_one": Row("engine", "npu", f"{A}.optim.betas=[0.9]", error(f"{A}.optim.betas"),
+                     extra={"guide": f"+{A}.optim.betas=[0.9]"}),
+    "optimizer_kwargs": Row("engine", "npu", f"+{A}.optim.override_optimizer_config.bogus=1",
+                            error(f"{A}.optim.override_optimizer_config.bogus"),
+                            skip("verl 0.5.0 builds AdamW in its worker; it has no override_optimizer_config key")),
     "attn_flash_attn": Row("engine", "npu", f"+{M}.override_config.attn_implementation=flash_attn",
                            error(f"{M}.override_config.attn_implementation")),
     "use_liger": Row("engine", "npu", f"{M}.use_liger=true", error(f"{M}.use_liger")),
@@ -316,6 +332,7 @@ LEGAL: dict[str, Row] = {
     "dro_beta": Row("legal", "npu", f"{A}.policy_loss.loss_mode=dro {A}.policy_loss.dro_beta=0.1", PASS,
                     skip("DRO came after verl 0.5.0")),
     "gen_batch_half": Row("legal", "npu", "data.gen_batch_size=256", PASS, extra={"guide": "+data.gen_batch_size=256"}),
+    "vllm_logprobs_raw": Row("legal", "gpu", f"{R}.logprobs_mode=raw_logprobs", PASS, skip(NO_KEY_05)),
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -381,7 +398,8 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
                       "    return float(solution_str.strip().endswith(str(ground_truth)))\n")
     broken.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n    return 0\n")
     not_parquet.write_text("question,answer\n1+1,2\n")
-    returns = {"reward_dict": "{'acc': 1.0}", "reward_none": "None", "reward_scored": "{'score': 1.0, 'acc': True}"}
+    returns = {"reward_dict": "{'acc': 1.0}", "reward_none": "None", "reward_scored": "{'score': 1.0, 'acc': True}",
+               "reward_raises": "1 / 0"}
     profiles = _profiles_with_verl(root, "0.9.1")
     checkpoints = {}
     for world in (8, 16):  # verl's FSDP shards, one per rank (empty: the dry run reads names, never loads them)

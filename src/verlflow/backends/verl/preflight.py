@@ -19,6 +19,9 @@ parallel size dividing the devices per node. The model is a folder with ``config
 a hub id (downloaded on the cluster); the data files exist and carry the columns verl reads. Last, verl's own
 start-up is rehearsed (:mod:`verlflow.backends.verl.rehearsal`): its validation and dataclasses, the model's
 config, the datasets, the reward, the resume branch.
+
+Each of these is a check registered in the ``launch`` group of :mod:`.checks` (below, in the order they run),
+with what it needs; :func:`launch_problems` runs them.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ import importlib
 import math
 import pkgutil
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig
 
+from verlflow.backends.verl import checks, rehearsal, startup_checks, startup_loads
+from verlflow.backends.verl.keys import ACTOR, ROLLOUT, value_of
 from verlflow.backends.verl.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
 from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
 from verlflow.compat import verl as compat_verl
@@ -42,8 +47,6 @@ from verlflow.data.fix_commands import preprocess_command
 from verlflow.errors import Problem
 from verlflow.util import first_line
 
-ROLLOUT = "actor_rollout_ref.rollout"
-ACTOR = "actor_rollout_ref.actor"
 # Files from which transformers' AutoTokenizer can load a tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # ``org/name`` as the Hugging Face hub spells repository ids.
@@ -85,10 +88,6 @@ def _rollout_engines() -> tuple[str, ...]:
                         if m.name.endswith("_rollout")))
 
 
-def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
-    value = OmegaConf.select(cfg, key, default=default)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-
 
 def name_problems(cfg: DictConfig) -> list[Problem]:
     """Engine, estimator, aggregation mode and logger names the installed verl does not know."""
@@ -100,11 +99,11 @@ def name_problems(cfg: DictConfig) -> list[Problem]:
     ]
     problems = []
     for key, valid, what in checks:
-        value = _get(cfg, key)
+        value = value_of(cfg, key)
         if valid and str(value) not in valid:
             fix = f"unknown {what} for the installed verl: use one of {', '.join(valid)}"
             problems.append(Problem(key, value, fix))
-    loggers = _get(cfg, "trainer.logger", [])
+    loggers = value_of(cfg, "trainer.logger", [])
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     unknown = [name for name in loggers if name not in names.loggers]
     if unknown:
@@ -140,7 +139,7 @@ def size_problems(cfg: DictConfig) -> list[Problem]:
     """Sizes that are not whole numbers >= 1, and the divisibility verl asserts at start-up."""
     problems, sizes = [], {}
     for key, required in POSITIVE_SIZES.items():
-        value = _get(cfg, key)
+        value = value_of(cfg, key)
         if value is None and not required:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -207,11 +206,11 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
     """Train/val files that are missing, not parquet, or lack the columns verl's dataset and reward read."""
     import pyarrow.parquet as pq
 
-    wanted = [str(_get(cfg, "data.prompt_key", "prompt")), str(_get(cfg, "data.reward_fn_key", "data_source")),
+    wanted = [str(value_of(cfg, "data.prompt_key", "prompt")), str(value_of(cfg, "data.reward_fn_key", "data_source")),
               "reward_model"]
     problems = []
     for key in ("data.train_files", "data.val_files"):
-        for path in _files(_get(cfg, key)):
+        for path in _files(value_of(cfg, key)):
             if "://" in path:
                 continue
             if not Path(path).is_file():
@@ -236,41 +235,105 @@ def data_problems(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What the launch's checks read: the resolved config, whether its files are this machine's, the profile's
+    device (``npu``/``gpu``: ``trainer.device`` must name it) and cluster image (``stack``)."""
+
+    cfg: DictConfig
+    check_files: bool = True
+    device: Device | None = None
+    stack: str = ""
+
+
+@dataclass
+class Found:
+    """What one launch check found: problems, warnings and notes (a model to download, a stage not rehearsed)."""
+
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+launch_check = functools.partial(checks.register, group="launch")
+
+
+def _rule(name: str, needs: tuple[str, ...], function: Any) -> None:
+    """Register a rule that reads only the config: ``function(cfg)`` returns problems (and warnings)."""
+
+    def run(launch: Launch) -> Found:
+        found = function(launch.cfg)
+        return Found(*found) if isinstance(found, tuple) else Found(found)
+
+    launch_check(name, needs=needs)(run)
+
+
+_rule("preflight.name_problems", ("config", "verl"), name_problems)
+_rule("preflight.size_problems", ("config",), size_problems)
+_rule("startup_checks.micro_batch_problems", ("config", "verl", "devices"), startup_checks.micro_batch_problems)
+_rule("startup_checks.parallel_problems", ("config",), startup_checks.parallel_problems)
+_rule("startup_checks.rollout_problems", ("config", "verl"), startup_checks.rollout_problems)
+_rule("startup_checks.loss_problems", ("config", "verl"), startup_checks.loss_problems)
+_rule("startup_loads.strategy_problems", ("config", "verl"), startup_loads.strategy_problems)
+
+
+@launch_check("startup_loads.device_problems", needs=("config", "devices"))
+def _device(launch: Launch) -> Found:
+    return Found(startup_loads.device_problems(launch.cfg, launch.device))
+
+
+@launch_check("preflight.model_problems", needs=("files",))
+def _model(launch: Launch) -> Found:
+    problems, notes = model_problems(value_of(launch.cfg, "actor_rollout_ref.model.path"))
+    return Found(problems, notes=notes)
+
+
+_rule("preflight.data_problems", ("files",), data_problems)
+_rule("startup_loads.reward_problems", ("files",), startup_loads.reward_problems)
+_rule("startup_loads.reward_manager_problems", ("config", "verl"), startup_loads.reward_manager_problems)
+REHEARSAL = "rehearsal.rehearse"
+
+
+@launch_check(REHEARSAL, needs=("config", "verl", "devices", "cluster"))
+def _rehearsal(launch: Launch) -> Found:
+    found = rehearsal.rehearse(launch.cfg, stack=launch.stack, check_files=launch.check_files)
+    return Found(found.problems, found.warnings, [f"not rehearsed: {what}" for what in found.skipped])
+
+
+_rule("startup_loads.startup_warnings", ("config", "verl"), lambda cfg: ([], startup_loads.startup_warnings(cfg)))
+
+
 def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device | None = None,
                     stack: str = "") -> tuple[list[Problem], list[str]]:
     """Every problem of a launch's resolved config, and notes (a model to download, warnings, what was skipped).
 
-    See the module docstring; the rows of ``docs/preflight.md`` are :mod:`.startup_checks`,
-    :mod:`.startup_loads` and the rehearsal of verl's start-up (:mod:`.rehearsal`). ``check_files=False``
-    leaves out the model, data and reward-file checks (a stand-in launcher brings its own; a Ray job's files
-    are the cluster's). ``device`` is the profile's (``npu``/``gpu``): ``trainer.device`` must name it;
-    ``stack`` its cluster image (a package missing here but in the image is a warning, not an error).
+    Runs the checks registered in the ``launch`` group (:mod:`.checks`) in order; a problem whose key an
+    earlier check already reported is left out (the rules run before the rehearsal and say it more exactly).
+    ``check_files=False`` leaves out the checks that need files (a stand-in launcher brings its own; a Ray
+    job's files are the cluster's). Each rule is then judged for the verl the cluster runs (:mod:`.versions`).
     """
-    from verlflow.backends.verl import rehearsal, startup_checks, startup_loads
-
-    problems = name_problems(cfg) + size_problems(cfg)
-    named = {problem.key for problem in problems}
-    rollout, warnings = startup_checks.rollout_problems(cfg)
-    startup = (startup_checks.micro_batch_problems(cfg) + startup_checks.parallel_problems(cfg) + rollout
-               + startup_checks.loss_problems(cfg) + startup_loads.strategy_problems(cfg)
-               + startup_loads.device_problems(cfg, device))
-    problems += [p for p in startup if p.key not in named]
+    launch = Launch(cfg, check_files, device, stack)
+    problems: list[Problem] = []
+    # The rules' warnings print before the versions' judgement, the rehearsal's and later ones after it.
+    rule_warnings: list[str] = []
+    later_warnings: list[str] = []
     notes: list[str] = []
-    if check_files:
-        model, notes = model_problems(_get(cfg, "actor_rollout_ref.model.path"))
-        problems += model + data_problems(cfg) + startup_loads.reward_problems(cfg)
-    else:
-        problems += startup_loads.reward_problems(cfg, check_files=False)
-    found = rehearsal.rehearse(cfg, stack=stack, check_files=check_files)
-    named = {problem.key for problem in problems}
-    problems += [p for p in found.problems if p.key not in named]
+    rehearsed = False
+    for check in checks.registered("launch"):
+        if "files" in check.needs and not check_files:
+            continue
+        found = check.run(launch)
+        reported = {problem.key for problem in problems}
+        problems += [p for p in found.problems if p.key not in reported]
+        rehearsed |= check.name == REHEARSAL
+        (later_warnings if rehearsed else rule_warnings).extend(found.warnings)
+        notes += found.notes
     versions = verl_versions(stack)
     problems, judged = judge(problems, versions)
-    judged += legacy_reward_warnings(_get(cfg, "custom_reward_function.path"), judged, versions)
-    warnings += judged + found.warnings + startup_loads.startup_warnings(cfg)
-    skipped = [f"not rehearsed: {what}" for what in found.skipped]
-    return problems, versions_note(versions) + notes + skipped + [f"warning: {w}" for w in warnings]
+    judged += legacy_reward_warnings(value_of(cfg, "custom_reward_function.path"), judged, versions)
+    shown = rule_warnings + judged + later_warnings
+    return problems, versions_note(versions) + notes + [f"warning: {w}" for w in shown]
 
 
 __all__ = ["VerlNames", "verl_names", "name_problems", "size_problems", "model_problems", "data_problems",
-           "launch_problems"]
+           "launch_problems", "Launch", "Found"]

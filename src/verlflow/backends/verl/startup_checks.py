@@ -21,15 +21,12 @@ import functools
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from verlflow.backends.verl.keys import ACTOR, REF, ROLLOUT, value_of
 from verlflow.errors import Problem
 
-ACTOR = "actor_rollout_ref.actor"
-ROLLOUT = "actor_rollout_ref.rollout"
-REF = "actor_rollout_ref.ref"
 # Learning rates GRPO fine-tuning of a pretrained LLM uses in practice (verl examples: 1e-7 … 1e-5).
 GRPO_LR_RANGE = (1e-8, 1e-4)
 # The strategies verl's main_ppo knows, and the package each needs beyond verl's own dependencies.
@@ -61,19 +58,15 @@ def verl_traits() -> VerlTraits:
     return VerlTraits(version=str(verl.__version__), engine_workers=engine, raises_batched_tokens=raises)
 
 
-def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
-    value = OmegaConf.select(cfg, key, default=default)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-
 
 def _count(cfg: DictConfig, key: str) -> int | None:
     """A size that is a whole number >= 1, else None (the size checks report the others)."""
-    value = _get(cfg, key)
+    value = value_of(cfg, key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def _uses_reference(cfg: DictConfig) -> bool:
-    return bool(_get(cfg, f"{ACTOR}.use_kl_loss")) or bool(_get(cfg, "algorithm.use_kl_in_reward"))
+    return bool(value_of(cfg, f"{ACTOR}.use_kl_loss")) or bool(value_of(cfg, "algorithm.use_kl_in_reward"))
 
 
 def _data_parallel(cfg: DictConfig) -> int | None:
@@ -94,13 +87,14 @@ def micro_batch_problems(cfg: DictConfig) -> list[Problem]:
     """
     problems: list[Problem] = []
     traits = verl_traits()
-    dynamic = bool(_get(cfg, f"{ACTOR}.use_dynamic_bsz"))
-    if traits.engine_workers and bool(_get(cfg, f"{ROLLOUT}.log_prob_use_dynamic_bsz")) != dynamic:
-        problems.append(Problem(f"{ROLLOUT}.log_prob_use_dynamic_bsz", _get(cfg, f"{ROLLOUT}.log_prob_use_dynamic_bsz"),
+    dynamic = bool(value_of(cfg, f"{ACTOR}.use_dynamic_bsz"))
+    if traits.engine_workers and bool(value_of(cfg, f"{ROLLOUT}.log_prob_use_dynamic_bsz")) != dynamic:
+        key = f"{ROLLOUT}.log_prob_use_dynamic_bsz"
+        problems.append(Problem(key, value_of(cfg, key),
                                 f"verl's workers need it equal to {ACTOR}.use_dynamic_bsz={dynamic}: set both alike"))
     if dynamic:
         for key in (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"):
-            if traits.engine_workers and _get(cfg, key) is None:
+            if traits.engine_workers and value_of(cfg, key) is None:
                 problems.append(Problem(key, None, "use_dynamic_bsz=True needs a token budget per device: set it "
                                                    "(>= max_prompt_length + max_response_length)"))
         return problems
@@ -108,7 +102,7 @@ def micro_batch_problems(cfg: DictConfig) -> list[Problem]:
     if _uses_reference(cfg):
         sections.append((REF, "log_prob_micro_batch_size"))
     for section, name in sections:
-        total, per_gpu = _get(cfg, f"{section}.{name}"), _get(cfg, f"{section}.{name}_per_gpu")
+        total, per_gpu = value_of(cfg, f"{section}.{name}"), value_of(cfg, f"{section}.{name}_per_gpu")
         if total is None and per_gpu is None:
             problems.append(Problem(f"{section}.{name}_per_gpu", None, (
                 f"{ACTOR}.use_dynamic_bsz=False needs a micro-batch size: set {section}.{name}_per_gpu "
@@ -171,8 +165,8 @@ def parallel_problems(cfg: DictConfig) -> list[Problem]:
     sp = max(_count(cfg, f"{ACTOR}.ulysses_sequence_parallel_size") or 1,
              _count(cfg, f"{REF}.ulysses_sequence_parallel_size") or 1)
     key = "actor_rollout_ref.model.use_remove_padding"
-    if sp > 1 and str(_get(cfg, f"{ACTOR}.strategy")) in FSDP and not _get(cfg, key):
-        return [Problem(key, _get(cfg, key), f"ulysses_sequence_parallel_size={sp} needs it: set it True")]
+    if sp > 1 and str(value_of(cfg, f"{ACTOR}.strategy")) in FSDP and not value_of(cfg, key):
+        return [Problem(key, value_of(cfg, key), f"ulysses_sequence_parallel_size={sp} needs it: set it True")]
     return []
 
 
@@ -187,20 +181,20 @@ def rollout_problems(cfg: DictConfig) -> tuple[list[Problem], list[str]]:
     problems: list[Problem] = []
     warnings: list[str] = []
     key = f"{ROLLOUT}.gpu_memory_utilization"
-    share = _get(cfg, key)
+    share = value_of(cfg, key)
     if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1):
         problems.append(Problem(key, share, "the share of device memory the engine may take must be in (0, 1]: "
                                             "the guide uses 0.9"))
     prompt, response = _count(cfg, "data.max_prompt_length"), _count(cfg, "data.max_response_length")
     longest = prompt + response if prompt and response else None
-    max_len = _get(cfg, f"{ROLLOUT}.max_model_len")
+    max_len = value_of(cfg, f"{ROLLOUT}.max_model_len")
     if isinstance(max_len, int) and longest and max_len < longest:
         problems.append(Problem(f"{ROLLOUT}.max_model_len", max_len, (
             f"shorter than max_prompt_length + max_response_length = {prompt} + {response} = {longest}: the "
             f"engine cannot finish a full-length prompt; raise it to >= {longest} or leave it unset (null)")))
     engine_len = max_len if isinstance(max_len, int) else longest
-    batched = _get(cfg, f"{ROLLOUT}.max_num_batched_tokens")
-    chunked = bool(_get(cfg, f"{ROLLOUT}.enable_chunked_prefill"))
+    batched = value_of(cfg, f"{ROLLOUT}.max_num_batched_tokens")
+    chunked = bool(value_of(cfg, f"{ROLLOUT}.enable_chunked_prefill"))
     if isinstance(batched, int) and engine_len and not chunked and batched < engine_len:
         line = Problem(f"{ROLLOUT}.max_num_batched_tokens", batched, (
             f"smaller than max_model_len={engine_len} with enable_chunked_prefill=False: vLLM refuses it; "
@@ -210,8 +204,8 @@ def rollout_problems(cfg: DictConfig) -> tuple[list[Problem], list[str]]:
                             f"{engine_len} itself")
         else:
             problems.append(line)
-    temperature = _get(cfg, f"{ROLLOUT}.temperature")
-    if _get(cfg, f"{ROLLOUT}.val_kwargs.do_sample") and isinstance(temperature, (int, float)) and temperature <= 0:
+    temperature = value_of(cfg, f"{ROLLOUT}.temperature")
+    if value_of(cfg, f"{ROLLOUT}.val_kwargs.do_sample") and isinstance(temperature, (int, float)) and temperature <= 0:
         problems.append(Problem(f"{ROLLOUT}.temperature", temperature,
                                 "val_kwargs.do_sample=True needs temperature > 0: raise it or set do_sample=False"))
     return problems, warnings
@@ -258,24 +252,24 @@ def loss_problems(cfg: DictConfig) -> list[Problem]:
     problems: list[Problem] = []
     zeros = torch.zeros(1)
     kl_keys = []
-    if _get(cfg, f"{ACTOR}.use_kl_loss"):
+    if value_of(cfg, f"{ACTOR}.use_kl_loss"):
         kl_keys.append(f"{ACTOR}.kl_loss_type")
-    if _get(cfg, "algorithm.use_kl_in_reward"):
+    if value_of(cfg, "algorithm.use_kl_in_reward"):
         kl_keys.append("algorithm.kl_penalty")
     for key in kl_keys:
-        name = _get(cfg, key)
+        name = value_of(cfg, key)
         if not isinstance(name, str) or not _computes(core_algos, name, zeros):
             problems.append(Problem(key, name, f"unknown KL estimator for the installed verl's kl_penalty: use one "
                                                f"of {', '.join(_kl_names(core_algos))}"))
-    if _get(cfg, "algorithm.use_kl_in_reward"):
+    if value_of(cfg, "algorithm.use_kl_in_reward"):
         kl_ctrl = OmegaConf.select(cfg, "algorithm.kl_ctrl")
         try:
             core_algos.get_kl_controller(kl_ctrl)
         except (NotImplementedError, AssertionError, ValueError) as exc:
-            problems.append(Problem("algorithm.kl_ctrl.type", _get(cfg, "algorithm.kl_ctrl.type"),
+            problems.append(Problem("algorithm.kl_ctrl.type", value_of(cfg, "algorithm.kl_ctrl.type"),
                                     f"verl's get_kl_controller refuses it ({str(exc) or 'unknown type'}): use fixed, "
                                     "or adaptive with horizon > 0"))
-    mode = _get(cfg, f"{ACTOR}.policy_loss.loss_mode", "vanilla")
+    mode = value_of(cfg, f"{ACTOR}.policy_loss.loss_mode", "vanilla")
     registry = getattr(core_algos, "POLICY_LOSS_REGISTRY", {})
     if mode != "vanilla" or "vanilla" in registry:  # 0.5.0 computes vanilla itself, outside the registry
         try:
@@ -284,7 +278,7 @@ def loss_problems(cfg: DictConfig) -> list[Problem]:
             valid = sorted({"vanilla", *registry})
             problems.append(Problem(f"{ACTOR}.policy_loss.loss_mode", mode,
                                     f"unknown policy loss for the installed verl: use one of {', '.join(valid)}"))
-    clip_c = _get(cfg, f"{ACTOR}.clip_ratio_c")
+    clip_c = value_of(cfg, f"{ACTOR}.clip_ratio_c")
     if mode == "vanilla" and isinstance(clip_c, (int, float)) and not clip_c > 1:
         problems.append(Problem(f"{ACTOR}.clip_ratio_c", clip_c, "dual-clip PPO's lower bound must be > 1 "
                                                                  "(verl's compute_policy_loss asserts it): use 3.0"))

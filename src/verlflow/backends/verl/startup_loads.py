@@ -24,9 +24,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from verlflow.backends.verl.startup_checks import ACTOR, FSDP, GRPO_LR_RANGE, ROLLOUT, STRATEGY_PACKAGES
+from verlflow.backends.verl.keys import ACTOR, ROLLOUT, value_of
+from verlflow.backends.verl.startup_checks import FSDP, GRPO_LR_RANGE, STRATEGY_PACKAGES
 from verlflow.config import Device
 from verlflow.errors import Problem
 from verlflow.util import first_line
@@ -37,15 +38,11 @@ PKG_PREFIX, FILE_PREFIX = "pkg://", "file://"
 REWARD_FUNCTION_SECTIONS = ("custom_reward_function", "reward.custom_reward_function")
 
 
-def _get(cfg: DictConfig, key: str, default: Any = None) -> Any:
-    value = OmegaConf.select(cfg, key, default=default)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-
 
 def strategy_problems(cfg: DictConfig) -> list[Problem]:
     """A training strategy verl does not know, or whose package is not installed (``main_ppo``'s imports)."""
     problems = []
-    strategy = str(_get(cfg, f"{ACTOR}.strategy"))
+    strategy = str(value_of(cfg, f"{ACTOR}.strategy"))
     if strategy not in STRATEGY_PACKAGES:
         return [Problem(f"{ACTOR}.strategy", strategy, f"unknown to verl's main_ppo: use one of "
                                                        f"{', '.join(STRATEGY_PACKAGES)}")]
@@ -54,8 +51,8 @@ def strategy_problems(cfg: DictConfig) -> list[Problem]:
         problems.append(Problem(f"{ACTOR}.strategy", strategy, (
             f"verl imports {package} for it and it is not installed here: use fsdp (the guide's) or install "
             "Megatron-LM in this environment")))
-    critic = _get(cfg, "critic.strategy")
-    uses_critic = str(_get(cfg, "algorithm.adv_estimator")) == "gae"
+    critic = value_of(cfg, "critic.strategy")
+    uses_critic = str(value_of(cfg, "algorithm.adv_estimator")) == "gae"
     if critic is not None and (uses_critic or _has_fsdp_workers()) and \
             (strategy in FSDP) != (str(critic) in FSDP):
         problems.append(Problem("critic.strategy", critic, f"must be of the actor's family "
@@ -81,22 +78,22 @@ def device_problems(cfg: DictConfig, device: Device | None) -> list[Problem]:
     """``trainer.device`` that is not the profile's device (Ray would wait for devices the node lacks)."""
     # verl's Ray resources and torch need the accelerator's torch name (cuda, npu); a CPU launch is not checked.
     want = Device(device).torch_type if device is not None and Device(device).is_accelerator else None
-    got = _get(cfg, "trainer.device")
+    got = value_of(cfg, "trainer.device")
     if want and got != want:
         return [Problem("trainer.device", got, f"the profile runs on {Device(device).short_word} devices: use "
                                                f"trainer.device={want} (or the profile for that device)")]
     return []
 
 
-def reward_problems(cfg: DictConfig, *, check_files: bool = True) -> list[Problem]:
-    """The custom reward function's file and name (unless ``check_files=False``), and the reward manager's name."""
+def reward_problems(cfg: DictConfig) -> list[Problem]:
+    """The custom reward function's file and name, as verl loads them (the file is parsed, never run)."""
     problems = []
-    for section in REWARD_FUNCTION_SECTIONS if check_files else ():
-        path = _get(cfg, f"{section}.path")
+    for section in REWARD_FUNCTION_SECTIONS:
+        path = value_of(cfg, f"{section}.path")
         if path:
-            name = _get(cfg, f"{section}.name") or "compute_score"
+            name = value_of(cfg, f"{section}.name") or "compute_score"
             problems += reward_function_problems(str(path), str(name), section)
-    return problems + _reward_manager_problems(cfg)
+    return problems
 
 
 def reward_function_problems(path: str, name: str, section: str) -> list[Problem]:
@@ -135,7 +132,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
+def reward_manager_problems(cfg: DictConfig) -> list[Problem]:
     """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``).
 
     verl 0.9 resolves it with ``reward.resolve_reward_manager_cls`` (its reward-loop registry), called here;
@@ -143,7 +140,7 @@ def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
     (``source: importlib``) is not executed here.
     """
     if OmegaConf.select(cfg, "reward.reward_manager.name") is not None:
-        if _get(cfg, "reward.reward_manager.source", "register") != "register":
+        if value_of(cfg, "reward.reward_manager.source", "register") != "register":
             return []
         from verl.trainer.ppo.reward import resolve_reward_manager_cls
 
@@ -153,13 +150,13 @@ def _reward_manager_problems(cfg: DictConfig) -> list[Problem]:
         from verl.workers.reward_manager.registry import get_reward_manager_cls
 
         key, registry = "reward_model.reward_manager", "verl.workers.reward_manager.registry"
-        lookup = functools.partial(get_reward_manager_cls, _get(cfg, key) or "naive")
+        lookup = functools.partial(get_reward_manager_cls, value_of(cfg, key) or "naive")
     try:
         lookup()
     except ValueError:
         module = importlib.import_module(registry)
         names = getattr(module, "REWARD_MANAGER", None) or getattr(module, "REWARD_MANAGER_REGISTRY", {})
-        return [Problem(key, _get(cfg, key), f"unknown reward manager for the installed verl: use one of "
+        return [Problem(key, value_of(cfg, key), f"unknown reward manager for the installed verl: use one of "
                                              f"{', '.join(sorted(names))}")]
     return []
 
@@ -190,12 +187,12 @@ def grpo_lr_range(model_path: Any) -> tuple[tuple[float, float], str]:
 def startup_warnings(cfg: DictConfig) -> list[str]:
     """Legal values that are probably mistakes for GRPO: each a ``key=value: why`` line, not an error."""
     warnings = []
-    lr = _get(cfg, f"{ACTOR}.optim.lr")
-    (low, high), why = grpo_lr_range(_get(cfg, "actor_rollout_ref.model.path"))
+    lr = value_of(cfg, f"{ACTOR}.optim.lr")
+    (low, high), why = grpo_lr_range(value_of(cfg, "actor_rollout_ref.model.path"))
     if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0 and not low <= lr <= high:
         warnings.append(f"{ACTOR}.optim.lr={lr}: far outside GRPO practice ({low:.2g} … {high:.2g}{why}; the guide "
                         "uses 5e-7): check the exponent")
-    temperature, n = _get(cfg, f"{ROLLOUT}.temperature"), _get(cfg, f"{ROLLOUT}.n")
+    temperature, n = value_of(cfg, f"{ROLLOUT}.temperature"), value_of(cfg, f"{ROLLOUT}.n")
     if temperature == 0 and isinstance(n, int) and n > 1:
         warnings.append(f"{ROLLOUT}.temperature=0: greedy sampling makes the {n} responses of a group identical, "
                         "so GRPO's advantages are all zero: use a temperature > 0 (the guide's is 1.0)")
@@ -206,11 +203,11 @@ def waste_warnings(cfg: DictConfig) -> list[str]:
     """Legal values that waste a run: inverted clip ratios, one response per group under a group estimator,
     checkpoint contents verl never looks for, a token budget smaller than one sequence."""
     warnings = []
-    low, high = _get(cfg, f"{ACTOR}.clip_ratio_low"), _get(cfg, f"{ACTOR}.clip_ratio_high")
+    low, high = value_of(cfg, f"{ACTOR}.clip_ratio_low"), value_of(cfg, f"{ACTOR}.clip_ratio_high")
     if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
         warnings.append(f"{ACTOR}.clip_ratio_low={low}: above clip_ratio_high={high}, so the clip range "
                         f"[1 - {low}, 1 + {high}] is lopsided the wrong way (DAPO raises the high side): swap them")
-    n, estimator = _get(cfg, f"{ROLLOUT}.n"), str(_get(cfg, "algorithm.adv_estimator"))
+    n, estimator = value_of(cfg, f"{ROLLOUT}.n"), str(value_of(cfg, "algorithm.adv_estimator"))
     if n == 1 and estimator in group_estimators():
         warnings.append(f"{ROLLOUT}.n=1: the {estimator} estimator compares the responses of one prompt with each "
                         "other, so with one response every advantage is 0 and nothing is learnt: use n >= 2 "
@@ -218,16 +215,16 @@ def waste_warnings(cfg: DictConfig) -> list[str]:
     known = checkpoint_contents()
     for section in (f"{ACTOR}.checkpoint", "critic.checkpoint"):
         for field in ("save_contents", "load_contents"):
-            unknown = [c for c in _get(cfg, f"{section}.{field}") or [] if known and c not in known]
+            unknown = [c for c in value_of(cfg, f"{section}.{field}") or [] if known and c not in known]
             if unknown:
-                warnings.append(f"{section}.{field}={_get(cfg, f'{section}.{field}')}: verl's checkpoint manager "
+                warnings.append(f"{section}.{field}={value_of(cfg, f'{section}.{field}')}: verl's checkpoint manager "
                                 f"never looks for {', '.join(map(str, unknown))}: use some of {', '.join(known)}")
-    prompt, response = _get(cfg, "data.max_prompt_length"), _get(cfg, "data.max_response_length")
+    prompt, response = value_of(cfg, "data.max_prompt_length"), value_of(cfg, "data.max_response_length")
     longest = prompt + response if isinstance(prompt, int) and isinstance(response, int) else None
     for key, dynamic in ((f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ACTOR}.use_dynamic_bsz"),
                          (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz")):
-        budget = _get(cfg, key)
-        if longest and _get(cfg, dynamic) and isinstance(budget, int) and budget < longest:
+        budget = value_of(cfg, key)
+        if longest and value_of(cfg, dynamic) and isinstance(budget, int) and budget < longest:
             warnings.append(f"{key}={budget}: below max_prompt_length + max_response_length = {longest}, so a "
                             f"full-length sequence does not fit one micro-batch: use >= {longest} (the guide: "
                             "3 × that for the actor)")

@@ -14,11 +14,17 @@ stack) treats differently from the installed one is judged for the cluster's (:m
 becomes one
 ``key=value: what is wrong: the fix`` line (:mod:`.raise_sites`); one caused by a package this machine lacks
 but the cluster image has is a warning (:mod:`.machine`).
+
+Each stage is a check registered in the ``rehearsal`` group of :mod:`verlflow.backends.verl.checks`, in the
+order verl reaches it: stages that load nothing heavy first, the model-dependent ones (one model config, one
+model-on-meta build) after; a stage that needs the model's files runs only where they are, and one that follows
+another (``after``) only when that one passed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verlflow.backends.verl import checks
 from verlflow.backends.verl.rehearsal import (
     checkpoint,
     engine,
@@ -82,31 +89,123 @@ def _offline() -> Iterator[None]:
         yield
 
 
-def _engine_on_meta(rehearsal: Rehearsal, folder: str) -> None:
+stage = functools.partial(checks.register, group="rehearsal")
+
+
+@stage("stages.worker_configs", needs=("config", "verl"))
+def _worker_configs(rehearsal: Rehearsal) -> bool:
+    return stages.worker_configs(rehearsal)
+
+
+@stage("first_step.config_problems", needs=("config", "verl"))
+def _first_step_config(rehearsal: Rehearsal) -> None:
+    rehearsal.add(first_step.config_problems(rehearsal.cfg, check_files=rehearsal.check_files))
+
+
+@stage("rollout_side.problems", needs=("config", "verl", "cluster"))
+def _rollout_side(rehearsal: Rehearsal) -> None:
+    rehearsal.add(*rollout_side.problems(rehearsal.cfg, check_files=rehearsal.check_files,
+                                         image_says=rehearsal.image_says))
+
+
+@stage("stages.first_step_calls", needs=("config", "verl"), after=("stages.worker_configs",))
+def _first_step_calls(rehearsal: Rehearsal) -> None:
+    stages.first_step_calls(rehearsal)
+
+
+@stage("stages.model_config", needs=("files", "verl"))
+def _model_config(rehearsal: Rehearsal) -> bool:
+    return stages.model_config(rehearsal)
+
+
+@stage("mesh.device_problems", needs=("config", "devices"))
+def _mesh(rehearsal: Rehearsal) -> None:
+    from verlflow.backends.verl.startup_checks import verl_traits
+
+    rehearsal.add(mesh.device_problems(rehearsal.cfg, rehearsal.folder, engine_workers=verl_traits().engine_workers))
+
+
+@stage("vllm_engine.engine_problems", needs=("config",))
+def _vllm_engine(rehearsal: Rehearsal) -> None:
+    rehearsal.add(vllm_engine.engine_problems(rehearsal.cfg, mesh.model_shape(rehearsal.folder)))
+
+
+@stage("engine.dtype_problems", needs=("config", "verl"))
+def _engine_dtype(rehearsal: Rehearsal) -> None:
+    rehearsal.add(engine.dtype_problems(rehearsal.cfg))
+
+
+@stage("engine.mesh_problems", needs=("config", "devices"))
+def _engine_mesh(rehearsal: Rehearsal) -> None:
+    rehearsal.add(engine.mesh_problems(rehearsal.cfg))
+
+
+@stage("engine.scheduler_problems", needs=("config", "verl"))
+def _engine_scheduler(rehearsal: Rehearsal) -> None:
+    rehearsal.add(engine.scheduler_problems(rehearsal.cfg))
+
+
+@stage("engine.model_problems", needs=("files", "verl", "cluster"), after=("stages.model_config",))
+def _engine_on_meta(rehearsal: Rehearsal) -> None:
     """The actor's model, LoRA and wrap policy on the meta device (:mod:`.engine`); a build that fails for a
     reason of this rehearsal's own (a model class transformers here lacks) is said, not blamed on the config."""
     try:
         with stages.quiet():
-            problems, warnings = engine.model_problems(rehearsal.cfg, folder, rehearsal.image_may_have)
+            problems, warnings = engine.model_problems(rehearsal.cfg, rehearsal.folder, rehearsal.image_may_have)
     except Exception as exc:  # transformers/peft raise many kinds for a model they cannot build here
         rehearsal.findings.skipped.append(f"the actor's engine on the meta device: {first_line(exc, 160)}")
         return
-    rehearsal.findings.problems += problems
-    rehearsal.findings.warnings += warnings
+    rehearsal.add(problems, warnings)
+
+
+@stage("vllm_args.engine_problems", needs=("config",))
+def _vllm_args(rehearsal: Rehearsal) -> None:
+    rehearsal.add(*vllm_args.engine_problems(rehearsal.cfg))
+
+
+@stage("stages.start_up", needs=("files", "verl"), after=("stages.worker_configs", "stages.model_config"),
+       unmet="the datasets, dataloaders, reward call and resume branch: not rehearsed until the problems above "
+             "are fixed")
+def _start_up(rehearsal: Rehearsal) -> bool:
+    return stages.start_up(rehearsal) and rehearsal.trainer is not None
+
+
+stage("stages.first_batch", needs=("files", "verl"), after=("stages.start_up",))(stages.first_batch)
+stage("stages.reward_call", needs=("files", "verl"), after=("stages.start_up",))(stages.reward_call)
+stage("checkpoint.resume", needs=("files", "verl", "devices"), after=("stages.start_up",))(checkpoint.resume)
+@stage("engine.optimizer_problems", needs=("config", "verl"))
+def _optimizer_arguments(rehearsal: Rehearsal) -> bool:
+    problems = engine.optimizer_problems(rehearsal.cfg)
+    rehearsal.add(problems)
+    return not problems
+
+
+stage("stages.lookups", needs=("config", "verl", "cluster"))(stages.lookups)
+
+
+def _run(rehearsal: Rehearsal, check: checks.Check) -> None:
+    """One registered stage: not where its files are missing, said where a stage it follows failed."""
+    if "files" in check.needs and rehearsal.folder is None:
+        return  # the skipped line of rehearse() names every stage that needs the model's files
+    if any(name not in rehearsal.passed for name in check.after):
+        if check.unmet:
+            rehearsal.findings.skipped.append(check.unmet)
+        return
+    if check.run(rehearsal) is not False:
+        rehearsal.passed.add(check.name)
 
 
 def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True) -> Findings:
     """Rehearse verl's start-up for ``resolved`` (see the module docstring) and return what it found.
 
+    The stages are the checks registered in the ``rehearsal`` group, run in order on one :class:`Rehearsal`.
     ``stack`` is the profile's cluster image (which packages a warning may say the cluster has);
     ``check_files=False`` (a Ray job's paths are the cluster's) leaves out everything that reads the model
     or the data.
     """
-    from verlflow.backends.verl.startup_checks import verl_traits
-
     cfg = OmegaConf.create(OmegaConf.to_container(resolved, resolve=False))
     label = Path(stack).stem if stack.endswith((".yaml", ".yml")) else stack  # a profile may name a stack file
-    rehearsal = Rehearsal(cfg=cfg, stack=label, stack_packages=stack_packages(stack))
+    rehearsal = Rehearsal(cfg=cfg, stack=label, stack_packages=stack_packages(stack), check_files=check_files)
     findings = rehearsal.findings
     folder = local_model_folder(value_of(cfg, f"{MODEL}.path")) if check_files else None
     if folder is not None:
@@ -118,33 +217,10 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
     else:
         findings.skipped.append("the model and data are the cluster's (Ray job): not rehearsed: "
                                 f"{', '.join(MODEL_STAGES)}")
+    rehearsal.folder = folder
     with _offline():
-        configs_ok = stages.worker_configs(rehearsal)
-        findings.problems += first_step.config_problems(cfg, check_files=check_files)
-        side_problems, side_warnings = rollout_side.problems(cfg, check_files=check_files,
-                                                             image_says=rehearsal.image_says)
-        findings.problems += side_problems
-        findings.warnings += side_warnings
-        if configs_ok:
-            stages.first_step_calls(rehearsal)
-        model_ok = stages.model_config(rehearsal) if folder else False
-        findings.problems += mesh.device_problems(cfg, folder, engine_workers=verl_traits().engine_workers)
-        findings.problems += vllm_engine.engine_problems(cfg, mesh.model_shape(folder))
-        findings.problems += engine.dtype_problems(cfg) + engine.mesh_problems(cfg) + engine.scheduler_problems(cfg)
-        if folder and model_ok:
-            _engine_on_meta(rehearsal, folder)
-        engine_problems, engine_warnings = vllm_args.engine_problems(cfg)
-        findings.problems += engine_problems
-        findings.warnings += engine_warnings
-        if folder and configs_ok and model_ok:
-            if stages.start_up(rehearsal) and rehearsal.trainer is not None:
-                stages.first_batch(rehearsal)
-                stages.reward_call(rehearsal)
-                checkpoint.resume(rehearsal)
-        elif folder:
-            findings.skipped.append("the datasets, dataloaders, reward call and resume branch: not rehearsed "
-                                    "until the problems above are fixed")
-        stages.lookups(rehearsal)
+        for check in checks.registered("rehearsal"):
+            _run(rehearsal, check)
     return findings
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import MODEL
 from verlflow.backends.verl.rehearsal.raise_sites import frames, value_of
 from verlflow.errors import Problem
 
-MODEL = "actor_rollout_ref.model"
 # What verl says when no training row is left (the trainer's dataloader; the sampler before it).
 EMPTY_DATA = ("Train dataloader is empty", "num_samples should be a positive integer")
 
@@ -59,6 +59,12 @@ def empty_data_problem(exc: BaseException, cfg: DictConfig) -> Problem | None:
         return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
             f"every one of the {in_files} prompts is longer than this many tokens, so verl's overlong-prompt "
             "filter drops them all: raise it (the guide uses 1024)"))
+    limit = value_of(cfg, "data.train_max_samples")  # verl keeps the first N rows (-1: all; 0.5.0 has no key)
+    if isinstance(limit, int) and 0 < limit < (in_files or limit + 1) and isinstance(batch, int) and \
+            kept is not None and kept <= limit < batch:
+        return Problem("data.train_max_samples", limit, (
+            f"verl keeps only the first {limit} training rows, fewer than one batch of {batch} (verl drops the "
+            f"partial one): raise it to >= {batch}, or -1 for every row"))
     if kept is not None and in_files and isinstance(batch, int) and kept < min(batch, in_files):
         return Problem("data.max_prompt_length", value_of(cfg, "data.max_prompt_length"), (
             f"verl's overlong-prompt filter keeps only {kept} of the {in_files} training rows, fewer than one batch "

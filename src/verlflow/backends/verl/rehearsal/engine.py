@@ -14,15 +14,15 @@ one of these is called or checked on it.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verlflow.backends.verl.keys import ACTOR, MODEL, REF
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
-
-ACTOR, REF, MODEL = "actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.model"
 
 
 def dtype_problems(cfg: DictConfig) -> list[Problem]:
@@ -165,3 +165,33 @@ def scheduler_problems(cfg: DictConfig) -> list[Problem]:
                                                         "0 <= min_lr_ratio <= 1 (utils/torch_functional.py): the "
                                                         "floor is a share of the peak learning rate")]
     return []
+
+
+def optimizer_problems(cfg: DictConfig) -> list[Problem]:
+    """Adam's ``betas`` that are not two coefficients in [0, 1), and an ``override_optimizer_config`` key the
+    optimizer does not take: both raise inside the optimizer's constructor (verl >= 0.6
+    ``workers/config/optimizer.py:build_optimizer`` passes them as keyword arguments), whose statement names no key.
+    """
+    optim = f"{ACTOR}.optim"
+    name = str(value_of(cfg, f"{optim}.optimizer") or "AdamW")  # verl 0.5 builds AdamW, with no key to say so
+    betas = value_of(cfg, f"{optim}.betas")
+    numbers = isinstance(betas, list) and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in betas)
+    if "adam" in name.lower() and betas is not None and not (numbers and len(betas) == 2 and
+                                                             all(0 <= b < 1 for b in betas)):
+        return [Problem(f"{optim}.betas", betas, f"{name} takes two coefficients (beta1, beta2), each in [0, 1): "
+                                                 "verl's default is [0.9, 0.999]")]
+    override = value_of(cfg, f"{optim}.override_optimizer_config")
+    if not isinstance(override, dict) or not override:
+        return []
+    try:
+        accepted = inspect.signature(getattr(importlib.import_module(str(value_of(cfg, f"{optim}.optimizer_impl"))),
+                                             name)).parameters
+    except Exception:  # an optimizer that does not import here: the optimizer stage reports it
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        return []
+    unknown = sorted(k for k in override if k not in accepted)
+    takes = ", ".join(p for p in accepted if p not in ("self", "params"))
+    return [Problem(f"{optim}.override_optimizer_config.{k}", override[k], (
+        f"verl passes override_optimizer_config to {name} as keyword arguments and it takes no {k}: use some of "
+        f"{takes}")) for k in unknown]

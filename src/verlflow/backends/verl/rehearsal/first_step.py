@@ -26,10 +26,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.keys import ACTOR, ROLLOUT
 from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
 
-ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 # The dummy batch: prompts × rollout.n responses of this many tokens.
 PROMPTS, LENGTH = 2, 4
 # What the batch holds when verl computes the advantage (ray_trainer.fit, before compute_advantage).
@@ -51,6 +51,22 @@ def reward_return_problem(result: Any, key: str, value: Any) -> Problem | None:
             f"of a dict, else the value, as one float ({type(exc).__name__}: {message_of(exc)[:120]}): return a "
             "number, or a dict with a numeric 'score'"))
     return None
+
+
+def reward_raised_problem(exc: BaseException, key: str, path: Any) -> Problem | None:
+    """An exception raised inside the reward function's own file (``path``), named on ``key``; None when it was
+    raised elsewhere (verl calling it with arguments it does not take is verl's site, :mod:`.raise_sites`)."""
+    tb, inside = exc.__traceback__, None
+    while tb is not None:
+        if path and Path(tb.tb_frame.f_code.co_filename).resolve() == Path(str(path)).expanduser().resolve():
+            inside = tb.tb_lineno
+        tb = tb.tb_next
+    if inside is None:
+        return None
+    return Problem(key, path, (
+        f"the reward function raised {type(exc).__name__} at line {inside} ({message_of(exc)[:120]}) when called "
+        "on a real training prompt with a placeholder response, as verl calls it after each rollout: fix the "
+        "function"))
 
 
 def _count(cfg: DictConfig, key: str) -> int:

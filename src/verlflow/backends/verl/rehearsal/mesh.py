@@ -26,10 +26,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import ACTOR, REF, ROLLOUT
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
-
-ACTOR, REF, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout"
 
 
 def _count(cfg: DictConfig, key: str) -> int | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import linecache
 import re
 from dataclasses import dataclass
@@ -26,12 +27,15 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verlflow.backends.verl.keys import value_of
 from verlflow.compat import verl as verl_sites
 from verlflow.compat.omegaconf import child_node, full_key
 from verlflow.errors import NO_VALUE, Problem
 
 # ``name.attr.attr…`` in a statement; the first name is a local variable of the frame.
 ATTRIBUTE_CHAIN = re.compile(r"\b([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)+)")
+ASSIGNED_GET = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*([A-Za-z_]\w*)\.get\(\s*[\"']([A-Za-z_]\w*)[\"']")
+GET_CALL = re.compile(r"\b([A-Za-z_]\w*)\.get\(\s*[\"']([A-Za-z_]\w*)[\"']")
 # Dotted words in a message that may be keys of the resolved config.
 DOTTED_WORD = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+")
 
@@ -203,7 +207,23 @@ def keys_in_statement(frame: Any, text: str, cfg: DictConfig, *, section: str | 
             if _exists(cfg, key):
                 found.append(key)
                 break
+    reads = GET_CALL.findall(text)  # node.get("seed", 1): the key is the node's, plus the name
+    reads += [(base, name) for target, base, name in ASSIGNED_GET.findall(_function_source(frame))
+              if re.search(rf"\b{target}\b", text)]  # seed = node.get("seed") earlier in the function
+    for base, name in reads:
+        obj = local.get(base)
+        prefix = _node_key(obj) if isinstance(obj, DictConfig) else None
+        key = ".".join(filter(None, [prefix, name])) if prefix is not None else ""
+        if key and _exists(cfg, key):
+            found.append(key)
     return list(dict.fromkeys(found))
+
+
+def _function_source(frame: Any) -> str:
+    try:
+        return inspect.getsource(frame.f_code)
+    except (OSError, TypeError):  # no source for this frame
+        return ""
 
 
 def dataclass_section(cfg: DictConfig, section: str, obj: Any, field: str) -> str | None:
@@ -265,12 +285,6 @@ def _exists(cfg: DictConfig, key: str) -> bool:
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return isinstance(node, DictConfig) and leaf in node
-
-
-def value_of(cfg: DictConfig, key: str) -> Any:
-    """The resolved value of ``key`` as a user would type it."""
-    value = OmegaConf.select(cfg, key, default=None)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def message_of(exc: BaseException) -> str:

@@ -18,12 +18,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from verlflow.backends.verl.keys import ROLLOUT
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
-ROLLOUT = "actor_rollout_ref.rollout"
 TRACE_PACKAGES = {"weave": "weave", "trackio": "trackio", "mlflow": "mlflow"}
 
 

@@ -34,14 +34,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verlflow.backends.verl.keys import ACTOR, MODEL, REF, ROLLOUT
 from verlflow.backends.verl.rehearsal import first_step, machine
 from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
 from verlflow.backends.verl.rehearsal.raise_sites import to_problem, value_of
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
-ACTOR, REF, ROLLOUT, MODEL = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout",
-                              "actor_rollout_ref.model")
 # Engine name → the package its rollout server imports (verl's ``workers/rollout/<name>_rollout``).
 ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
 # The reference policy's keys as verl >= 0.9's engine workers rename them onto the actor's fields.
@@ -76,6 +75,12 @@ class Rehearsal:
     stack: str
     stack_packages: frozenset[str]
     findings: Findings = field(default_factory=Findings)
+    # The model's folder on this machine (None: the stages that need files are not rehearsed), and whether
+    # the config's files are this machine's to read (not a Ray job's).
+    folder: str | None = None
+    check_files: bool = True
+    # The registered stages (verlflow.backends.verl.checks) that passed so far.
+    passed: set[str] = field(default_factory=set)
     tokenizer: Any = None
     trainer: Any = None
     # The last failed attempt failed only for a package this machine lacks (a warning, not the config's fault).
@@ -92,6 +97,11 @@ class Rehearsal:
         except Exception as exc:  # verl raises AssertionError, ValueError, TypeError, … from its checks
             self.machine_only = self.record(exc, stage, section=section, renamed=renamed)
             return False, None
+
+    def add(self, problems: list[Problem], warnings: list[str] | tuple[str, ...] = ()) -> None:
+        """Record what a stage found."""
+        self.findings.problems += problems
+        self.findings.warnings += warnings
 
     def image_may_have(self, package: str) -> bool:
         """Whether the cluster image has ``package``, or no image is named to tell (then a warning, not an error)."""
@@ -327,9 +337,18 @@ def reward_call(rehearsal: Rehearsal) -> None:
                        extra_info=row.get("extra_info"))
         return asyncio.run(result) if asyncio.iscoroutine(result) else result
 
-    ok, result = rehearsal.attempt("reward", one_call)
     key = reward_function_key(cfg)
-    returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if ok and key else None
+    try:
+        with quiet():
+            result = one_call()
+    except Exception as exc:  # whatever the user's function or verl's wrapper raises
+        raised = first_step.reward_raised_problem(exc, key, value_of(cfg, key)) if key else None
+        if raised is not None:
+            rehearsal.findings.problems.append(raised)
+        else:
+            rehearsal.record(exc, "reward")
+        return
+    returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if key else None
     if returned is not None:
         rehearsal.findings.problems.append(returned)
 
@@ -364,7 +383,7 @@ def lookups(rehearsal: Rehearsal) -> None:
     """Names verl resolves after start-up: the optimizer, the rollout engine's package, the agent loop."""
     cfg = rehearsal.cfg
     build_optimizer = _verl_function("verl.workers.config.optimizer", "build_optimizer")
-    if build_optimizer is not None:
+    if build_optimizer is not None and "engine.optimizer_problems" in rehearsal.passed:
         import torch
         from verl.utils.config import omega_conf_to_dataclass
 
@@ -373,7 +392,7 @@ def lookups(rehearsal: Rehearsal) -> None:
             return build_optimizer(torch.nn.Linear(1, 1).parameters(), optim)
 
         rehearsal.attempt(f"{ACTOR}.optim", optimizer, section=f"{ACTOR}.optim")
-    else:
+    elif build_optimizer is None:
         rehearsal.findings.skipped.append("optimizer: this verl builds it inside the worker (torch.optim.AdamW)")
     engine = str(value_of(cfg, f"{ROLLOUT}.name"))
     package = ENGINE_PACKAGES.get(engine)

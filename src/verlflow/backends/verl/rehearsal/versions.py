@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from verlflow.backends.verl.keys import ROLLOUT
 from verlflow.errors import Problem
 
-ROLLOUT = "actor_rollout_ref.rollout"
 LEGACY_REWARD = "custom_reward_function"
 
 

@@ -19,11 +19,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import ROLLOUT
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
 
-ROLLOUT = "actor_rollout_ref.rollout"
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 RECORDED_QUANTIZATION = (
     "aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "modelopt", "marlin", "gguf",

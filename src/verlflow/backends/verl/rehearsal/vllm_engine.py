@@ -13,22 +13,25 @@ which was used:
 - ``vllm/config.py:2225`` ``SchedulerConfig._verify_args``: ``max_num_batched_tokens >= max_num_seqs``;
 - ``vllm/config.py:1631`` ``LoadFormat``; ``:1992`` ``SchedulerPolicy``; ``:3951``
   ``CompilationConfig.cudagraph_capture_sizes: Optional[list[int]]``;
-- ``vllm/engine/arg_utils.py`` ``EngineArgs`` / ``AsyncEngineArgs`` fields: the keys ``engine_kwargs.vllm`` may hold.
+- ``vllm/engine/arg_utils.py`` ``EngineArgs`` / ``AsyncEngineArgs`` fields: the keys ``engine_kwargs.vllm`` may hold;
+- ``logprobs_mode`` (verl 0.9 passes it): vLLM 0.9.1 has no such argument, so its choices are recorded from the
+  vLLM that added it (:data:`RECORDED_LOGPROBS_MODES`: ``vllm/config/model.py`` ``LogprobsMode``, unchanged
+  from 0.10.2 to the 0.24 verl 0.9.1's ``vllm`` extra pins).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.keys import ROLLOUT
 from verlflow.backends.verl.rehearsal import machine
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
-
-ROLLOUT = "actor_rollout_ref.rollout"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,29 @@ RECORDED = EngineChoices(
         "additional_config enable_reasoning reasoning_parser use_tqdm_on_load pt_load_map_location "
         "enable_multimodal_encoder_data_parallel disable_log_requests").split()),
 )
+
+
+# vLLM's LogprobsMode, a Literal in vllm/config/model.py (an enum of the same values in 0.10.2's vllm/config.py).
+RECORDED_LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
+LOGPROBS_SOURCE = "recorded from vLLM >= 0.10.2: vllm/config/model.py LogprobsMode; vLLM is not installed here"
+
+
+def logprobs_modes() -> tuple[tuple[str, ...], str]:
+    """The installed vLLM's logprobs modes and where they were read, else the recorded ones; none for a vLLM
+    without the argument (then verl's passing it is the version mismatch, not the value)."""
+    if not machine.installed("vllm"):
+        return RECORDED_LOGPROBS_MODES, LOGPROBS_SOURCE
+    from typing import get_args
+
+    try:
+        import vllm
+        from vllm import config as vllm_config
+
+        mode = getattr(vllm_config, "LogprobsMode", None) or importlib.import_module("vllm.config.model").LogprobsMode
+    except Exception:  # a vLLM before 0.10.2: no logprobs mode at all
+        return (), ""
+    values = get_args(mode) or tuple(m.value for m in mode)
+    return tuple(values), f"the installed vLLM {vllm.__version__}"
 
 
 def engine_choices() -> EngineChoices:
@@ -121,6 +147,11 @@ def engine_problems(cfg: DictConfig, shape: dict[str, Any]) -> list[Problem]:
         if value is not None and shown not in valid:
             problems.append(Problem(f"{ROLLOUT}.{key}", value,
                                     f"not a vLLM {key}{said}: use one of {', '.join(valid)}"))
+    mode, (modes, source) = value_of(cfg, f"{ROLLOUT}.logprobs_mode"), logprobs_modes()
+    if mode is not None and modes and str(mode) not in modes:
+        problems.append(Problem(f"{ROLLOUT}.logprobs_mode", mode, (
+            f"not a vLLM logprobs mode (verl passes it to vLLM's engine arguments; {source}): use one of "
+            f"{', '.join(modes)}")))
     sizes = value_of(cfg, f"{ROLLOUT}.cudagraph_capture_sizes")
     if sizes is not None and not (isinstance(sizes, list) and all(_int(s) for s in sizes)):
         problems.append(Problem(f"{ROLLOUT}.cudagraph_capture_sizes", sizes, (
