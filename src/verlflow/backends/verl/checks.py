@@ -66,15 +66,10 @@ def register(name: str, *, group: str, needs: tuple[str, ...], after: tuple[str,
 
 
 def registered(group: str | None = None) -> tuple[Check, ...]:
-    """The registered checks (of ``group``), in the order they run; importing the preflight registers all."""
+    """The registered checks (of ``group``), in the order they run; importing
+    :mod:`verlflow.backends.verl.preflight` registers all of them (it imports the rehearsal, which registers its
+    stages), so a caller that needs every check imports that module first."""
     return tuple(c for c in _CHECKS.values() if group is None or c.group == group)
 
 
-def all_checks() -> tuple[Check, ...]:
-    """Every check of the dry run: the preflight's module registers the launch's, the rehearsal its stages."""
-    import verlflow.backends.verl.preflight  # noqa: F401  (registers on import)
-
-    return registered()
-
-
-__all__ = ["NEEDS", "GROUPS", "Check", "register", "registered", "all_checks"]
+__all__ = ["NEEDS", "GROUPS", "Check", "register", "registered"]
