@@ -19,7 +19,7 @@ from verlflow import config
 from verlflow.config import Accelerator, Profile
 from verlflow.device.parsers import npu_generation
 from verlflow.errors import VerlflowError
-from verlflow.platforms import Device
+from verlflow.platforms import Device, kinds
 from verlflow.platforms.tags import DETECTED_PROFILE_TAG, DETECTED_TAG, NAME_TAG, RECORD_FITS_TAG, TYPE_TAG
 
 # The override that runs a profile whose record is not the machine's (VerlflowBlock.accept_other_hardware).
@@ -78,8 +78,11 @@ def fitting_profiles(dev: Device | str, listed: str) -> list[str]:
 
 
 def node_from(device_type: Device | str, name: str, count: int, gen: str | None = None) -> Node | None:
-    """The node a listing found (``count`` devices named ``name``); None when nothing is listed (a laptop)."""
-    if not Device(device_type).is_accelerator or count <= 0 or not name or name == "unknown":
+    """The node a listing found (``count`` devices named ``name``); None when nothing is listed (a laptop), and for a
+    run whose ``device.type`` is missing or a kind this installation does not register."""
+    if count <= 0 or not name or name == "unknown" or str(device_type) not in kinds():
+        return None
+    if not Device(device_type).is_accelerator:
         return None
     listed = label(name, gen or generation(device_type, name))
     return Node(Device(device_type), listed, count, tuple(fitting_profiles(device_type, listed)))

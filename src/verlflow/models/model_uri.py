@@ -104,8 +104,10 @@ def require_registered_model(client: MlflowClient, name: str) -> None:
     """One clear line when no registered model has this name: deleted (named so) or never made, listing what exists."""
     try:
         client.get_registered_model(name)
-    except MlflowException:
+    except MlflowException as exc:
         stopping.stop_point()  # the request failed riding out its timeout after a stop: no second one
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise  # the server failed or did not answer: the step words that (not "no such model")
         raise absent.missing_model(client, name) from None
 
 
