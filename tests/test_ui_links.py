@@ -41,7 +41,7 @@ URL = re.compile(r"http://127\.0\.0\.1:\d+/#\S+")
 def _short_search(tmp_path: Path) -> Path:
     data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
     data["trial"] = {"overrides": {"trainer.total_training_steps": 2, "trainer.total_epochs": 2,
-                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 30}
+                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 300}
     data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
     path = tmp_path / "short.yaml"
     path.write_text(yaml.safe_dump(data))

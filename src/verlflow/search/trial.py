@@ -161,7 +161,10 @@ class TrialRunner:
             trial.report(value, step)
             if trial.should_prune():
                 pruning.set()
-                _stop(proc, self.stop_timeout)
+                if _stop(proc, self.stop_timeout):
+                    sys.stdout.write(f"[trial {trial.number}] verlflow train: killed after the search's pruner "
+                                     f"stopped it: no exit within {self.stop_timeout:g} s of SIGTERM "
+                                     "(trial.stop_timeout in the search config)\n")
                 client.set_tag(run_id, "optuna.pruned", "true")
                 raise optuna.TrialPruned(f"trial {trial.number} pruned at step {step} "
                                          f"({self.metric}={value:g})")
@@ -258,13 +261,15 @@ def _tee(proc: subprocess.Popen, number: int, log_path: Path, tail: collections.
 _INTERRUPTED_LINE = re.compile(r"verlflow \w+: interrupted")
 
 
-def _stop(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM (the train step ends its run KILLED), then SIGKILL after ``timeout`` seconds."""
+def _stop(proc: subprocess.Popen, timeout: float) -> bool:
+    """SIGTERM (the train step ends its run KILLED), then SIGKILL after ``timeout`` seconds; True when killed."""
     if proc.poll() is not None:
-        return
+        return False
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=timeout)
+        return False
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        return True
