@@ -56,7 +56,7 @@ def _train(workdir: Path, tmp_path: Path, overrides=(), data_dir=None):
 
 @pytest.mark.slow
 def test_smoke_run_finishes_tracked_with_verl_names_and_a_loadable_checkpoint(workdir, tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="verlflow.backends.local.trainer"):
+    with caplog.at_level(logging.INFO, logger="verlflow.backends.local.run_record"):
         result, cfg = _train(workdir, tmp_path)
     ignored = [r.getMessage() for r in caplog.records if "local trainer ignores" in r.getMessage()]
     assert {r.levelname for r in caplog.records if "local trainer ignores" in r.getMessage()} == {"INFO"}

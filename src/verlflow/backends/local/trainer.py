@@ -15,26 +15,23 @@ responses; ppo_epochs x (B / (ppo_mini_batch_size x n)) optimizer steps.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import torch
-from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from verlflow import stopping
 from verlflow.backends.local import checkpoint as ckpt
-from verlflow.backends.local.loss import batched_log_probs, compute_advantages, is_on_policy, update_actor
-from verlflow.backends.local.metrics import last_logged_step, val_metric_names, verl_batch_metrics
+from verlflow.backends.local import run_record
+from verlflow.backends.local.metrics import last_logged_step
 from verlflow.backends.local.models import (
     apply_thread_count,
     build_optimizer_and_scheduler,
@@ -44,21 +41,14 @@ from verlflow.backends.local.models import (
     restore_determinism,
     torch_device,
 )
-from verlflow.backends.local.rollout import (
-    PromptSet,
-    encode_prompts,
-    generate,
-    reward_fn_from_config,
-    score,
-)
-from verlflow.backends.local.settings import LocalSettings, ignored_reason, read_settings
-from verlflow.backends.local.traces import trace_samples
+from verlflow.backends.local.rollout import PromptSet, encode_prompts, reward_fn_from_config
+from verlflow.backends.local.settings import LocalSettings, read_settings
+from verlflow.backends.local.step import PHASES, grpo_step, timer, validate
 from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
-from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
+from verlflow.names import DETERMINISTIC_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
 from verlflow.out_of_memory import is_out_of_memory, out_of_memory_error
 from verlflow.platforms import Device
-from verlflow.runs import logged_models
 from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
@@ -66,8 +56,6 @@ log = logging.getLogger(__name__)
 
 # Run folders (checkpoints under <root>/<run_id>/checkpoints) unless the recipe's verlflow.output_dir says.
 DEFAULT_OUTPUT_ROOT = "outputs/local"
-# Rows of the samples table per logged step (a 2560-response step would make an unreadable table).
-MAX_SAMPLE_ROWS = 64
 StepCallback = Callable[[int, dict[str, float]], None]
 
 
@@ -165,7 +153,7 @@ class LocalTrainer:
         from verlflow.models.model_path import resolve_model_path
 
         hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
-        self._log_run_description()
+        run_record.log_run_description(self.cfg, self.settings, self.run_id)
         stopping.stop_point()  # set-up's safe points: between its phases (each bounded: a load, a store call)
         self.device = torch_device(self.settings.device)
         threads = apply_thread_count(self.cfg.profile.env)
@@ -197,29 +185,6 @@ class LocalTrainer:
         self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.settings, self.total_steps)
         self.reward_fn = reward_fn_from_config(self.cfg.resolved)
         self._resume()
-
-    def _log_run_description(self) -> None:
-        from verlflow.device import detect as device
-        from verlflow.runs import tracking
-
-        for key, value in self.settings.ignored.items():
-            # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
-            # cluster on purpose; the run's tag verlflow.ignored_keys keeps the list.
-            log.info("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
-        retry_on_lock(mlflow.set_tag, IGNORED_KEYS_TAG, ",".join(self.settings.ignored) or "none")
-        try:
-            tracking.log_verl_params(self.cfg.to_container())
-        except mlflow.exceptions.MlflowException as exc:
-            raise VerlflowError(
-                f"run {self.run_id} already holds params of a different config ({first_line(exc, 200)}): "
-                "resume in a new run"
-            ) from None
-        retry_on_lock(mlflow.log_text, _to_yaml(self.cfg.resolved), "config/resolved.yaml")
-        kind = self.settings.device
-        # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
-        environ = {**os.environ, **self.cfg.profile.env}
-        tracking.log_device_profile(device.collect_device_profile(kind, environ=environ,
-                                                                    profile=self.cfg.profile))
 
     def _prompts(self, split: str) -> PromptSet:
         from verlflow.data.gsm8k import read_split
@@ -279,7 +244,6 @@ class LocalTrainer:
     def train(self, *, on_step_end: StepCallback | None = None, started_at: float) -> TrainResult:
         """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
         from verlflow.progress import progress_bar
-        from verlflow.runs import metric_buffer, tracking
 
         metrics: dict[str, float] = {}
         if self.settings.val_before_train:
@@ -298,7 +262,7 @@ class LocalTrainer:
                 metrics, samples = self._train_step()
             if self.settings.test_freq > 0 and (last or step % self.settings.test_freq == 0):
                 timing: dict[str, float] = {}
-                with _timer("testing", timing):
+                with timer("testing", timing):
                     metrics.update(self._validate())
                 metrics["timing_s/testing"] = timing["testing"]
             self._log(metrics, step)
@@ -313,68 +277,16 @@ class LocalTrainer:
                 on_step_end(step, metrics)
         if self.last_saved is None or ckpt.checkpoint_step(self.last_saved.parent.parent) != self.global_step:
             self._save()  # resumed at an already finished step: make sure the final checkpoint is there
-        tracking.flush_metrics()  # the summaries read the per-step history back
-        summaries = tracking.log_run_summaries(self.run_id, started_at)
         final = self.last_saved.resolve()
-        if not metric_buffer.set_tags(self.run_id, {CHECKPOINT_DIR_TAG: str(final)}):
-            retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
-        logged_models.record_final_model(self.run_id, final, self.global_step,
-                                         defer=metric_buffer.defer_final_model)
+        summaries = run_record.record_final(self.run_id, final, self.global_step, started_at)
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 
     def _train_step(self) -> tuple[dict[str, float], dict[str, list]]:
         """One GRPO step on the next ``train_batch_size`` prompts; returns (metrics, samples)."""
-        from verl.trainer.ppo.core_algos import agg_loss
-
-        settings, timing, metrics = self.settings, {}, {}
         prompts = self.train_prompts.take(self._batch_rows(self.global_step))
-        temperature = settings.sampling.get("temperature", 1.0)
-        with _timer("step", timing):
-            with _timer("gen", timing):
-                rollout = generate(self.model, self.tokenizer, prompts, n=settings.n, sampling=settings.sampling,
-                                   max_new_tokens=settings.max_response_length, device=self.device)
-            with _timer("reward", timing):
-                rollout.scores = score(rollout, prompts, settings.n, self.reward_fn)
-            input_ids, attention_mask, mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
-            length = mask.shape[1]
-            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "response_mask": mask}
-            on_policy = is_on_policy(self.model, ppo_epochs=settings.actor.ppo_epochs,
-                                     mini_batch=settings.ppo_mini_batch_size * settings.n, batch_size=len(input_ids))
-            with _timer("old_log_prob", timing):
-                # On-policy (one epoch, one mini-batch) the update's first forward gives the old log-probs
-                # and the entropy, as in verl and TRL: no separate pass, this phase costs nothing.
-                if not on_policy:
-                    batch["old_log_probs"], entropy = batched_log_probs(
-                        self.model, input_ids, attention_mask, length, temperature, settings.log_prob_micro_batch,
-                        with_entropy=True, group=settings.n)
-                    metrics["actor/entropy"] = agg_loss(loss_mat=entropy, loss_mask=mask.bool(),
-                                                        loss_agg_mode=settings.actor.loss_agg_mode).item()
-            if self.ref_model is not None:
-                with _timer("ref", timing):
-                    batch["ref_log_prob"], _ = batched_log_probs(
-                        self.ref_model, input_ids, attention_mask, length, temperature,
-                        settings.ref_log_prob_micro_batch, group=settings.n)
-            with _timer("adv", timing):
-                scores = rollout.token_level_scores()
-                # No KL in the reward (algorithm.use_kl_in_reward is not supported): rewards = scores.
-                advantages, returns = compute_advantages(
-                    settings.adv_estimator, scores, mask, rollout.index,
-                    norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo, algorithm=settings.algorithm)
-                batch["advantages"] = advantages
-            with _timer("update_actor", timing):
-                metrics.update(update_actor(
-                    self.model, self.optimizer, batch, actor=settings.actor,
-                    mini_batch=settings.ppo_mini_batch_size * settings.n, micro_batch=settings.ppo_micro_batch_size,
-                    grad_clip=settings.grad_clip, temperature=temperature, group=settings.n))
-                metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-                self.scheduler.step()
-        metrics.update(verl_batch_metrics(
-            rollout, scores, advantages, returns, timing, max_prompt_length=settings.max_prompt_length,
-            max_response_length=settings.max_response_length))
-        samples = {"step": [self.global_step] * len(rollout.response_texts), "prompt": rollout.prompt_texts,
-                   "response": rollout.response_texts, "reward": rollout.scores.tolist()}
-        return metrics, {k: v[:MAX_SAMPLE_ROWS] for k, v in samples.items()}
+        return grpo_step(self.model, self.ref_model, self.optimizer, self.scheduler, self.tokenizer, prompts,
+                         settings=self.settings, reward_fn=self.reward_fn, device=self.device, step=self.global_step)
 
     def _profiled_step(self, step: int) -> tuple[dict[str, float], dict[str, list]]:
         """:meth:`_train_step` under ``torch.profiler``; its Chrome trace and summary go to ``profile/step_<N>/``."""
@@ -405,21 +317,8 @@ class LocalTrainer:
 
     def _validate(self) -> dict[str, float]:
         """Score ``val_kwargs`` samples on the val prompts; verl's ``val-core/<source>/reward/mean@N``."""
-        from verl.trainer.ppo.metric_utils import process_validation_metrics
-
-        settings = self.settings
-        # verl hands the whole val set to vLLM at once; transformers generates a training batch's worth at a time.
-        batch = settings.val_batch_size or settings.train_batch_size * settings.n
-        sources, uids, rewards = [], [], []
-        for start in range(0, len(self.val_prompts), batch):
-            rows = list(range(start, min(start + batch, len(self.val_prompts))))
-            prompts = self.val_prompts.take(rows)
-            rollout = generate(self.model, self.tokenizer, prompts, n=settings.val_n, sampling=settings.val_sampling,
-                               max_new_tokens=settings.max_response_length, device=self.device)
-            rewards += score(rollout, prompts, settings.val_n, self.reward_fn).tolist()
-            sources += [prompts.data_sources[i // settings.val_n] for i in range(len(rollout.response_texts))]
-            uids += [str(rows[i // settings.val_n]) for i in range(len(rollout.response_texts))]
-        return val_metric_names(process_validation_metrics(sources, uids, {"reward": rewards}))
+        return validate(self.model, self.tokenizer, self.val_prompts, settings=self.settings,
+                        reward_fn=self.reward_fn, device=self.device)
 
     # ------------------------------------------------------------------ save / log
 
@@ -429,10 +328,7 @@ class LocalTrainer:
         self.last_saved = ckpt.save_checkpoint(self.settings.default_local_dir, self.global_step, self.model,
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
         if self.global_step < self.total_steps:  # the last one becomes the run's final model, in train()
-            from verlflow.runs import metric_buffer
-
-            logged_models.record_checkpoint_model(self.run_id, self.last_saved.resolve(), self.global_step,
-                                                  link=metric_buffer.link_model)
+            run_record.log_checkpoint(self.run_id, self.last_saved.resolve(), self.global_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         from verlflow.runs import tracking
@@ -443,18 +339,9 @@ class LocalTrainer:
 
     def _log_samples(self, samples: dict[str, list], step: int) -> None:
         """Log a validation step's sample table; a tracking outage costs the table, never the training."""
-        from verlflow.runs import metric_buffer
-
         if step <= self.logged_through:
             return
-        trace_samples(samples, step, self.cfg.verlflow.rollout_traces, self.run_id)  # the run's Traces tab, as verl's
-        if metric_buffer.log_table(self.run_id, samples, f"samples/step_{step}.json"):
-            return  # queued for the writer process: an outage keeps it in the spill file
-        try:
-            mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
-        except MlflowException as exc:
-            log.warning("samples of step %d not logged (tracking store unavailable: %s); training goes on",
-                        step, first_line(exc, 200))
+        run_record.log_samples(samples, step, run_id=self.run_id, traces=self.cfg.verlflow.rollout_traces)
 
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
@@ -475,21 +362,6 @@ class LocalTrainer:
 # ---------------------------------------------------------------------- helpers
 
 
-# verl's timer names of a step's phases: also the profiler's annotations (a profiled step's summary rows).
-PHASES = ("step", "gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
-
-
-@contextlib.contextmanager
-def _timer(name: str, timing: dict[str, float]) -> Iterator[None]:
-    """verl's ``marked_timer``: seconds of the block into ``timing[name]``, annotated for ``torch.profiler``."""
-    start = time.perf_counter()
-    try:
-        with torch.profiler.record_function(name):
-            yield
-    finally:
-        timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
-
-
 def _read_parquet(path: str | None, split: str):
     import pandas as pd
 
@@ -497,11 +369,3 @@ def _read_parquet(path: str | None, split: str):
         key = "data.train_files" if split == "train" else "data.val_files"
         raise VerlflowError(f"no {split} data file '{path}': pass data_dir or set {key} to a parquet file")
     return pd.read_parquet(Path(path).expanduser())
-
-
-def _to_yaml(resolved: Any) -> str:
-    from omegaconf import OmegaConf
-
-    from verlflow.secrets import mask_tree
-
-    return OmegaConf.to_yaml(mask_tree(OmegaConf.to_container(resolved, resolve=True)))
