@@ -15,8 +15,10 @@ import pytest
 
 from verlflow import config
 from verlflow.backends.verl import command as verl_command
+from verlflow.backends.verl import forced
 from verlflow.backends.verl.backend import preflight
-from verlflow.backends.verl.command import FINAL_ONLY_SAVE_FREQ, absolute_tracking_uri, build_plan
+from verlflow.backends.verl.command import absolute_tracking_uri, build_plan
+from verlflow.backends.verl.forced import FINAL_ONLY_SAVE_FREQ
 from verlflow.backends.verl.launch import ray_job_spec, ray_submit_command
 from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI, Probe
 from verlflow.errors import VerlflowError
@@ -63,7 +65,7 @@ def test_rollout_traces_go_to_mlflow_a_few_per_step_unless_turned_off(a3, tmp_pa
     _, plan = a3
     trace = "actor_rollout_ref.rollout.trace"
     assert plan.overrides[f"{trace}.backend"] == "mlflow" and plan.overrides[f"{trace}.token2text"] is True
-    assert plan.overrides[f"{trace}.max_samples_per_step_per_worker"] == verl_command.DEFAULT_TRACED_SAMPLES
+    assert plan.overrides[f"{trace}.max_samples_per_step_per_worker"] == forced.DEFAULT_TRACED_SAMPLES
     _, off = _plan("a3", tmp_path, "verlflow.rollout_traces=0")
     assert not any(key.startswith(trace) for key in off.overrides)
     _, own = _plan("h20", tmp_path, f"{trace}.backend=weave")  # the user's choice of tracer stands
@@ -195,6 +197,6 @@ def test_an_explicit_profiler_tool_stands_and_no_steps_means_no_profiler(a3, tmp
 
 def test_deterministic_turns_on_verls_full_determinism(a3, tmp_path):
     _, plan = _plan("h20", tmp_path, "verlflow.deterministic=true")
-    assert all(plan.overrides[key] is True for key in verl_command.DETERMINISM_KEYS)
+    assert all(plan.overrides[key] is True for key in forced.DETERMINISM_KEYS)
     config.validate_against_verl(plan.overrides)
-    assert not any(key in a3[1].overrides for key in verl_command.DETERMINISM_KEYS)
+    assert not any(key in a3[1].overrides for key in forced.DETERMINISM_KEYS)

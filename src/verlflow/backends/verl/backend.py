@@ -42,6 +42,7 @@ from omegaconf import OmegaConf
 
 from verlflow import config, secrets
 from verlflow.backends.verl import command as verl_command
+from verlflow.backends.verl import forced
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
 from verlflow.backends.verl import node_sampler as verl_node_sampler
@@ -194,7 +195,7 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
         "verlflow.launch_module": plan.launch_module,
         "verlflow.output_dir": str(plan.run_dir),
         # verl's determinism switches on (verlflow.deterministic=true), as compare reads it
-        DETERMINISTIC_TAG: str(any(plan.overrides.get(k) is True for k in verl_command.DETERMINISM_KEYS)).lower(),
+        DETERMINISTIC_TAG: str(any(plan.overrides.get(k) is True for k in forced.DETERMINISM_KEYS)).lower(),
     }
     if ray_address:
         tags[DEVICE_PROFILE_HOST_TAG] = "the submitting host, not the Ray cluster"
@@ -376,7 +377,7 @@ def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict |
     finally:
         if log_path.is_file():
             mlflow.log_artifact(str(log_path), "logs")
-        if plan.overrides.get(f"{verl_command.TRACE}.backend") == "mlflow":
+        if plan.overrides.get(f"{forced.TRACE}.backend") == "mlflow":
             linked = verl_traces.link_rollout_traces(client, run_id, since_ms=launched_ms)
             mlflow.set_tag(ROLLOUT_TRACES_TAG, str(linked))
     mlflow.set_tag(EXIT_CODE_TAG, str(rc))
