@@ -108,9 +108,9 @@ def test_sigterm_is_forwarded_to_verl_and_the_run_is_killed(tracking_uri, tmp_pa
 
 
 def test_verls_error_is_the_exception_line_not_hydras_trailer_after_it():
-    from verlflow.backends.verl.backend import _Watch
+    from verlflow.backends.verl.output_watch import OutputWatch
 
-    watch = _Watch("0" * 32)
+    watch = OutputWatch("0" * 32)
     # The end of a real verl 0.9.1 launch whose Ray could not start (recorded here under `ulimit -f 1500`).
     for line in ("  File \".../ray/_private/node.py\", line 440, in __init__",
                  "    raise Exception(",

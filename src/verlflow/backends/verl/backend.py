@@ -6,7 +6,8 @@
 
 :func:`train_verl` reads top to bottom: plan the launch (:mod:`.command`), validate it against the
 installed verl, log what we own (tags, ``device_profile.json``, ``config/resolved.yaml``,
-``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.launch`), summarise,
+``config/command.txt``), refuse a missing device (preflight), launch (:mod:`.launch`; its output read by
+:mod:`.output_watch` for the line that says why it failed), summarise,
 merge the last checkpoint into a Hugging Face folder (:mod:`.merge`) and tag it
 ``verlflow.checkpoint_dir`` for the registry.
 
@@ -26,11 +27,9 @@ Recipe ``verlflow:`` keys read here (set on the command line as ``-P overrides="
 
 from __future__ import annotations
 
-import collections
 import importlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,8 @@ from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
-from verlflow.backends.writable import OUT_OF_SPACE, out_of_space_advice
+from verlflow.backends.verl.output_watch import OutputWatch
+from verlflow.backends.writable import out_of_space_advice
 from verlflow.config import config_count_problems
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
@@ -216,52 +216,6 @@ def _print_plan(plan: LaunchPlan, *, ray_address: str) -> None:
                   else f"verlflow: {lib} not found, not preloaded")
 
 
-class _Watch:
-    """Remembers the last lines of verl's output and tags what the launch script reports."""
-
-    def __init__(self, run_id: str):
-        self.run_id = run_id
-        self.tail: collections.deque[str] = collections.deque(maxlen=200)
-        # The first error that says a write failed for space: later errors (the store on the same full disk)
-        # would otherwise hide it, and may push it out of the tail.
-        self.out_of_space: str | None = None
-
-    def __call__(self, line: str) -> None:
-        if line.strip():
-            self.tail.append(line.strip())
-            if self.out_of_space is None and EXCEPTION_LINE.match(_plain(line)) and OUT_OF_SPACE.search(line):
-                self.out_of_space = _plain(line)[:300]
-        if line.strip() in (verl_command.JEMALLOC_ENABLED_LINE, verl_command.JEMALLOC_MISSING_LINE):
-            state = "enabled" if line.strip() == verl_command.JEMALLOC_ENABLED_LINE else "missing"
-            MlflowClient().set_tag(self.run_id, JEMALLOC_TAG, state)
-
-    def reason(self) -> str:
-        """verl's error: the last exception line it printed (a Ray worker's, without its ``(pid=…)`` prefix).
-
-        A warning that names an error (``UserWarning: … ModuleNotFoundError``), printed by a worker after the
-        failure, is not the reason; a write that failed for space is, whatever failed after it.
-        """
-        if self.out_of_space:
-            return self.out_of_space
-        lines = [_plain(ln) for ln in self.tail]
-        raised = [ln for ln in lines if EXCEPTION_LINE.match(ln)]
-        errors = [ln for ln in lines if ("Error" in ln or "error:" in ln) and "Warning" not in ln]
-        return (raised or errors or lines or ["no output"])[-1][:300]
-
-
-# ``ValueError: …``, ``torch.OutOfMemoryError: …``, ``ray.exceptions.RayTaskError(ValueError): …``, and Ray's bare
-# ``Exception: …`` (not Hydra's ``Error executing job with overrides: …`` printed after it).
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)(?:\([\w.]+\))?: ")
-# Ray's colour codes and the ``(pid=123)`` / ``(TaskRunner pid=123, ip=…)`` prefix of a worker's lines.
-RAY_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^)]*pid=\d+[^)]*\)(?:\x1b\[0m)?\s*")
-RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")  # torch.distributed's prefix of a rank's traceback lines
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _plain(line: str) -> str:
-    return RANK_PREFIX.sub("", ANSI.sub("", RAY_PREFIX.sub("", line)).strip())
-
-
 def train_verl(
     cfg: config.ComposedConfig,
     *,
@@ -365,7 +319,7 @@ def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict |
     Returns verl's exit status (0); a non-zero one raises :class:`VerlflowError` with verl's last error line.
     """
     log_path = plan.run_dir / "verl.log"
-    watch = _Watch(run_id)
+    watch = OutputWatch(run_id)
     print(f"verlflow: launching verl for run {run_id}; output in {log_path}", flush=True)
     launched_ms = int(time.time() * 1000)
     try:
