@@ -8,17 +8,15 @@ One row per problem, exactly as verl's ``examples/data_preprocess/gsm8k.py`` wri
 ``reward_model`` ({"style": "rule", "ground_truth": "<number>"}) and ``extra_info``
 ({"split", "index", "answer", "question"}); splits ``train`` and ``test``. Inside an active MLflow
 run both splits are logged as dataset inputs, with their row counts and a content digest
-(tag ``data.digest``) that the registry copies onto model versions for lineage.
+(tag ``data.digest``, :mod:`verlflow.data.lineage`) that the registry copies onto model versions for lineage.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from verlflow.data.checks import read_rows
+from verlflow.data.lineage import combined_digest, rows_digest, split_dataset
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG
@@ -145,14 +144,14 @@ def preprocess(
         tmp = paths[split].with_suffix(f".parquet.{os.getpid()}.tmp")  # two pipelines may write one folder at once
         pq.write_table(pa.Table.from_pylist(rows[split]), tmp)
         os.replace(tmp, paths[split])  # never leave a half-written split behind
-        digests[split] = _rows_digest(rows[split])
+        digests[split] = rows_digest(rows[split])
     result = PreprocessResult(
         output_dir=out,
         train_path=paths["train"],
         test_path=paths["test"],
         num_train=len(rows["train"]),
         num_test=len(rows["test"]),
-        digest=_combined_digest(digests),
+        digest=combined_digest(digests),
         source=_canonical_source(source),
     )
     if log_to_mlflow:
@@ -352,50 +351,8 @@ def data_dir_digest(data_dir: str | Path) -> str | None:
     paths = {split: Path(data_dir) / f"{split}.parquet" for split in SPLITS}
     if not all(p.is_file() for p in paths.values()):
         return None
-    digests = {split: _rows_digest(read_rows(path)) for split, path in paths.items()}
-    return _combined_digest(digests)
-
-
-def _combined_digest(digests: dict[str, str]) -> str:
-    return hashlib.sha256(f"{digests['train']}:{digests['test']}".encode()).hexdigest()[:16]
-
-
-def _rows_digest(rows: list[dict]) -> str:
-    """Digest of the rows' content: independent of parquet metadata, pyarrow version and origin."""
-    digest = hashlib.sha256()
-    for row in rows:
-        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
-        digest.update(b"\n")
-    return digest.hexdigest()[:16]  # MLflow keeps dataset digests of up to 36 characters
-
-
-def split_dataset(rows: list[dict], path: Path, split: str, digest: str):
-    """The MLflow dataset of one split: the same name, source and digest wherever it is logged, so MLflow
-    shows one dataset that preprocess produced and train / evaluate runs used."""
-    import mlflow
-
-    with warnings.catch_warnings():  # mlflow registers two local-file sources and warns it picked one
-        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
-        return mlflow.data.from_pandas(pd.DataFrame(rows), source=str(path), name=f"gsm8k-{split}", digest=digest)
-
-
-def log_split_inputs(data_dir: str | Path, contexts: dict[str, str]) -> list[str]:
-    """Log the splits of a preprocessed folder as inputs of the active run (split → context, e.g.
-    ``{"train": "training", "test": "validation"}``); the splits logged (none when the files are elsewhere,
-    e.g. only on a cluster's shared disk)."""
-    import mlflow
-
-    if mlflow.active_run() is None:
-        return []
-    logged = []
-    for split, context in contexts.items():
-        path = Path(data_dir).expanduser().resolve() / f"{split}.parquet"
-        if not path.is_file():
-            continue
-        rows = read_rows(path)
-        mlflow.log_input(split_dataset(rows, path, split, _rows_digest(rows)), context=context)
-        logged.append(split)
-    return logged
+    digests = {split: rows_digest(read_rows(path)) for split, path in paths.items()}
+    return combined_digest(digests)
 
 
 def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digests: dict[str, str]) -> None:

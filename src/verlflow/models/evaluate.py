@@ -33,7 +33,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
-from verlflow.data.gsm8k import log_split_inputs
+from verlflow.data.lineage import log_split_inputs
 from verlflow.errors import VerlflowError
 from verlflow.models.generate import DEFAULT_BATCH_SIZE, accelerator, generate_hf, generate_vllm
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model

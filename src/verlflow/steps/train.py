@@ -106,7 +106,7 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: 
     With ``spill_root`` (the local trainer) the run's metrics, tables and tags, its attempt time included, go
     through a metric buffer spilling to ``<spill_root>/<run_id>``, and its other MLflow calls are kept short.
     """
-    from verlflow.data.gsm8k import log_split_inputs
+    from verlflow.data.lineage import log_split_inputs
     from verlflow.runs import metric_buffer
     from verlflow.runs import resume as resuming
     from verlflow.runs.experiments import recipe_experiment
