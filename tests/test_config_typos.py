@@ -16,7 +16,7 @@ import yaml
 
 from verlflow.config import SEARCH_DIR, VerlflowBlock, compose, list_recipes, load_recipe
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.search.space import load_search_config
+from verlflow.search.search_config import load_search_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import yaml
 
 from verlflow import cli
 from verlflow.errors import EXIT_BAD_INPUT
-from verlflow.search.space import load_search_config
+from verlflow.search.search_config import load_search_config
 
 DEFAULT = yaml.safe_load((Path(cli.__file__).parent / "config" / "search" / "default.yaml").read_text())
 

@@ -21,7 +21,8 @@ from optuna.trial import TrialState
 
 from verlflow import config
 from verlflow.errors import VerlflowError
-from verlflow.search.space import distributions, load_search_config
+from verlflow.search.search_config import load_search_config
+from verlflow.search.space import distributions
 from verlflow.search.study import (
     PARENT_RUN_ID_ATTR,
     RUN_ID_ATTR,

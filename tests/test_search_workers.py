@@ -29,7 +29,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState, create_trial
 
 from verlflow import config
-from verlflow.search.space import distributions, load_search_config
+from verlflow.search.search_config import load_search_config
+from verlflow.search.space import distributions
 
 REPO = Path(__file__).resolve().parents[1]
 METRIC = "val-core/openai/gsm8k/reward/mean_at_1"

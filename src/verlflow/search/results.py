@@ -27,7 +27,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from verlflow import names
 from verlflow.runs import tracking
 from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
-from verlflow.search.space import SearchConfig
+from verlflow.search.search_config import SearchConfig
 from verlflow.search.study import RUN_ID_ATTR
 
 log = logging.getLogger(__name__)

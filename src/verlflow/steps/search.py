@@ -6,7 +6,7 @@
         -P storage=optuna/smoke-default.journal
 
 Setup → trials → summary:
-1. Load and check the search config (:mod:`verlflow.search.space`), compose the recipe, check every
+1. Load and check the search config (:mod:`verlflow.search.search_config`), compose the recipe, check every
    choice against verl's batch rules: any problem is one line before a trial runs.
 2. Open (or resume: same ``study_name``) the study in its storage (:mod:`verlflow.search.study`), then
    run ``n_trials`` trials in this worker (:mod:`verlflow.search.trial`), each a child of this run.
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # Optuna is imported when a search runs, not for `verlflow --
     import optuna
 
     from verlflow.search.results import SearchResult
-    from verlflow.search.space import SearchConfig
+    from verlflow.search.search_config import SearchConfig
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,8 @@ def _checkpoint_root(base: config.ComposedConfig) -> str:
 
 def _checked_search(n_trials: int, pruner: str, storage: str, search_config: str) -> SearchConfig:
     """The search config, after every step parameter was checked: one line for any mistake, before a trial."""
-    from verlflow.search.space import PRUNERS, check_space_keys, load_search_config
+    from verlflow.search.search_config import PRUNERS, load_search_config
+    from verlflow.search.space import check_space_keys
     from verlflow.search.storage_url import check_storage_url
 
     if n_trials < 1:
