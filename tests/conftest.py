@@ -495,6 +495,45 @@ def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
             server.stop()
 
 
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory):
+    """A real :class:`MlflowServer` shared by one test module's tests (started once: seconds each on a loaded host)."""
+    server = MlflowServer(tmp_path_factory.mktemp("server"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault_proxy(module_server):
+    """The module's server behind this test's own fault proxy (tests/fault_proxy.py: outages, hangs, slowness)."""
+    from fault_proxy import FaultProxy
+
+    proxy = FaultProxy(module_server.url).start()
+    yield proxy
+    proxy.stop()
+
+
+# MLflow's HTTP client failing fast in this process: no retries (an outage is noticed at once), 30 s per request.
+FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def tracking_at(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point this test's MLflow (the environment its child processes inherit, and this process's client) at
+    ``url``, its HTTP failing fast (:data:`FAIL_FAST_HTTP`)."""
+    for key, value in {**FAIL_FAST_HTTP, "MLFLOW_TRACKING_URI": url}.items():
+        monkeypatch.setenv(key, value)
+    mlflow.set_tracking_uri(url)
+
+
+@pytest.fixture
+def proxied_server(fault_proxy, monkeypatch):
+    """This test's tracking URI is the fault proxy in front of the module's server: an outage is
+    ``proxied_server.error_every = 1`` (every request answered 500), over with ``heal()``."""
+    tracking_at(fault_proxy.url, monkeypatch)
+    return fault_proxy
+
+
 @contextlib.contextmanager
 def local_ray(prefix: str):
     """Room for a local Ray cluster started by a test: ``(temp_dir, procs)``, torn down afterwards.

@@ -15,9 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pytest
-from conftest import MlflowServer, wait_until
+from conftest import MlflowServer, tracking_at, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.runs import spill
@@ -26,21 +25,11 @@ from verlflow.runs.metric_buffer import MetricBuffer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("server"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def server(upstream, monkeypatch):
-    for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-                       "MLFLOW_TRACKING_URI": upstream.url}.items():
-        monkeypatch.setenv(key, value)
-    mlflow.set_tracking_uri(upstream.url)
-    return upstream
+def server(module_server, monkeypatch):
+    """The module's server as this test's tracking URI, straight (no proxy: the fault is in its artifact store)."""
+    tracking_at(module_server.url, monkeypatch)
+    return module_server
 
 
 @contextlib.contextmanager
@@ -60,6 +49,19 @@ def artifacts_refused(server: MlflowServer):
             aside.rename(folder)
 
 
+@contextlib.contextmanager
+def logging_while_artifacts_are_refused(server: MlflowServer, tmp_path: Path):
+    """A new run's metric buffer (spill file under ``tmp_path``) with its first point logged, while the server
+    refuses artifact writes: ``(client, run_id, spill path, buffer)``."""
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    path = tmp_path / "metrics.spill.jsonl"
+    with artifacts_refused(server):
+        buffer = MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
+        buffer.log({"loss": 1.0}, 1)
+        yield client, run_id, path, buffer
+
+
 def _upload(path: Path) -> subprocess.CompletedProcess:
     # The printed command, as a user runs it: MLflow's default HTTP retries (minutes on a refused write) included.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
@@ -68,12 +70,7 @@ def _upload(path: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_refused_artifact_is_kept_apart_while_the_metrics_go_on(server, tmp_path, capfd):
-    client = MlflowClient()
-    run_id = client.create_run("0").info.run_id
-    path = tmp_path / "metrics.spill.jsonl"
-    with artifacts_refused(server):
-        buffer = MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
-        buffer.log({"loss": 1.0}, 1)
+    with logging_while_artifacts_are_refused(server, tmp_path) as (client, run_id, path, buffer):
         buffer.log_record({"kind": "table", "artifact_file": "samples/step_1.json",
                            "data": {"prompt": ["1+1?"], "response": ["2"], "reward": [1.0]}})
         for step in range(2, 6):
@@ -110,12 +107,7 @@ def test_a_refused_final_model_leaves_no_unfinished_model_and_the_upload_makes_i
     from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
 
     checkpoint = resolve_model_path(TINY_SENTINEL, tmp_path / "cache")
-    client = MlflowClient()
-    run_id = client.create_run("0").info.run_id
-    path = tmp_path / "metrics.spill.jsonl"
-    with artifacts_refused(server):
-        buffer = MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
-        buffer.log({"loss": 1.0}, 1)
+    with logging_while_artifacts_are_refused(server, tmp_path) as (client, run_id, path, buffer):
         buffer.log_record({"kind": "final_model", "checkpoint": checkpoint, "step": 1})
         buffer.log({"loss": 0.5}, 2)
         assert buffer.close(wait_s=60) == 0

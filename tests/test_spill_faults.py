@@ -17,10 +17,8 @@ import resource
 import subprocess
 from pathlib import Path
 
-import mlflow
 import pytest
-from conftest import MlflowServer, wait_until
-from fault_proxy import FaultProxy
+from conftest import wait_until
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -30,26 +28,6 @@ from verlflow.runs.metric_buffer import MetricBuffer
 SMALL = 64 * 1024
 KEYS = [f"actor/metric_{index:02d}" for index in range(20)]
 STEPS = 60  # 1200 points, ~120 bytes each on disk: about twice what the folder holds
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("server"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def server(upstream, monkeypatch):
-    """The module's server behind a fault proxy: an outage is every request answered 500, over in no time."""
-    proxy = FaultProxy(upstream.url).start()
-    for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-                       "MLFLOW_TRACKING_URI": proxy.url}.items():
-        monkeypatch.setenv(key, value)
-    mlflow.set_tracking_uri(proxy.url)
-    yield proxy
-    proxy.stop()
 
 
 @pytest.fixture
@@ -88,11 +66,11 @@ def _spilled_records(path: Path) -> list[dict]:
 
 
 def test_a_full_spill_disk_keeps_the_points_in_memory_and_writes_them_all_when_the_server_is_back(
-        server, small_folder, tmp_path):
+        proxied_server, small_folder, tmp_path):
     folder, small = small_folder
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
-    server.error_every = 1  # the outage
+    proxied_server.error_every = 1  # the outage
     with small:
         buffer = MetricBuffer(run_id, folder / "metrics.spill.jsonl", retry_s=0.3, write_every_s=0.1)
         _log_steps(buffer)
@@ -102,19 +80,19 @@ def test_a_full_spill_disk_keeps_the_points_in_memory_and_writes_them_all_when_t
         on_disk = _spilled_records(folder / "metrics.spill.jsonl")
         assert 0 < len(on_disk) < STEPS * len(KEYS)
         assert buffer.writing  # the writer lives on (before: it died with an ENOSPC traceback, 3 times)
-        server.heal()
+        proxied_server.heal()
         assert buffer.close(wait_s=120) == 0
     for key in (KEYS[0], KEYS[-1]):
         assert sorted(m.step for m in client.get_metric_history(run_id, key)) == list(range(1, STEPS + 1))
     assert not (folder / "metrics.spill.jsonl").exists()  # all written: nothing left to upload
 
 
-def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(server, small_folder, capfd):
+def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(proxied_server, small_folder, capfd):
     folder, small = small_folder
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     path = folder / "metrics.spill.jsonl"
-    server.error_every = 1  # the outage
+    proxied_server.error_every = 1  # the outage
     with small:
         buffer = MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
         _log_steps(buffer)
@@ -129,30 +107,30 @@ def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(s
     assert points and records[-1]["kind"] == "status"
     assert f"{len(points)} of the {left}" in full[0]
     assert "Traceback" not in err, err
-    server.heal()
+    proxied_server.heal()
     assert metric_buffer.upload_spill(path) == len(points)
     assert client.get_run(run_id).info.status == "FINISHED"
     steps = {m.step for key in KEYS for m in client.get_metric_history(run_id, key)}
     assert steps == set(range(1, max(steps) + 1))  # what was kept is the first steps, whole
 
 
-def test_the_end_waits_for_a_replay_that_goes_on_past_the_window(server, tmp_path):
+def test_the_end_waits_for_a_replay_that_goes_on_past_the_window(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
-    server.error_every = 1  # the outage
+    proxied_server.error_every = 1  # the outage
     buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
     records = 30
     for index in range(records):  # one write each: the replay takes ~records x delay_s
         buffer.log_record({"kind": "tags", "tags": {f"replayed.{index:02d}": str(index)}})
     wait_until(lambda: buffer.written >= 0 and buffer.outage, 120, "the writer's report of the outage")
-    server.heal()
-    server.delay_s = 0.5  # back, but slow: 15 s of replay, twice the window
+    proxied_server.heal()
+    proxied_server.delay_s = 0.5  # back, but slow: 15 s of replay, twice the window
     assert buffer.close(wait_s=8) == 0  # before: cut after 8 s, the rest left to a manual upload
     tags = client.get_run(run_id).data.tags
     assert sorted(k for k in tags if k.startswith("replayed.")) == [f"replayed.{i:02d}" for i in range(records)]
 
 
-def test_an_upload_after_an_outage_reads_no_metric_history(server, tmp_path):
+def test_an_upload_after_an_outage_reads_no_metric_history(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     for step in (1, 2):  # written before the outage
@@ -160,10 +138,10 @@ def test_an_upload_after_an_outage_reads_no_metric_history(server, tmp_path):
     path = tmp_path / "metrics.spill.jsonl"
     spill.append(path, run_id, [(key, float(step), 1_000_000 + step, step) for step in (3, 4) for key in KEYS])
     spill.append(path, run_id, [{"kind": "status", "status": "FINISHED", "end_time": 1_000_010}])
-    asked = len(server.paths)
+    asked = len(proxied_server.paths)
     assert spill.upload(path) == 2 * len(KEYS)
     # Before: one metric-history read per key (~1 s each behind a slow proxy: 69 keys outlasted the end's window).
-    assert not [p for p in server.paths[asked:] if "metrics/get-history" in p], server.paths[asked:]
+    assert not [p for p in proxied_server.paths[asked:] if "metrics/get-history" in p], proxied_server.paths[asked:]
     assert all(sorted(m.step for m in client.get_metric_history(run_id, key)) == [1, 2, 3, 4] for key in KEYS)
     assert client.get_run(run_id).info.status == "FINISHED"
     spill.uploaded_marker(path).replace(path)  # uploaded again: the histories are read, nothing is doubled
@@ -171,7 +149,7 @@ def test_an_upload_after_an_outage_reads_no_metric_history(server, tmp_path):
     assert all(len(client.get_metric_history(run_id, key)) == 4 for key in KEYS)
 
 
-def test_an_experiment_deleted_while_training_is_named_and_its_data_kept(server, tmp_path, capfd):
+def test_an_experiment_deleted_while_training_is_named_and_its_data_kept(proxied_server, tmp_path, capfd):
     client = MlflowClient()
     experiment = client.create_experiment(f"deleted-while-training-{tmp_path.name}")
     run_id = client.create_run(experiment).info.run_id

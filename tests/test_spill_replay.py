@@ -13,8 +13,7 @@ import time
 
 import mlflow
 import pytest
-from conftest import MlflowServer, wait_until
-from fault_proxy import FaultProxy
+from conftest import wait_until
 from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
 from mlflow.tracking import MlflowClient
 
@@ -23,25 +22,6 @@ from verlflow.runs.metric_buffer import MetricBuffer
 
 KEYS = [f"actor/metric_{index:02d}" for index in range(24)] + ["timing_s/step", "timing_s/gen"]
 STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("server"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def server(upstream, monkeypatch):
-    proxy = FaultProxy(upstream.url).start()
-    for key, value in {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-                       "MLFLOW_TRACKING_URI": proxy.url}.items():
-        monkeypatch.setenv(key, value)
-    mlflow.set_tracking_uri(proxy.url)
-    yield proxy
-    proxy.stop()
 
 
 def _metrics(step: int) -> dict[str, float]:
@@ -61,14 +41,14 @@ def _model(client: MlflowClient, run_id: str, name: str, step: int, status=Logge
     return model.model_id
 
 
-def test_the_ends_replay_links_and_summarises_without_reading_a_history(server, tmp_path):
+def test_the_ends_replay_links_and_summarises_without_reading_a_history(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     started_at = time.time()
     with metric_buffer.buffering(run_id, tmp_path) as buffer:
         for step in range(1, STEPS + 1):
             if step == 3:
-                server.error_every = 1  # the outage, from step 3 on
+                proxied_server.error_every = 1  # the outage, from step 3 on
             buffer.log(_metrics(step), step)
             if step == 2:
                 assert buffer.flush(60)
@@ -76,10 +56,10 @@ def test_the_ends_replay_links_and_summarises_without_reading_a_history(server, 
                                                                    link=metric_buffer.link_model)
         wait_until(lambda: buffer.written >= 0 and buffer.outage, 60, "the writer's report of the outage")
         assert tracking.log_run_summaries(run_id, started_at).keys() == {"timing_s/e2e"}  # deferred to the writer
-        asked = len(server.paths)
-        server.heal()
+        asked = len(proxied_server.paths)
+        proxied_server.heal()
     assert buffer.close(wait_s=60) == 0
-    assert not _history_reads(server.paths[asked:]), server.paths[asked:]
+    assert not _history_reads(proxied_server.paths[asked:]), proxied_server.paths[asked:]
     run = client.get_run(run_id)
     mean = sum(_metrics(step)["timing_s/step"] for step in range(1, STEPS + 1)) / STEPS
     assert run.data.metrics["timing_s_mean/step"] == pytest.approx(mean)
@@ -90,17 +70,17 @@ def test_the_ends_replay_links_and_summarises_without_reading_a_history(server, 
     assert not (tmp_path / "metrics.spill.jsonl").exists()
 
 
-def test_the_final_models_link_reads_the_run_once_and_no_model_is_left_unfinished(server, tmp_path):
+def test_the_final_models_link_reads_the_run_once_and_no_model_is_left_unfinished(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     for step in range(1, STEPS + 1):
         client.log_batch(run_id, metrics=[Metric(k, v, 1_000_000 + step, step) for k, v in _metrics(step).items()])
     orphan = _model(client, run_id, logged_models.FINAL_MODEL, STEPS, status=None)  # a killed upload: PENDING
     final = _model(client, run_id, logged_models.FINAL_MODEL, STEPS)
-    asked = len(server.paths)
+    asked = len(proxied_server.paths)
     model = logged_models.replay_final_model(client, run_id, tmp_path / "unused", STEPS)
     assert model.model_id == final
-    assert not _history_reads(server.paths[asked:]), server.paths[asked:]
+    assert not _history_reads(proxied_server.paths[asked:]), proxied_server.paths[asked:]
     linked = client.get_logged_model(final).metrics
     assert sorted((m.key, m.value) for m in linked) == sorted(_metrics(STEPS).items())
     assert [m.model_id for m in client.search_logged_models(experiment_ids=["0"],
@@ -109,19 +89,19 @@ def test_the_final_models_link_reads_the_run_once_and_no_model_is_left_unfinishe
 
 
 @pytest.mark.slow
-def test_a_long_record_on_a_server_that_answers_again_is_waited_for(server, tmp_path):
+def test_a_long_record_on_a_server_that_answers_again_is_waited_for(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     keys = [f"timing_s/phase_{index:02d}" for index in range(48)]
     for step in (1, 2):  # an earlier attempt's steps: a resumed run's summaries read them back
         client.log_batch(run_id, metrics=[Metric(k, float(step), 1_000_000 + step, step) for k in keys])
     buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
-    server.error_every = 1
+    proxied_server.error_every = 1
     buffer.log({k: 3.0 for k in keys}, 3)
     buffer.log_record({"kind": "summaries", "started_at": 1.0, "ended_at": 2.0, **buffer.timing.as_record()})
     wait_until(lambda: buffer.written >= 0 and buffer.outage, 60, "the writer's report of the outage")
-    server.heal()
-    server.delay_s = 0.5  # back, but slow: the record's 49 reads take ~25 s, past the window and the writer's
+    proxied_server.heal()
+    proxied_server.delay_s = 0.5  # back, but slow: the record's 49 reads take ~25 s, past the window and the writer's
     # 15 s grace to end its call (MetricBuffer._end_writer)
     assert buffer.close(wait_s=3) == 0  # before: the writer was killed mid-record, the rest left to an upload
     metrics = client.get_run(run_id).data.metrics
@@ -135,24 +115,24 @@ def _traces(client: MlflowClient, run_id: str) -> list[tuple[str, str]]:
     return sorted((t.info.tags["step"], t.info.tags["sample_index"]) for t in traces)
 
 
-def test_rollout_traces_of_an_outage_are_sent_on_replay_and_by_the_upload(server, tmp_path):
+def test_rollout_traces_of_an_outage_are_sent_on_replay_and_by_the_upload(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
     rows = [{"prompt": f"{n}+{n}?", "response": str(2 * n), "reward": 1.0} for n in range(2)]
-    server.error_every = 1  # the outage
+    proxied_server.error_every = 1  # the outage
     buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
     buffer.log({"loss": 1.0}, 1)
     buffer.log_record({"kind": "traces", "step": 1, "rows": rows})
     wait_until(lambda: buffer.written >= 0 and buffer.outage, 60, "the writer's report of the outage")
-    server.heal()  # back before the end: the replay sends them
+    proxied_server.heal()  # back before the end: the replay sends them
     assert buffer.close(wait_s=60) == 0
     assert _traces(client, run_id) == [("1", "0"), ("1", "1")]  # before: lost, never spilled
 
-    server.error_every = 1  # down until after the end: the spill file keeps them, the upload sends them
+    proxied_server.error_every = 1  # down until after the end: the spill file keeps them, the upload sends them
     buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
     buffer.log_record({"kind": "traces", "step": 2, "rows": rows})
     assert buffer.close(wait_s=2) == 1
-    server.heal()
+    proxied_server.heal()
     spill.upload(tmp_path / "spill.jsonl")
     spill.uploaded_marker(tmp_path / "spill.jsonl").replace(tmp_path / "spill.jsonl")
     spill.upload(tmp_path / "spill.jsonl")  # a second upload makes none twice

@@ -29,21 +29,6 @@ DEADLINE_S = 8
 WITHIN_S = 150
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("deadline-server"))
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def proxy(server):
-    proxy = FaultProxy(server.url).start()
-    yield proxy
-    proxy.stop()
-
-
 def _start(step_args: list[str], proxy: FaultProxy, cwd: Path, **env: str) -> subprocess.Popen:
     env = {**os.environ, "MLFLOW_TRACKING_URI": proxy.url, "VERLFLOW_TRACKING_DEADLINE_S": str(DEADLINE_S),
            "VERLFLOW_PROBE_TIMEOUT_S": "2", "PYTHONPATH": str(ROOT / "src"), **env}
@@ -82,12 +67,13 @@ def _upload(err: str, server: MlflowServer) -> None:
     subprocess.run(command.group(1).split(), env=env, check=True, timeout=300)
 
 
-def test_a_server_that_accepts_and_never_answers_is_one_line_before_any_run(server, proxy, tmp_path, started_ms):
-    proxy.hang_after = 0
-    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path))
+def test_a_server_that_accepts_and_never_answers_is_one_line_before_any_run(
+        module_server, fault_proxy, tmp_path, started_ms):
+    fault_proxy.hang_after = 0
+    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], fault_proxy, tmp_path))
     assert code == 2, err
-    assert err.strip().count("\n") == 0 and proxy.url in err and "Traceback" not in err, err
-    assert not _runs(server, started_ms)
+    assert err.strip().count("\n") == 0 and fault_proxy.url in err and "Traceback" not in err, err
+    assert not _runs(module_server, started_ms)
 
 
 @pytest.mark.parametrize("step_args", [
@@ -96,52 +82,53 @@ def test_a_server_that_accepts_and_never_answers_is_one_line_before_any_run(serv
     ["promote", "--model_name", "deadline-model"],
     ["evaluate", "--model_uri", "models:/deadline-model/1", "--limit", "2"],
 ], ids=["train", "register", "promote", "evaluate"])
-def test_a_server_that_hangs_after_the_probe_ends_the_step_at_its_deadline(server, proxy, tmp_path, started_ms,
-                                                                           step_args, tiny_workdir):
+def test_a_server_that_hangs_after_the_probe_ends_the_step_at_its_deadline(
+        module_server, fault_proxy, tmp_path, started_ms, step_args, tiny_workdir):
     if step_args == ["train"]:
         gsm8k.preprocess("synthetic", tmp_path / "data", 8, log_to_mlflow=False)
         step_args = ["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(tmp_path / "data")]
-    proxy.hang_after = 1  # the reachability probe is answered, everything after it hangs
+    fault_proxy.hang_after = 1  # the reachability probe is answered, everything after it hangs
     started = time.monotonic()
-    code, err = _finish(_start(step_args, proxy, tmp_path, VERLFLOW_CACHE=str(tiny_workdir / "cache")))
+    code, err = _finish(_start(step_args, fault_proxy, tmp_path, VERLFLOW_CACHE=str(tiny_workdir / "cache")))
     assert code == 2, err
-    assert f"tracking server {proxy.url} did not answer" in err and "Traceback" not in err, err
+    assert f"tracking server {fault_proxy.url} did not answer" in err and "Traceback" not in err, err
     assert time.monotonic() - started < WITHIN_S
-    assert proxy.hung >= 1
-    assert not [r for r in _runs(server, started_ms) if r.info.status == "RUNNING"]
+    assert fault_proxy.hung >= 1
+    assert not [r for r in _runs(module_server, started_ms) if r.info.status == "RUNNING"]
 
 
-def test_a_hang_inside_a_run_spills_its_end_and_the_upload_ends_it(server, proxy, tmp_path, started_ms):
-    proxy.hang_on = "/runs/set-tag"  # the run is open, its data written: the step's last tag hangs
-    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path))
+def test_a_hang_inside_a_run_spills_its_end_and_the_upload_ends_it(module_server, fault_proxy, tmp_path, started_ms):
+    fault_proxy.hang_on = "/runs/set-tag"  # the run is open, its data written: the step's last tag hangs
+    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], fault_proxy, tmp_path))
     assert code == 2, err
     assert "did not answer" in err and "Traceback" not in err, err
-    (run,) = _runs(server, started_ms)
+    (run,) = _runs(module_server, started_ms)
     assert run.info.status == "RUNNING"  # until its spilled end is uploaded
-    _upload(err, server)
-    run = MlflowClient(server.url).get_run(run.info.run_id)
+    _upload(err, module_server)
+    run = MlflowClient(module_server.url).get_run(run.info.run_id)
     assert run.info.status == "FAILED"
     assert "did not answer" in run.data.tags["verlflow.error"]
 
 
-def test_sigterm_during_a_hang_ends_the_step_within_seconds_and_the_run_killed(server, proxy, tmp_path, started_ms):
-    proxy.hang_on = "/runs/set-tag"
-    proc = _start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path,
+def test_sigterm_during_a_hang_ends_the_step_within_seconds_and_the_run_killed(
+        module_server, fault_proxy, tmp_path, started_ms):
+    fault_proxy.hang_on = "/runs/set-tag"
+    proc = _start(["preprocess", "--source", "synthetic", "--limit", "8"], fault_proxy, tmp_path,
                   VERLFLOW_TRACKING_DEADLINE_S="600")
-    err = _sigterm_during_the_hang(proc, proxy)
-    (run,) = _runs(server, started_ms)
-    _upload(err, server)
-    assert MlflowClient(server.url).get_run(run.info.run_id).info.status == "KILLED"
+    err = _sigterm_during_the_hang(proc, fault_proxy)
+    (run,) = _runs(module_server, started_ms)
+    _upload(err, module_server)
+    assert MlflowClient(module_server.url).get_run(run.info.run_id).info.status == "KILLED"
 
 
-def test_sigterm_during_a_hang_at_the_start_of_evaluate_ends_it_within_seconds(server, proxy, tmp_path, started_ms,
-                                                                                tiny_workdir):
+def test_sigterm_during_a_hang_at_the_start_of_evaluate_ends_it_within_seconds(
+        module_server, fault_proxy, tmp_path, started_ms, tiny_workdir):
     # Before: held 18 minutes, a SIGTERM at minute 7 did nothing.
-    proxy.hang_after = 1
-    proc = _start(["evaluate", "--model_uri", "models:/deadline-model/1", "--limit", "2"], proxy, tmp_path,
+    fault_proxy.hang_after = 1
+    proc = _start(["evaluate", "--model_uri", "models:/deadline-model/1", "--limit", "2"], fault_proxy, tmp_path,
                   VERLFLOW_TRACKING_DEADLINE_S="600", VERLFLOW_CACHE=str(tiny_workdir / "cache"))
-    _sigterm_during_the_hang(proc, proxy)
-    assert not [r for r in _runs(server, started_ms) if r.info.status == "RUNNING"]
+    _sigterm_during_the_hang(proc, fault_proxy)
+    assert not [r for r in _runs(module_server, started_ms) if r.info.status == "RUNNING"]
 
 
 def _sigterm_during_the_hang(proc: subprocess.Popen, proxy: FaultProxy) -> str:
@@ -156,24 +143,24 @@ def _sigterm_during_the_hang(proc: subprocess.Popen, proxy: FaultProxy) -> str:
     return err
 
 
-def test_a_share_of_500s_is_ridden_out(server, proxy, tmp_path, started_ms):
-    proxy.error_every = 3  # never three in a row: each call's retries get through
-    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], proxy, tmp_path,
+def test_a_share_of_500s_is_ridden_out(module_server, fault_proxy, tmp_path, started_ms):
+    fault_proxy.error_every = 3  # never three in a row: each call's retries get through
+    code, err = _finish(_start(["preprocess", "--source", "synthetic", "--limit", "8"], fault_proxy, tmp_path,
                                MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0"))
     assert code == 0, err
-    assert proxy.paths and sum(1 for n in range(1, len(proxy.paths) + 1) if n % 3 == 0) >= 1
-    assert [r.info.status for r in _runs(server, started_ms)] == ["FINISHED"]
+    assert fault_proxy.paths and sum(1 for n in range(1, len(fault_proxy.paths) + 1) if n % 3 == 0) >= 1
+    assert [r.info.status for r in _runs(module_server, started_ms)] == ["FINISHED"]
 
 
-def test_three_500s_in_a_row_while_naming_the_train_run_cost_it_nothing(server, proxy, tmp_path, started_ms,
-                                                                         tiny_workdir):
+def test_three_500s_in_a_row_while_naming_the_train_run_cost_it_nothing(
+        module_server, fault_proxy, tmp_path, started_ms, tiny_workdir):
     gsm8k.preprocess("synthetic", tmp_path / "data", 8, log_to_mlflow=False)
-    proxy.error_burst = ("/runs/update", 3)  # the name's write: its first try and both retries fail
+    fault_proxy.error_burst = ("/runs/update", 3)  # the name's write: its first try and both retries fail
     overrides = f"trainer.total_training_steps=1 verlflow.output_dir={tmp_path / 'out'}"
     code, err = _finish(_start(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(tmp_path / "data"),
-                                "--overrides", overrides], proxy, tmp_path, VERLFLOW_CACHE=str(tiny_workdir / "cache"),
-                               MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0"))
+                                "--overrides", overrides], fault_proxy, tmp_path,
+                               VERLFLOW_CACHE=str(tiny_workdir / "cache"), MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="0"))
     assert code == 0, err  # before: the run ended FAILED, with its random name
-    assert proxy.error_burst == ("/runs/update", 0)
-    (run,) = _runs(server, started_ms)
+    assert fault_proxy.error_burst == ("/runs/update", 0)
+    (run,) = _runs(module_server, started_ms)
     assert run.info.status == "FINISHED" and run.info.run_name.endswith("· tiny · cpu"), run.info.run_name
