@@ -10,6 +10,7 @@ import mlflow
 import pytest
 from conftest import isolated_store
 from mlflow.tracking import MlflowClient
+from registry_versions import evaluated_version
 
 from verlflow.errors import VerlflowError
 from verlflow.models import registry
@@ -48,18 +49,6 @@ def _version(client: MlflowClient, accuracy: float | None = None, *, score_mean:
     return str(mv.version)
 
 
-def _evaluated_version(client: MlflowClient, right: list[bool]) -> str:
-    """A real version whose evaluation run logged every problem's score, as ``evaluate`` does."""
-    with mlflow.start_run() as run:
-        mlflow.log_table({"question": [f"problem {i}" for i in range(len(right))], "correct": right},
-                         artifact_file="eval/gsm8k_predictions.json")
-    tags = {"source_run_id": run.info.run_id, "eval.run_id": run.info.run_id,
-            "eval.gsm8k.accuracy": str(sum(right) / len(right)), "eval.gsm8k.num_samples": str(len(right))}
-    mv = client.create_model_version(NAME, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
-                                     tags=tags)
-    return str(mv.version)
-
-
 def _holder(client: MlflowClient, alias: str = "champion") -> str:
     return str(client.get_model_version_by_alias(NAME, alias).version)
 
@@ -87,10 +76,10 @@ def test_champion_moves_only_to_a_strictly_better_version(client, capsys):
 def test_champion_moves_only_when_the_gain_on_the_same_problems_exceeds_the_noise(client, capsys):
     """0.441 → 0.459 on 512 problems (40 won, 31 lost: 9 net) is noise; 80 won, 10 lost is not."""
     champion = [i < 226 for i in range(512)]  # 226/512 = 0.441
-    v1 = _evaluated_version(client, champion)
+    v1 = evaluated_version(client, NAME, champion)
     client.set_registered_model_alias(NAME, "champion", v1)
     close = [not right if (i < 31 or 226 <= i < 266) else right for i, right in enumerate(champion)]
-    _evaluated_version(client, close)  # 235/512 = 0.459
+    evaluated_version(client, NAME, close)  # 235/512 = 0.459
     kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (kept.moved, _holder(client)) == (False, v1)
     out = capsys.readouterr().out
@@ -102,7 +91,7 @@ def test_champion_moves_only_when_the_gain_on_the_same_problems_exceeds_the_nois
     assert tags["promote.comparisons"] == "1"
 
     clear = [not right if (i < 10 or 226 <= i < 306) else right for i, right in enumerate(champion)]
-    v3 = _evaluated_version(client, clear)  # 296/512 = 0.578
+    v3 = evaluated_version(client, NAME, clear)  # 296/512 = 0.578
     moved = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (moved.moved, moved.previous_version, _holder(client)) == (True, v1, v3)
     # the best of two challengers (v2, v3): the interval is at 1 - 0.05 / 2
@@ -115,9 +104,9 @@ def test_champion_moves_only_when_the_gain_on_the_same_problems_exceeds_the_nois
 def test_four_problems_won_and_none_lost_of_1319_do_not_move_the_champion(client, capsys):
     """Exact McNemar p = 0.0625 one-sided: the Wald interval of before promoted on it (issue 42)."""
     champion = [i < 700 for i in range(1319)]
-    v1 = _evaluated_version(client, champion)
+    v1 = evaluated_version(client, NAME, champion)
     client.set_registered_model_alias(NAME, "champion", v1)
-    _evaluated_version(client, [right or 700 <= i < 704 for i, right in enumerate(champion)])
+    evaluated_version(client, NAME, [right or 700 <= i < 704 for i, right in enumerate(champion)])
     kept = registry.promote_best(NAME, "eval/gsm8k/accuracy", "champion", False)
     assert (kept.moved, _holder(client)) == (False, v1)
     assert "won 4, lost 0, exact McNemar p = 0.062" in capsys.readouterr().out
@@ -127,9 +116,9 @@ def test_the_paired_test_reads_the_tables_whatever_experiment_is_active(client, 
     """Issue 46: mlflow.load_table searched only the active experiment; tables are now read by run. The other
     experiment is made active the way ``mlflow run --experiment-name`` does it for a step: MLFLOW_EXPERIMENT_ID."""
     champion = [i < 226 for i in range(512)]
-    v1 = _evaluated_version(client, champion)
+    v1 = evaluated_version(client, NAME, champion)
     client.set_registered_model_alias(NAME, "champion", v1)
-    _evaluated_version(client, [not r if (i < 31 or 226 <= i < 266) else r for i, r in enumerate(champion)])
+    evaluated_version(client, NAME, [not r if (i < 31 or 226 <= i < 266) else r for i, r in enumerate(champion)])
     evaluated_in = client.get_run(client.get_model_version(NAME, v1).run_id).info.experiment_id
     elsewhere = client.get_experiment_by_name("somewhere-else")
     elsewhere_id = elsewhere.experiment_id if elsewhere else client.create_experiment("somewhere-else")
@@ -145,7 +134,7 @@ def test_a_search_best_counts_as_the_best_of_its_trials(client):
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
     champion = [i < 226 for i in range(512)]
-    v1 = _evaluated_version(client, champion)
+    v1 = evaluated_version(client, NAME, champion)
     client.set_registered_model_alias(NAME, "champion", v1)
     with mlflow.start_run() as search:
         mlflow.set_tag("verlflow.step", "search")
