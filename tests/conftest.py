@@ -210,15 +210,21 @@ def _store_template(tmp_path_factory) -> None:
 def isolated_store(root: Path):
     """Work in ``root`` with MLflow (this process and its subprocesses) on a SQLite store there.
 
-    For module-scoped stores: a test module may share one.
+    For module-scoped stores: a test module may share one. No run or experiment of the surrounding environment
+    is used (``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_NAME`` unset), and a run left active is ended on the way out.
     """
     uri = fresh_store(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.setenv("MLFLOW_TRACKING_URI", uri)
         mp.delenv("MLFLOW_RUN_ID", raising=False)
+        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
         mlflow.set_tracking_uri(uri)
-        yield uri
+        try:
+            yield uri
+        finally:
+            while mlflow.active_run():
+                mlflow.end_run()
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import fresh_store
+from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import cli
@@ -41,12 +41,7 @@ def _log(run: dict) -> str:
 def store(tmp_path_factory):
     """The two recorded runs in a real store, a prices file (H20 per node-hour, A3 per device-hour)."""
     root = tmp_path_factory.mktemp("efficiency")
-    with pytest.MonkeyPatch.context() as mp:
-        uri = fresh_store(root)
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.delenv("MLFLOW_RUN_ID", raising=False)
-        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-        mlflow.set_tracking_uri(uri)
+    with isolated_store(root):
         h20, a3 = (_log(run) for run in json.loads(FIXTURE.read_text())["runs"])
         prices = root / "prices.yaml"
         prices.write_text("h20: {node_hour: 20.0}\na3: {device_hour: 1.5}\n")

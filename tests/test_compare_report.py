@@ -12,7 +12,7 @@ import time
 
 import mlflow
 import pytest
-from conftest import fresh_store
+from conftest import fresh_store, isolated_store
 from matplotlib.image import imread
 from mlflow.tracking import MlflowClient
 
@@ -100,12 +100,7 @@ def a3_curves() -> dict[str, list[float | None]]:
 def store(tmp_path_factory):
     """A real SQLite store with an H20 run and an A3 run of the guide's recipe, and one smoke run on cpu."""
     root = tmp_path_factory.mktemp("compare")
-    uri = fresh_store(root)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.delenv("MLFLOW_RUN_ID", raising=False)
-        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-        mlflow.set_tracking_uri(uri)
+    with isolated_store(root) as uri:
         recipe = "qwen3-4b-gsm8k-grpo"
         h20 = log_train_run("grpo-h20", recipe=recipe, profile="h20", device_tags=H20_TAGS,
                             timings=H20_TIMINGS, curves=h20_curves(), e2e=100.0, extra_tags=CONSTRUCTED)
@@ -115,8 +110,6 @@ def store(tmp_path_factory):
         smoke = log_train_run("smoke-cpu", recipe="smoke", profile="cpu", device_tags=cpu_tags,
                               timings=H20_TIMINGS, curves=h20_curves(), e2e=50.0)
         yield {"uri": uri, "root": root, "h20": h20, "a3": a3, "smoke": smoke}
-        while mlflow.active_run():
-            mlflow.end_run()
 
 
 @pytest.fixture(scope="module")

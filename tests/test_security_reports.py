@@ -12,9 +12,8 @@ import base64
 from html.parser import HTMLParser
 from pathlib import Path
 
-import mlflow
 import pytest
-from conftest import fresh_store
+from conftest import isolated_store
 from mlflow.tracking import MlflowClient
 from test_compare_report import A3_TAGS, A3_TIMINGS, H20_TAGS, H20_TIMINGS, a3_curves, h20_curves, log_train_run
 
@@ -34,13 +33,7 @@ def hostile(tmp_path_factory):
     host_png.parent.mkdir()
     host_png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"HOST-SECRET-IMAGE-BYTES" * 8)
     steal = f"![x]({host_png}) ![y](../host/file.png)"
-    uri = fresh_store(root)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLFLOW_TRACKING_URI", uri)
-        mp.delenv("MLFLOW_RUN_ID", raising=False)
-        mp.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-        mp.chdir(root)
-        mlflow.set_tracking_uri(uri)
+    with isolated_store(root):
         recipe = "qwen3-4b-gsm8k-grpo"
         h20 = log_train_run(f"h20 {SCRIPT} {steal}", recipe=recipe, profile="h20",
                             device_tags={**H20_TAGS, "device.name": f"NVIDIA H20 {IMG} {steal}"},
@@ -50,8 +43,6 @@ def hostile(tmp_path_factory):
                            curves=a3_curves(), e2e=158.0,
                            overrides=f"'+trainer.note={IMG} {IFRAME} {SCRIPT} {steal}'")
         yield {"root": root, "h20": h20, "a3": a3, "host": host_png}
-        while mlflow.active_run():
-            mlflow.end_run()
 
 
 @pytest.fixture(scope="module")
