@@ -31,17 +31,15 @@ from verlflow.compare.plot_worker import CurvePlotter
 from verlflow.compare.reading import read_runs, resolve_runs
 from verlflow.compare.report import (
     CURVE_DIR,
-    CURVES,
     DEFAULT_PARITY_THRESHOLD,
     GRID_IMAGE,
     ParityRow,
     TimingRow,
     comparison_warning,
-    curve_filename,
     not_judged_reason,
     parity_summary,
 )
-from verlflow.compare.report_files import UTILISATION_IMAGE, ReportParts, build_report, compare_link
+from verlflow.compare.report_files import UTILISATION_IMAGE, ReportParts, build_report, compare_link, report_images
 from verlflow.compare.report_html import log_report
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.errors import VerlflowError
@@ -156,8 +154,7 @@ def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: flo
     for name in ("comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
             mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
-    log_report(report, out_dir, mlflow.active_run().info.run_id, ARTIFACT_DIR,  # report.md + report.html
-               [GRID_IMAGE, UTILISATION_IMAGE, *(f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES)])
+    log_report(report, out_dir, mlflow.active_run().info.run_id, ARTIFACT_DIR, report_images())  # .md + .html
     mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
     mlflow.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
 

@@ -54,6 +54,16 @@ from verlflow.runs import naming as run_names
 UTILISATION_IMAGE = "utilisation.png"
 
 
+def curve_images() -> dict[str, str]:
+    """Each curve's image, relative to the report's folder: metric key → ``curves/<file>.png``."""
+    return {key: f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES}
+
+
+def report_images() -> list[str]:
+    """Every image the report shows, relative to its folder (what report.html embeds)."""
+    return [GRID_IMAGE, UTILISATION_IMAGE, *curve_images().values()]
+
+
 def compare_link(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
     """MLflow's compare-runs page for the two runs on this tracking store (or how to open it with mlflow ui)."""
     return run_names.compare_runs_link(mlflow.get_tracking_uri(), [baseline.experiment_id, candidate.experiment_id],
@@ -143,7 +153,7 @@ def _write_report(
         threshold=threshold,
         tracking_uri=mlflow.get_tracking_uri(),
         grid_image=GRID_IMAGE,
-        curve_images={key: f"{CURVE_DIR}/{curve_filename(key)}" for key, _ in CURVES},
+        curve_images=curve_images(),
         utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),
         compare_link=link,
         sections_after_runs=[run_sets.render_section(base_set, cand_set, figures),
