@@ -186,6 +186,37 @@ def buffering(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[Metric
             buffer.close()
 
 
+class BufferedLogger:
+    """The run logger (:class:`verlflow.runs.run_logger.RunLogger`) of a run whose buffer is open."""
+
+    def __init__(self, buffer: MetricBuffer):
+        self.buffer = buffer
+        self.run_id = buffer.run_id
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        """Queue ``metrics`` at ``step`` for the writer."""
+        self.buffer.log(metrics, step, timestamp_ms)
+
+    def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
+        """Queue a table (``mlflow.log_table``), in order with the steps."""
+        self.buffer.log_record({"kind": "table", "artifact_file": artifact_file, "data": dict(data)})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Queue tags, in order with the steps."""
+        self.buffer.log_record({"kind": "tags", "tags": {k: str(v) for k, v in tags.items()}})
+
+    def flush(self, wait_s: float | None = None) -> bool:
+        """Wait (at most ``wait_s``, default ``VERLFLOW_METRICS_FLUSH_S``) until the writer wrote everything."""
+        return self.buffer.flush(FLUSH_WAIT_S if wait_s is None else wait_s)
+
+
+@contextlib.contextmanager
+def buffered(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[BufferedLogger]:
+    """:func:`buffering`, yielding the run's logger: what a backend whose runs log through a buffer supplies."""
+    with buffering(run_id, spill_dir) as buffer:
+        yield BufferedLogger(buffer)
+
+
 def upload_spill(path: str | os.PathLike[str]) -> int:
     """Write a spill file into its runs (points with their step and time, tables, tags, final status); renames it
     ``<file>.uploaded``. Idempotent, and tolerant of a torn or damaged line (:func:`verlflow.runs.spill.upload`)."""
