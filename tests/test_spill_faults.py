@@ -24,8 +24,8 @@ from fault_proxy import FaultProxy
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import metric_buffer, spill
-from verlflow.runs.metric_buffer import MetricBuffer
+from verlflow.outage import metric_buffer, spill
+from verlflow.outage.metric_buffer import MetricBuffer
 
 SMALL = 64 * 1024
 KEYS = [f"actor/metric_{index:02d}" for index in range(20)]

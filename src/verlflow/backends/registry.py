@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device, Platform
-from verlflow.runs.run_logger import RunLogging, direct_logging
+from verlflow.tracking.run_logger import RunLogging, direct_logging
 
 AUTO = "auto"
 # The modules whose import registers the shipped backends (the local trainer, the verl launch).

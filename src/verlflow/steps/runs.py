@@ -13,7 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import HOST_TAG, PID_TAG
-from verlflow.runs import lifecycle, probe
+from verlflow.outage import probe
+from verlflow.process import lifecycle
 
 
 def add_runs_parser(subs) -> None:

@@ -23,10 +23,10 @@ from verlflow.backends.writable import check_writable_folders
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG, DRY_RUN_TAG, MODEL_NAME_TAG, STEP_TAG
-from verlflow.runs import naming as run_names
-from verlflow.runs import tracking, ui_links
-from verlflow.runs.run_logger import RunLogging
 from verlflow.step_requests import TrainRequest
+from verlflow.tracking import naming as run_names
+from verlflow.tracking import tracking, ui_links
+from verlflow.tracking.run_logger import RunLogging
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,10 @@ def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
 def run_train(request: TrainRequest, *, run_id: str | None = None):
     """Train with GRPO (step ``train``): the chosen backend (verl on npu/gpu, the local trainer on cpu) in a run.
 
-    ``request.resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
+    ``request.resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.tracking.resume`).
     ``run_id``: the train run, already created for it (``main``'s child); else a new run (or ``mlflow run``'s).
     """
-    from verlflow.runs import resume as resuming
+    from verlflow.tracking import resume as resuming
 
     started_at = time.time()
     resume = request.resume
@@ -108,8 +108,8 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, run_logging:
     that rides out a tracking outage), its attempt time included.
     """
     from verlflow.data.gsm8k import log_split_inputs
-    from verlflow.runs import resume as resuming
-    from verlflow.runs.experiments import recipe_experiment
+    from verlflow.tracking import resume as resuming
+    from verlflow.tracking.experiments import recipe_experiment
 
     with tracking.tracked_run(tags=tags, log_system_metrics=False, experiment=recipe_experiment(recipe),
                               run_id=run_id) as run, \

@@ -13,7 +13,7 @@ from typing import Any
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
-from verlflow.runs.run_logger import RunLogging
+from verlflow.tracking.run_logger import RunLogging
 
 
 @register_backend("local")
@@ -37,7 +37,7 @@ class LocalBackend(TrainBackend):
         """Through a metric buffer that spills under the recipe's output folder (default outputs/local),
         ``<it>/<run id>``, during a tracking outage; the folder must be writable before the run opens."""
         from verlflow.backends.local.trainer import DEFAULT_OUTPUT_ROOT
-        from verlflow.runs import metric_buffer
+        from verlflow.outage import metric_buffer
 
         root = Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT))
         return RunLogging(open=lambda run_id: metric_buffer.buffered(run_id, root / run_id),

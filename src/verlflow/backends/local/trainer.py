@@ -57,9 +57,9 @@ from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, DETERMINISTIC_TAG, IGNORED_KEYS_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
 from verlflow.out_of_memory import is_out_of_memory, out_of_memory_error
+from verlflow.outage import logged_models
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.platforms import Device
-from verlflow.runs import logged_models
-from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class LocalTrainer:
 
     def _log_run_description(self) -> None:
         from verlflow.device import detect as device
-        from verlflow.runs import tracking
+        from verlflow.tracking import tracking
 
         for key, value in self.settings.ignored.items():
             # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
@@ -278,8 +278,9 @@ class LocalTrainer:
 
     def train(self, *, on_step_end: StepCallback | None = None, started_at: float) -> TrainResult:
         """Run the remaining steps; validate, sample, checkpoint on schedule; always save the last step."""
+        from verlflow.outage import metric_buffer
         from verlflow.progress import progress_bar
-        from verlflow.runs import metric_buffer, tracking
+        from verlflow.tracking import tracking
 
         metrics: dict[str, float] = {}
         if self.settings.val_before_train:
@@ -380,7 +381,7 @@ class LocalTrainer:
         """:meth:`_train_step` under ``torch.profiler``; its Chrome trace and summary go to ``profile/step_<N>/``."""
         from torch.profiler import ProfilerActivity, profile
 
-        from verlflow.runs.profiling import log_step_profile, summarize_trace
+        from verlflow.tracking.profiling import log_step_profile, summarize_trace
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         with profile(activities=activities) as prof:
@@ -429,13 +430,13 @@ class LocalTrainer:
         self.last_saved = ckpt.save_checkpoint(self.settings.default_local_dir, self.global_step, self.model,
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
         if self.global_step < self.total_steps:  # the last one becomes the run's final model, in train()
-            from verlflow.runs import metric_buffer
+            from verlflow.outage import metric_buffer
 
             logged_models.record_checkpoint_model(self.run_id, self.last_saved.resolve(), self.global_step,
                                                   link=metric_buffer.link_model)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
-        from verlflow.runs import tracking
+        from verlflow.tracking import tracking
 
         if step <= self.logged_through:
             return  # this run already has this step from before it was interrupted
@@ -443,7 +444,7 @@ class LocalTrainer:
 
     def _log_samples(self, samples: dict[str, list], step: int) -> None:
         """Log a validation step's sample table; a tracking outage costs the table, never the training."""
-        from verlflow.runs import metric_buffer
+        from verlflow.outage import metric_buffer
 
         if step <= self.logged_through:
             return
@@ -459,7 +460,7 @@ class LocalTrainer:
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
         the models (device memory on an accelerator)."""
-        from verlflow.runs import tracking
+        from verlflow.tracking import tracking
 
         tracking.flush_metrics()
         if self.progress is not None:

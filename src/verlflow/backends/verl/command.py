@@ -266,7 +266,7 @@ def traced_samples(block: dict[str, Any]) -> int:
 # The workers whose stages verl profiles (the rollout's engine has its own profiler settings).
 PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
 # verl's npu tool: record NPU activity beside the CPU's and parse each rank's collection into its
-# ascend_pytorch_profiler_<rank>.db (verl exports only the database), which verlflow.runs.ascend_profile reads.
+# ascend_pytorch_profiler_<rank>.db (verl exports only the database), which verlflow.tracking.ascend_profile reads.
 NPU_TOOL_CONFIG = {"profiler.tool_config.npu.contents": ["npu", "cpu"], "profiler.tool_config.npu.analysis": True}
 
 
@@ -442,7 +442,7 @@ def build_plan(
               # process would log the same keys at clashing steps.
               "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false"}
     if attach["MLFLOW_TRACKING_URI"].startswith(("http://", "https://")):
-        from verlflow.runs.metric_buffer import VERL_HTTP_KNOBS
+        from verlflow.outage.metric_buffer import VERL_HTTP_KNOBS
 
         # verl's own MLflow logger rides out a server outage of minutes instead of failing the step.
         attach.update({k: os.environ.get(k, v) for k, v in VERL_HTTP_KNOBS.items()})

@@ -30,9 +30,9 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import ATTEMPT_TAG, HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
-from verlflow.runs import lease, lifecycle
-from verlflow.runs.run_logger import DirectLogger, RunLogger
+from verlflow.process import lease, lifecycle
 from verlflow.secrets import MASK, mask_text
+from verlflow.tracking.run_logger import DirectLogger, RunLogger
 
 ATTEMPT_METRIC = "attempt/e2e_s"
 # The training step an attempt continued after (0 = from the start); step = attempt number.

@@ -1,12 +1,12 @@
 """What a train run logs through: a small interface that each trainer backend supplies for its runs.
 
-    python -c "from verlflow.runs.run_logger import direct_logging; print(direct_logging().folders)"
+    python -c "from verlflow.tracking.run_logger import direct_logging; print(direct_logging().folders)"
 
 A backend answers :meth:`verlflow.backends.registry.TrainBackend.run_logging` with a :class:`RunLogging`: the
 folders its logging must be able to write (checked before the run opens) and a context that yields the
 :class:`RunLogger` of an open run. The train step only enters that context; it never learns how the logger
 writes. The local trainer's logger queues everything to a background writer that spills to disk during a
-tracking outage (:func:`verlflow.runs.metric_buffer.buffered`); verl logs through its own tracker, so its runs
+tracking outage (:func:`verlflow.outage.metric_buffer.buffered`); verl logs through its own tracker, so its runs
 get :func:`direct_logging`, each call written at once with MLflow's client.
 """
 

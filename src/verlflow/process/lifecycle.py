@@ -34,8 +34,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.processes import find_launcher, process_alive, process_start
-from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import env_number, first_line
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ def reap_at_start(experiment_ids: list[str] | None = None) -> list[Reaped]:
     try:
         reaped = reap(experiment_ids if experiment_ids is not None else current_experiment_ids())
     except MlflowException as exc:
-        from verlflow.runs.auth_errors import auth_failure
+        from verlflow.outage.auth_errors import auth_failure
 
         if auth_failure(exc) is None:  # a refused user is told once, by the step's own request
             log.warning("could not check for dead RUNNING runs: %s", first_line(exc))
