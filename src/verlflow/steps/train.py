@@ -14,8 +14,6 @@ import logging
 import os
 import time
 
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
 from verlflow import config, stopping
 from verlflow.backends.registry import TrainLaunch, get_backend
 from verlflow.backends.train_setup import check_train_inputs, choose_train_setup, compose_train_config
@@ -89,7 +87,7 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
                     run_logging=run_logging, overrides=overrides, data_dir=data_dir,
                     run_id=run_id, dry_run=request.dry_run) as (run, since):
         result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared)
-    if MLFLOW_PARENT_RUN_ID not in run.data.tags:  # a nested run (main's, a search trial's): its parent links it
+    if tracking.parent_run_id(run) is None:  # a nested run (main's, a search trial's): its parent links it
         ui_links.print_links("train", [
             ("this run", ui_links.run_route(run.info.experiment_id, run.info.run_id)),
             ("runs of its experiment", ui_links.experiment_route(run.info.experiment_id)),

@@ -28,6 +28,7 @@ import mlflow
 from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from verlflow import __version__, stopping
 from verlflow.compat import verl as compat_verl
@@ -308,6 +309,11 @@ def get_run(run_ref: str) -> Run:
     if len(runs) > 1:
         raise VerlflowError(f"run name '{run_ref}' is ambiguous: give a run id ({runs[0].info.run_id}, …)")
     return runs[0]
+
+
+def parent_run_id(run: Run) -> str | None:
+    """The run's parent (``main``'s run for a step, the study's for a search trial); None for a top-level run."""
+    return run.data.tags.get(MLFLOW_PARENT_RUN_ID)
 
 
 def is_finished(run: Run) -> bool:
