@@ -32,7 +32,7 @@ def make_runs(uri: str, steps: int, metrics: int) -> tuple[str, str]:
     from mlflow.tracking import MlflowClient
 
     from verlflow import config
-    from verlflow.runs import tracking
+    from verlflow.tracking import tracking
 
     mlflow.set_tracking_uri(uri)
     client = MlflowClient()

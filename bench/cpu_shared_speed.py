@@ -30,7 +30,7 @@ prepare_process()
 import mlflow
 from verlflow import config
 from verlflow.backends.local.trainer import train_local
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 work, steps, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if threads != "auto":  # a fixed count, as before the trainer followed the free cores
     import verlflow.backends.local.trainer as trainer_module

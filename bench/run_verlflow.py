@@ -73,7 +73,8 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
 
     from verlflow import config
     from verlflow.backends.local.trainer import train_local
-    from verlflow.runs import metric_buffer, tracking
+    from verlflow.outage import metric_buffer
+    from verlflow.tracking import tracking
 
     log_seconds: list[float] = []
     logged: list[bool] = []

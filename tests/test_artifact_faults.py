@@ -19,8 +19,8 @@ import pytest
 from conftest import MlflowServer, tracking_at, wait_until
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import spill
-from verlflow.runs.metric_buffer import MetricBuffer
+from verlflow.outage import spill
+from verlflow.outage.metric_buffer import MetricBuffer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def logging_while_artifacts_are_refused(server: MlflowServer, tmp_path: Path):
 def _upload(path: Path) -> subprocess.CompletedProcess:
     # The printed command, as a user runs it: MLflow's default HTTP retries (minutes on a refused write) included.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
-    return subprocess.run([sys.executable, "-m", "verlflow.runs.metric_buffer", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "verlflow.outage.metric_buffer", str(path)], capture_output=True,
                           text=True, timeout=120, env={**env, "PYTHONPATH": str(ROOT / "src")})
 
 

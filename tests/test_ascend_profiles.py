@@ -15,7 +15,7 @@ import pytest
 from verlflow import config
 from verlflow.backends.verl.command import build_plan
 from verlflow.compare import profiles
-from verlflow.runs import ascend_profile, profiling
+from verlflow.tracking import ascend_profile, profiling
 
 RECORDED = Path(__file__).parent / "fixtures" / "profiles" / "rank0_ascend_pt"
 DB = RECORDED / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"

@@ -160,7 +160,7 @@ def test_live_server_under_a_wrong_path_is_one_line_exit_2(tmp_path, capsys, mon
                                 "is not an MLflow server", root, capsys)
         assert "/nope" in line
         # The server's root still passes the probe (the check tells the two apart, it does not refuse both).
-        from verlflow.runs.probe import check_tracking_server
+        from verlflow.outage.probe import check_tracking_server
 
         check_tracking_server(root)
     finally:

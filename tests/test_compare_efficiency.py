@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from verlflow import cli
 from verlflow.compare.comparison import compare_runs
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare" / "guide-6.3-runs.json"
 TOKENS, SAMPLES = 1.28e6, 512 * 5  # per step, both runs

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from verlflow import cli
 from verlflow.compare.comparison import compare_runs
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 
 @pytest.fixture(scope="module")

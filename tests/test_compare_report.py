@@ -1,7 +1,7 @@
 """`compare` on real train-shaped runs in a real SQLite store: ratios, versions, config diff, parity, files.
 
 The runs are logged the way a train run logs (verl-flattened params of a really composed config,
-verl metric names per step, the end-of-run summaries of verlflow.runs.tracking, device tags), with
+verl metric names per step, the end-of-run summaries of verlflow.tracking.tracking, device tags), with
 timings chosen so that the candidate/baseline ratios are the guide's §6.3 figures.
 """
 
@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import config
 from verlflow.compare.comparison import compare_runs
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 H20_TAGS = {
     "device.type": "gpu", "device.name": "NVIDIA H20", "device.count": "8", "device.memory_gb": "95.6",

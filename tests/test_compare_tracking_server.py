@@ -9,7 +9,7 @@ from conftest import serving
 from mlflow.tracking import MlflowClient
 
 from verlflow.compare.comparison import compare_runs
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.compare.comparison import compare_runs
 from verlflow.device import system_metrics
 from verlflow.device.parsers import parse_npu_smi_info
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "device"
 A2_WIDE = FIXTURES / "npu-smi-info-910b3-8npu-v26.1.0-wide.txt"

@@ -18,7 +18,7 @@ from verlflow.backends.local.trainer import train_local
 from verlflow.data import gsm8k
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.models.tinymodel import build_tiny_model
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 REWARD_FILE = '''
 from verl.utils.reward_score import gsm8k

@@ -18,7 +18,7 @@ PACKAGE_DIR = Path(verlflow.__file__).parent
 TOP = {"verlflow.cli", "verlflow.project_entry"}
 STEPS_PACKAGE = "verlflow.steps"
 # The packages that hold what the steps call; none of them may import a step.
-DOMAIN = ("config", "data", "device", "backends", "models", "runs", "search", "compare")
+DOMAIN = ("config", "data", "device", "backends", "models", "tracking", "outage", "process", "search", "compare")
 
 
 def module_names() -> dict[str, Path]:

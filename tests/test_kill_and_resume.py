@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import names
 from verlflow.data import gsm8k
-from verlflow.runs import lifecycle
+from verlflow.process import lifecycle
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 30  # enough that the signal lands while steps remain, however fast a step is

@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import names
 from verlflow.data import gsm8k
-from verlflow.runs import lifecycle
+from verlflow.process import lifecycle
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIES = 10

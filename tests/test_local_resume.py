@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from verlflow import config
 from verlflow.backends.local.trainer import train_local
 from verlflow.data import gsm8k
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 STEPS = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.test_freq=3"]
 

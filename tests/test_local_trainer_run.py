@@ -20,7 +20,7 @@ from verlflow.backends.local.trainer import train_local
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
 from verlflow.platforms import Device
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 PER_STEP = [
     "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/adv",

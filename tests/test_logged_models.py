@@ -125,7 +125,7 @@ def test_register_versions_the_runs_own_model_and_evaluations_are_linked_to_the_
 def test_the_runs_end_removes_a_model_left_pending_or_failed_by_an_earlier_attempt(trained, client):
     from mlflow.entities import LoggedModelStatus
 
-    from verlflow.runs import logged_models
+    from verlflow.outage import logged_models
 
     final = _models(client, trained)["model"]
     # What a SIGKILL mid-upload (PENDING) and a failed artifact write (FAILED) leave beside the run's model.

@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.compare.comparison import compare_runs
 from verlflow.names import VAL_ACCURACY, VAL_ACCURACY_VERL09, canonical_metric, find_metric
-from verlflow.runs import tracking
 from verlflow.search.trial import TrialRunner
+from verlflow.tracking import tracking
 
 VERL09_TRIAL = textwrap.dedent("""
     from verl.utils.tracking import Tracking

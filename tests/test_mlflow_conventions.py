@@ -20,10 +20,10 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from verlflow.compat import mlflow as compat_mlflow
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import check_alias
-from verlflow.runs import experiments, naming
-from verlflow.runs.naming import is_generated_name, short_overrides, train_run_description, train_run_name
 from verlflow.step_requests import MainRequest
 from verlflow.steps import main as pipeline
+from verlflow.tracking import experiments, naming
+from verlflow.tracking.naming import is_generated_name, short_overrides, train_run_description, train_run_name
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
@@ -144,7 +144,7 @@ def test_a_recipe_experiment_is_created_as_model_training_without_changing_the_a
 
 MINI_PROJECT_STEP = """
 import mlflow
-from verlflow.runs import experiments
+from verlflow.tracking import experiments
 
 chosen = experiments.enter(experiments.recipe_experiment("smoke"))
 with mlflow.start_run(experiment_id=chosen) as run:  # what a training step does (verlflow.tracking)
@@ -194,8 +194,8 @@ def test_an_experiment_kind_the_user_chose_is_kept(tracking_uri):
 
 
 def test_names_put_what_tells_runs_apart_first():
-    from verlflow.runs.naming import evaluate_run_name, model_ref
     from verlflow.search.trial import pruned_name, trial_run_name
+    from verlflow.tracking.naming import evaluate_run_name, model_ref
 
     assert evaluate_run_name("models:/m@challenger", 200) == "evaluate · @challenger · 200"
     assert [model_ref(u) for u in ("models:/m/3", "runs:/5d1e0a2b99/model", "/ckpt/hf/", "Qwen/Qwen3-4B")] == \

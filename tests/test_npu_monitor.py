@@ -183,7 +183,7 @@ def test_a_bad_sampling_interval_is_one_clear_line(value):
 
 def test_npu_smi_failing_at_start_leaves_mlflows_monitors_and_the_run_alone(fake_npu_smi, monkeypatch, tracking_uri,
                                                                            caplog):
-    from verlflow.runs import tracking
+    from verlflow.tracking import tracking
 
     fake_npu_smi(A2_OLD)
     monkeypatch.setenv("FAKE_NPU_SMI_FAIL", "1")

@@ -1,7 +1,7 @@
 """A resumed train run's ``timing_s/e2e`` counts every attempt, one killed outright included.
 
 Real MLflow (a SQLite store per test through the ``tracking_uri`` fixture); the killed attempt is a real
-process that SIGKILLs itself inside :func:`verlflow.runs.resume.attempt_clock`.
+process that SIGKILLs itself inside :func:`verlflow.tracking.resume.attempt_clock`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import time
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import resume
+from verlflow.tracking import resume
 
 # An attempt that logs two steps and is then killed: its `finally` never runs, so it logs no time of its own.
 _KILLED_ATTEMPT = textwrap.dedent("""
     import os, signal, sys, time
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
-    from verlflow.runs import resume
+    from verlflow.tracking import resume
 
     run_id, started_at = sys.argv[1], float(sys.argv[2])
     with resume.attempt_clock(run_id, started_at):

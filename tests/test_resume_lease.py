@@ -17,14 +17,14 @@ from conftest import fresh_store, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
-from verlflow.runs import lease
+from verlflow.process import lease
 
 ROOT = Path(__file__).resolve().parents[1]
 TAKER = textwrap.dedent(
     """
     import pathlib, sys, time
     from verlflow.errors import VerlflowError
-    from verlflow.runs import lease
+    from verlflow.process import lease
     go = pathlib.Path(sys.argv[2])
     while not go.exists():
         time.sleep(0.01)

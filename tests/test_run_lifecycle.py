@@ -12,13 +12,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow import cli, names
-from verlflow.runs import lifecycle
-from verlflow.runs.tracking import tracked_run
+from verlflow.process import lifecycle
+from verlflow.tracking.tracking import tracked_run
 
 SLEEPER = textwrap.dedent(
     """
     import time, mlflow
-    from verlflow.runs.tracking import tracked_run
+    from verlflow.tracking.tracking import tracked_run
     with tracked_run(run_name="doomed") as run:
         mlflow.log_metric("timing_s/step", 2.0, step=1)
         print(run.info.run_id, flush=True)
@@ -93,7 +93,7 @@ def test_the_launcher_is_found_through_a_shell(tmp_path):
     fake_mlflow.write_text(textwrap.dedent(
         """
         import subprocess, sys
-        probe = "from verlflow.runs import lifecycle; print(lifecycle.find_launcher())"
+        probe = "from verlflow.process import lifecycle; print(lifecycle.find_launcher())"
         subprocess.run(["bash", "-c", f"{sys.executable} -c '{probe}'; true"])
         """))
     out = subprocess.run([sys.executable, str(fake_mlflow), "run", "."], capture_output=True, text=True,

@@ -11,7 +11,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs.tracking import tracked_run
+from verlflow.tracking.tracking import tracked_run
 
 
 def test_success_ends_finished(tracking_uri):
@@ -52,7 +52,7 @@ def test_signal_ends_killed_and_keeps_metrics(tracking_uri, tmp_path, signum):
         """
         import mlflow
         from verlflow import stopping
-        from verlflow.runs.tracking import tracked_run
+        from verlflow.tracking.tracking import tracked_run
         with tracked_run(run_name="long") as run:
             mlflow.log_metric("timing_s/step", 1.5, step=1)
             print(run.info.run_id, flush=True)

@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO_ROOT, wait_until
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.outage.store_retry import LockRetryingClient
 
 # Holds SQLite's write lock on the file in argv[1] until a line arrives on stdin.
 HOLD_LOCK = """
@@ -52,7 +52,7 @@ def test_a_write_waits_out_another_process_holding_the_lock(tracking_uri, caplog
             except BaseException as exc:  # noqa: BLE001 - handed to the test thread
                 outcome.append(exc)
 
-        caplog.set_level(logging.INFO, logger="verlflow.runs.store_retry")
+        caplog.set_level(logging.INFO, logger="verlflow.outage.store_retry")
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
         # MLflow's own wait ran out and the write was refused: the writer now waits out the lock itself

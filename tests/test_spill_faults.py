@@ -22,8 +22,8 @@ from conftest import wait_until
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import metric_buffer, spill
-from verlflow.runs.metric_buffer import MetricBuffer
+from verlflow.outage import metric_buffer, spill
+from verlflow.outage.metric_buffer import MetricBuffer
 
 SMALL = 64 * 1024
 KEYS = [f"actor/metric_{index:02d}" for index in range(20)]
@@ -98,7 +98,7 @@ def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(p
         _log_steps(buffer)
         left = buffer.close(wait_s=2)
         assert left == STEPS * len(KEYS)
-        assert metric_buffer.defer_end(run_id, "FINISHED")  # the step's end, as runs.tracking calls it
+        assert metric_buffer.defer_end(run_id, "FINISHED")  # the step's end, as tracking.tracking calls it
     err = capfd.readouterr().err
     full = [line for line in err.splitlines() if "spill folder" in line and "lost" in line]
     assert len(full) == 1 and str(folder) in full[0] and "lost" in full[0], err

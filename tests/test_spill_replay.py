@@ -17,8 +17,9 @@ from conftest import wait_until
 from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import logged_models, metric_buffer, spill, tracking
-from verlflow.runs.metric_buffer import MetricBuffer
+from verlflow.outage import logged_models, metric_buffer, spill
+from verlflow.outage.metric_buffer import MetricBuffer
+from verlflow.tracking import tracking
 
 KEYS = [f"actor/metric_{index:02d}" for index in range(24)] + ["timing_s/step", "timing_s/gen"]
 STEPS = 4

@@ -1,7 +1,7 @@
 """A spill file is uploaded once, whatever happened to it: a damaged line, a torn last record, a second upload.
 
 The file is written by verlflow's own spill writer into a real SQLite store's run, then damaged the way a crash
-or a full disk leaves it, and uploaded with the command the step prints (``python -m verlflow.runs.metric_buffer``).
+or a full disk leaves it, and uploaded with the command the step prints (``python -m verlflow.outage.metric_buffer``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import spill
+from verlflow.outage import spill
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _upload(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verlflow.runs.metric_buffer", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "verlflow.outage.metric_buffer", str(path)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
 

@@ -12,7 +12,7 @@ import json
 import mlflow
 import pytest
 
-from verlflow.runs import profiling
+from verlflow.tracking import profiling
 
 
 def _event(name: str, cat: str, ts: float, dur: float, tid: int = 1) -> dict:

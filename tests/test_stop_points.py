@@ -150,7 +150,7 @@ LOG_BATCHES = textwrap.dedent(
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
     from verlflow import stopping
-    from verlflow.runs.tracking import tracked_run
+    from verlflow.tracking.tracking import tracked_run
 
     client = MlflowClient()
     try:  # as verlflow.cli runs a step

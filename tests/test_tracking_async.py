@@ -17,7 +17,8 @@ import pytest
 from conftest import process_running, wait_until
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import metric_buffer, tracking, writer_handle
+from verlflow.outage import metric_buffer, writer_handle
+from verlflow.tracking import tracking
 
 STEPS, KEYS = 50, 20
 
@@ -100,7 +101,7 @@ _SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
     from mlflow.tracking import MlflowClient
-    from verlflow.runs import metric_buffer
+    from verlflow.outage import metric_buffer
 
     with Path(sys.argv[1]).open("a") as marker:
         marker.write("ran\\n")

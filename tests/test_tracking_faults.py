@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow import names
 from verlflow.data import gsm8k
-from verlflow.runs import logged_models
+from verlflow.outage import logged_models
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 6

@@ -8,7 +8,13 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.config import compose
 from verlflow.names import GLOSSARY
-from verlflow.runs.tracking import flatten_params, log_metrics, log_run_summaries, log_verl_params, sanitize_metric_key
+from verlflow.tracking.tracking import (
+    flatten_params,
+    log_metrics,
+    log_run_summaries,
+    log_verl_params,
+    sanitize_metric_key,
+)
 
 
 def test_params_are_flattened_like_verls_logger():

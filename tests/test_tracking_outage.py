@@ -23,8 +23,8 @@ from conftest import paused, process_running, serving, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
-from verlflow.runs import metric_buffer
-from verlflow.runs.metric_buffer import MetricBuffer
+from verlflow.outage import metric_buffer
+from verlflow.outage.metric_buffer import MetricBuffer
 
 FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
              "VERLFLOW_METRICS_RETRY_S": "1"}
@@ -75,9 +75,9 @@ def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_comma
         buffer.log({"loss": 0.5 / step, "reward": 0.1 * step}, step)
     assert buffer.close(wait_s=2) == 4
     command = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "python -m verlflow.runs.metric_buffer" in command
+    assert "python -m verlflow.outage.metric_buffer" in command
     server.start()
-    upload = subprocess.run([sys.executable, "-m", "verlflow.runs.metric_buffer", str(tmp_path / "spill.jsonl")],
+    upload = subprocess.run([sys.executable, "-m", "verlflow.outage.metric_buffer", str(tmp_path / "spill.jsonl")],
                             capture_output=True, text=True, timeout=120)
     assert upload.returncode == 0, upload.stderr[-2000:]
     assert _steps(client, run_id, "loss") == _steps(client, run_id, "reward") == [1, 2, 3]
@@ -88,7 +88,7 @@ _ORPHANING_TRAINER = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
     from mlflow.tracking import MlflowClient
-    from verlflow.runs import metric_buffer
+    from verlflow.outage import metric_buffer
 
     run_id, folder = sys.argv[1], Path(sys.argv[2])
     with metric_buffer.buffering(run_id, folder) as buffer:

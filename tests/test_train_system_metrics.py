@@ -15,9 +15,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
-from verlflow.runs import naming as run_names
 from verlflow.step_requests import TrainRequest
 from verlflow.steps.train import run_train
+from verlflow.tracking import naming as run_names
 
 TESTS = Path(__file__).resolve().parent
 A3_16 = TESTS / "fixtures" / "device" / "npu-smi-info-a3-16chip.txt"

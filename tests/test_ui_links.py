@@ -22,7 +22,6 @@ import yaml
 from conftest import MlflowServer
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import ui_links
 from verlflow.step_requests import (
     CompareRequest,
     EvaluateRequest,
@@ -32,6 +31,7 @@ from verlflow.step_requests import (
     SearchRequest,
     TrainRequest,
 )
+from verlflow.tracking import ui_links
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("main", "train", "search", "compare", "register", "evaluate", "promote")

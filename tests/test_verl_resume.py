@@ -22,7 +22,7 @@ from conftest import every_experiment, fresh_store, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP
-from verlflow.runs.resume import ATTEMPT_METRIC, RESUMED_FROM_STEP_METRIC
+from verlflow.tracking.resume import ATTEMPT_METRIC, RESUMED_FROM_STEP_METRIC
 
 STEPS = 4
 OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"

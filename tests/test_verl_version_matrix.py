@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE_VERL = "0.5.0"

@@ -23,8 +23,8 @@ from verlflow import stopping
 from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
-from verlflow.runs.deadline import TrackingDeadline, server_failure
-from verlflow.runs.store_retry import store_write_failure
+from verlflow.outage.deadline import TrackingDeadline, server_failure
+from verlflow.outage.store_retry import store_write_failure
 from verlflow.secrets import mask_text
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
@@ -60,7 +60,9 @@ def run_step(name: str, values: dict[str, str]):
 
         from verlflow import known_warnings, progress
         from verlflow.compat import mlflow as compat_mlflow
-        from verlflow.runs import deadline, lifecycle, probe, ui_links
+        from verlflow.outage import deadline, probe
+        from verlflow.process import lifecycle
+        from verlflow.tracking import ui_links
 
         step = STEPS[name]
         request = parse_request(step.request, values)
@@ -105,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         message = mask_text(str(exc))
         print(f"verlflow {args.step}: error: {message}", file=sys.stderr)
         if args.step != "runs":
-            from verlflow.runs.naming import name_refused_run
+            from verlflow.tracking.naming import name_refused_run
 
             name_refused_run(args.step, message)
         sys.exit(EXIT_BAD_INPUT)

@@ -36,12 +36,12 @@ KNOWN: tuple[Known, ...] = (
     Known("mlflow.store.db.utils",
           "SQLAlchemy database error. The following exception is caught.\n"
           "(sqlite3.OperationalError) database is locked",
-          "another process holds SQLite's write lock: verlflow's writes wait for it (runs/store_retry.py, saying so "
+          "another process holds SQLite's write lock: verlflow's writes wait for it (outage/store_retry.py, saying so "
           "once, up to VERLFLOW_STORE_LOCK_WAIT_S); MLflow printed a full traceback for every 20 s try"),
     Known("mlflow.store.db.utils",
           "SQLAlchemy database error. The following exception is caught.\n(sqlite3.OperationalError) disk I/O error",
           "the store's disk refused a write (full, or ulimit -f): the step ends in one line naming the store and its "
-          "free space (runs/store_retry.store_write_failure)"),
+          "free space (outage/store_retry.store_write_failure)"),
     Known("mlflow.store.db.utils",
           "SQLAlchemy database error. The following exception is caught.\n"
           "(sqlite3.OperationalError) database or disk is full",

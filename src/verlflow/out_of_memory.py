@@ -11,7 +11,7 @@ Printing needs memory too, so the entry holds a small reserve (:func:`hold_reser
 moment out-of-memory is recognised. What cannot be caught: an allocation that fails inside C++ code with no
 Python frame to return to (``std::bad_alloc`` thrown where nothing catches it) ends the process with SIGABRT
 before any Python code runs; :func:`hold_reserve` also turns on :mod:`faulthandler`, so such a death at least
-prints where Python was, and the next step's start ends the run it left RUNNING (runs/lifecycle).
+prints where Python was, and the next step's start ends the run it left RUNNING (process/lifecycle).
 """
 
 from __future__ import annotations

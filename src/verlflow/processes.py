@@ -1,7 +1,7 @@
 """This process's ``mlflow run`` launcher, and whether a process still runs, read from ``/proc``; no MLflow.
 
 Kept free of heavy imports: a step interrupted while it still loads MLflow (:mod:`verlflow.project_entry`)
-uses it to start the launcher watcher (:mod:`.launcher_status`) that ends the launcher's run KILLED.
+uses it to start the launcher watcher (:mod:`verlflow.process.launcher_status`) that ends the launcher's run KILLED.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def launcher_overwrites_end(mlflow_version: str | None = None) -> bool:
 
 
 def watch_launcher(run_id: str | None, *, interrupted_by: str | None = None) -> bool:
-    """Leave a watcher (:mod:`.launcher_status`, its own session) that keeps ``run_id`` KILLED past the ``mlflow
+    """Leave a watcher (:mod:`verlflow.process.launcher_status`) that keeps ``run_id`` KILLED past the ``mlflow
     run`` launcher's FAILED (:func:`launcher_overwrites_end`), when ``run_id`` is that launcher's run; once per
     run. ``interrupted_by`` (a signal name): the step stopped before it ended the run itself, so the watcher ends
     it KILLED (whatever the MLflow: the launcher leaves such a run FAILED with no reason, or RUNNING)."""
@@ -109,7 +109,7 @@ def watch_launcher(run_id: str | None, *, interrupted_by: str | None = None) -> 
     launcher = find_launcher()
     if launcher is None:
         return False
-    argv = [sys.executable, "-m", "verlflow.runs.launcher_status", run_id, str(launcher),
+    argv = [sys.executable, "-m", "verlflow.process.launcher_status", run_id, str(launcher),
             process_start(launcher) or "", *(["--interrupted", interrupted_by] if interrupted_by else [])]
     subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, close_fds=True)

@@ -5,7 +5,7 @@
 Each request is a frozen dataclass whose fields are the step's parameters in ``MLproject`` order; the
 command-line parser, ``MLproject`` (tests/test_project_contract.py), the README's table and the params a
 ``main`` child run logs are all read from these fields; :data:`verlflow.steps.STEPS` pairs each with its
-step. It sits below every package (like :mod:`verlflow.names`), so ``runs.resume`` and ``compare`` read
+step. It sits below every package (like :mod:`verlflow.names`), so ``tracking.resume`` and ``compare`` read
 requests too. :func:`parse_request` turns the strings that ``mlflow run`` and the command line pass into a
 request, with one line naming a bad value.
 """

@@ -12,12 +12,12 @@ The contract:
   the first signal raises :class:`RunInterrupted`, once.
 - Every long-running place checks :data:`STOP` at its safe points and ends there: :func:`stop_point` raises
   :class:`RunInterrupted` in verlflow's own code, between library calls, so the run it is in ends KILLED
-  (:func:`verlflow.runs.tracking.tracked_run`). Safe points: the trainer's step loop and its sampling per token,
+  (:func:`verlflow.tracking.tracking.tracked_run`). Safe points: the trainer's step loop and its sampling per token,
   evaluate per batch and per generated token, the search's trial loop, the verl launch's and Ray job's waits (which
   pass the signal on to verl first), promote's rounds, the end of every run's body and of every step. A blocking
   call in between (a store request, a model load) is bounded by its own timeout, never interrupted from outside, so
   a stop never lands inside SQLAlchemy, a finalizer or a library's logging.
-- The end of a stopped run is short and bounded (one try at the server, see :mod:`verlflow.runs.tracking`); a second
+- The end of a stopped run is short and bounded (one try at the server, see :mod:`verlflow.tracking.tracking`); a second
   signal meanwhile is only recorded.
 
 It imports only ``signal``, ``sys`` and ``threading`` at load, so an entry point has it before MLflow, torch or
@@ -158,8 +158,8 @@ def _on_stop(signum: int, frame) -> None:
 
 def stop_interrupted(step: str, exc: KeyboardInterrupt) -> None:
     """Exit the interrupted ``step``: one line, the status a shell expects (128 + the signal), and, under ``mlflow
-    run``, a watcher that ends the launcher's run KILLED if the step never did (:mod:`verlflow.runs.launcher_status`).
-    Imports nothing that an interrupted import could have left half made."""
+    run``, a watcher that ends the launcher's run KILLED if the step never did
+    (:mod:`verlflow.process.launcher_status`). Imports nothing that an interrupted import could have left half made."""
     signum = exc.signum if isinstance(getattr(exc, "signum", None), int) else signal.SIGINT
     _state["raising"] = False
     from verlflow.processes import LAUNCHER_RUN_ID, watch_launcher

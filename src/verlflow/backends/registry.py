@@ -14,12 +14,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device, Platform
+from verlflow.tracking.run_logger import RunLogging, direct_logging
 
 AUTO = "auto"
 # The modules whose import registers the shipped backends (the local trainer, the verl launch).
@@ -66,9 +66,9 @@ class TrainBackend:
         """Before the run opens: refuse what cannot work (seconds, not minutes); what :meth:`train` needs."""
         return None
 
-    def spill_root(self, cfg: ComposedConfig) -> Path | None:
-        """Where the run's metrics spill through a buffer (``<root>/<run id>``); None to log them directly."""
-        return None
+    def run_logging(self, cfg: ComposedConfig) -> RunLogging:
+        """How its runs log metrics, tables and tags, and the folders that needs (default: straight to MLflow)."""
+        return direct_logging()
 
     def samples_system_metrics(self, launch: TrainLaunch) -> bool:
         """Whether the run samples system metrics while it trains (a dry run launches nothing)."""

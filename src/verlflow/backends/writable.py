@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -28,11 +29,12 @@ OUT_OF_SPACE = re.compile(r"No space left|Errno 28\b|File too large|Errno 27\b|D
                           r"unexpected pos \d+ vs \d+|database or disk is full")
 
 
-def check_writable_folders(cfg: ComposedConfig, output_root: Path | None) -> None:
-    """Raise one line when the run's output folder, its checkpoint folder or the model cache it must build
-    into cannot be written (a file where a folder is expected, no permission, a read-only file system)."""
-    if output_root is not None:
-        check_output_dir(output_root, "verlflow.output_dir")
+def check_writable_folders(cfg: ComposedConfig, folders: Iterable[tuple[Path, str]] = ()) -> None:
+    """Raise one line when one of ``folders`` (``(folder, the setting naming it)``: the backend's logging
+    folders), the run's checkpoint folder or the model cache it must build into cannot be written (a file where
+    a folder is expected, no permission, a read-only file system)."""
+    for folder, setting in folders:
+        check_output_dir(folder, setting)
     if CHECKPOINT_KEY in cfg.overrides:
         check_output_dir(str(OmegaConf.select(cfg.resolved, CHECKPOINT_KEY)), CHECKPOINT_KEY)
     model = str(OmegaConf.select(cfg.resolved, "actor_rollout_ref.model.path") or "")

@@ -44,8 +44,8 @@ from verlflow.compare.report_html import log_report
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.errors import VerlflowError
 from verlflow.names import STEP_TAG
-from verlflow.runs import profiling, tracking
 from verlflow.text_safety import terminal_text
+from verlflow.tracking import profiling, tracking
 from verlflow.util import check_output_dir, gc_paused
 
 ARTIFACT_DIR = "compare"

@@ -2,7 +2,7 @@
 
     verlflow compare --baseline <run profiled with verlflow.profile_steps=[2]> --candidate <another>
 
-Reads the summary tables :mod:`verlflow.runs.profiling` logged (from torch's Chrome traces or, on an NPU, the
+Reads the summary tables :mod:`verlflow.tracking.profiling` logged (from torch's Chrome traces or, on an NPU, the
 Ascend profiler's databases: the same rows, so an A3 run and an H20 run compare); plain computation and Markdown.
 """
 

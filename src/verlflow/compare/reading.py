@@ -31,7 +31,7 @@ from verlflow.names import (
     canonical_metrics,
     metric_names,
 )
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 
 # A reference is a filter string when it holds a comparison operator (run ids and names do not).
 _FILTER_RE = re.compile(r"(=|!=|<|>|\s(i?like|in)\s)", re.IGNORECASE)

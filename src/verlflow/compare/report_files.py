@@ -49,7 +49,7 @@ from verlflow.compare.utilisation import (
     utilisation_rows,
 )
 from verlflow.names import PROFILE_TAG
-from verlflow.runs import naming as run_names
+from verlflow.tracking import naming as run_names
 
 UTILISATION_IMAGE = "utilisation.png"
 
@@ -99,7 +99,7 @@ def build_report(
 
     ``baseline`` / ``candidate``: one run or the runs of a side. ``plotter`` draws the curves in its worker
     process while the rest is computed (a new one when None). ``prices``: :func:`efficiency.read_prices`.
-    ``step_profiles``: both sides' profiled steps (:func:`verlflow.runs.profiling.read_step_summaries`).
+    ``step_profiles``: both sides' profiled steps (:func:`verlflow.tracking.profiling.read_step_summaries`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     base_set = [baseline] if isinstance(baseline, RunSnapshot) else list(baseline)

@@ -99,7 +99,7 @@ def http_retries_end_at(stop: threading.Event) -> bool:
     builds its sessions with, replaced by a subclass whose ``is_exhausted`` is also true once ``stop`` is set, and
     its session cache ``_cached_get_request_session`` cleared: checked on MLflow 3.17.2, and 3.5.1 by
     scripts/test_lowest_mlflow.sh. Fallback: where they are gone a request runs out its retries as before (a stop
-    then takes up to one call's whole bound, :mod:`verlflow.runs.deadline`). Returns whether it was replaced.
+    then takes up to one call's whole bound, :mod:`verlflow.outage.deadline`). Returns whether it was replaced.
     """
     try:
         from mlflow.utils import request_utils

@@ -29,7 +29,7 @@ from verlflow.data.lineage import combined_digest, rows_digest, split_dataset
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG
-from verlflow.runs.store_retry import retry_on_lock
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.util import hub_unreachable
 
 PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"####\"."

@@ -12,7 +12,7 @@ import mlflow
 from verlflow.data.gsm8k import check_text_source, default_output_dir, preprocess
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
-from verlflow.runs import tracking
+from verlflow.tracking import tracking
 from verlflow.util import check_output_dir
 
 

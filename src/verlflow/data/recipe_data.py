@@ -88,7 +88,7 @@ def find_prepared(source: str, splits: tuple[str, ...] = SPLITS) -> str | None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from verlflow.runs.lifecycle import current_experiment_ids
+    from verlflow.process.lifecycle import current_experiment_ids
     from verlflow.util import filter_quote
 
     client = MlflowClient()

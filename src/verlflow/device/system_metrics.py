@@ -28,8 +28,8 @@ from verlflow.config import VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.platforms import Device
-from verlflow.runs.store_retry import LockRetryingClient
 
 log = logging.getLogger(__name__)
 

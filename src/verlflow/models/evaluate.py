@@ -38,9 +38,9 @@ from verlflow.errors import VerlflowError
 from verlflow.models.generate import DEFAULT_BATCH_SIZE, accelerator, generate_hf, generate_vllm
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
-from verlflow.runs import tracking
-from verlflow.runs.deadline import TrackingDeadline
-from verlflow.runs.store_retry import retry_on_lock
+from verlflow.outage.deadline import TrackingDeadline
+from verlflow.outage.store_retry import retry_on_lock
+from verlflow.tracking import tracking
 
 __all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "evaluate_model",
            "score", "tag_version", "load_problems", "choose_backend", "max_new_tokens_for"]
@@ -185,9 +185,9 @@ def evaluate_model(
     ``max_new_tokens`` defaults to the training recipe's ``data/max_response_length``. The evaluated split
     is logged as the run's dataset input (context ``evaluation``), the same dataset preprocess logged.
     ``run_id``: the run to log into, already created (by ``main``). ``run_name``: default
-    ``evaluate · <model> · <problems>`` (:func:`verlflow.runs.naming.evaluate_run_name`).
+    ``evaluate · <model> · <problems>`` (:func:`verlflow.tracking.naming.evaluate_run_name`).
     """
-    from verlflow.runs.naming import evaluate_run_name
+    from verlflow.tracking.naming import evaluate_run_name
 
     engine = choose_backend(backend)
     model = None if data_dir else resolve_model(model_uri)  # no data_dir: the model says which data

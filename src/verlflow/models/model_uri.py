@@ -133,7 +133,7 @@ def _resolve_run(uri: str) -> ResolvedModel:
 
 def _final_model_id(client: MlflowClient, run_id: str) -> str | None:
     """The LoggedModel the train step made of the run's final checkpoint (evaluations are linked to it)."""
-    from verlflow.runs.logged_models import final_model_of
+    from verlflow.outage.logged_models import final_model_of
 
     model = final_model_of(run_id, client)
     return model.model_id if model is not None else None
@@ -215,7 +215,7 @@ def _source_of_run(client: MlflowClient, run_id: str | None) -> str | None:
 
 def _from_logged_model(client: MlflowClient, uri: str, model_id: str) -> ResolvedModel:
     """A LoggedModel's artifacts; an intermediate checkpoint's (which holds none) from the folder it names."""
-    from verlflow.runs.logged_models import checkpoint_folder_of
+    from verlflow.outage.logged_models import checkpoint_folder_of
 
     try:
         model = client.get_logged_model(model_id)

@@ -17,7 +17,7 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from verlflow.runs.store_retry import retry_on_lock
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.util import filter_quote
 
 log = logging.getLogger(__name__)

@@ -31,9 +31,9 @@ from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import require_registered_model
 from verlflow.models.promotion_noise import Gain, candidates_behind, measure_gain
 from verlflow.names import MODEL_NAME_TAG, STEP_TAG, find_metric, metric_names
-from verlflow.runs import naming as run_names
-from verlflow.runs import tracking
-from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
+from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
+from verlflow.tracking import naming as run_names
+from verlflow.tracking import tracking
 from verlflow.util import filter_quote
 
 MAX_PROMOTION_ROUNDS = 20

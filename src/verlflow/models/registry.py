@@ -3,7 +3,7 @@
     verlflow register --run_id <train run>                  # its version (made once), alias challenger → it
 
 ``register`` registers the MLflow 3 LoggedModel the train step made of its final checkpoint
-(:mod:`verlflow.runs.logged_models`, ``models:/<model_id>``): the version's source run is the train run,
+(:mod:`verlflow.outage.logged_models`, ``models:/<model_id>``): the version's source run is the train run,
 and nothing is copied again. A run trained before models were recorded gets that LoggedModel now, from the
 Hugging Face folder it ended with (tag ``verlflow.checkpoint_dir``). Its lineage is on the version as tags:
 source run, recipe, profile, backend, data digest, and the digest of its weights (``weights.digest``). A train
@@ -54,10 +54,10 @@ from verlflow.names import (
     RECIPE_TAG,
     STEP_TAG,
 )
+from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.platforms import tags as device_tags
-from verlflow.runs import naming as run_names
-from verlflow.runs import tracking
-from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
+from verlflow.tracking import naming as run_names
+from verlflow.tracking import tracking
 from verlflow.util import filter_quote
 
 # On a register run: the train run had a version already, which was returned instead of a new one.
@@ -134,7 +134,7 @@ def checkpoint_model(client: MlflowClient, train_run, checkpoint: Path) -> Logge
     The one the train step logged; for a run trained before that (or whose store did not answer then), one
     made now from ``checkpoint``, linked at the step its folder names.
     """
-    from verlflow.runs import logged_models
+    from verlflow.outage import logged_models
 
     found = logged_models.final_model_of(train_run.info.run_id, client)
     if found is not None:

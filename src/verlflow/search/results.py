@@ -25,10 +25,10 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow import names
-from verlflow.runs import tracking
-from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
+from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.search.search_config import SearchConfig
 from verlflow.search.study import RUN_ID_ATTR
+from verlflow.tracking import tracking
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def summarize(study: optuna.Study, run_id: str, search: SearchConfig, storage: s
 def readable_study(study: optuna.Study) -> optuna.Study:
     """An in-memory copy of the study whose parameters carry short labels (``actor_rollout_ref.actor.optim.lr``
     → ``lr``, more key segments where two would read alike), so plot axes show names, not ``actor_rollout_ref…``."""
-    from verlflow.runs.naming import short_overrides
+    from verlflow.tracking.naming import short_overrides
 
     keys = sorted({key for t in study.get_trials(deepcopy=False) for key in t.params})
     labels = dict(zip(keys, (short.split("=", 1)[0] for short in short_overrides(" ".join(f"{k}=" for k in keys))),

@@ -45,8 +45,8 @@ from verlflow.compat import optuna as compat_optuna
 from verlflow.compat.optuna import BaseHeartbeat  # Optuna's private heartbeat base (see compat.optuna)
 from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, SPACE_TAG
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.processes import process_alive, process_start
-from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.search.journal_repair import set_aside_torn_tail
 from verlflow.search.storage_url import storage_url_with_password
 from verlflow.util import first_line

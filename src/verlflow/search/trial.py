@@ -40,7 +40,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 from verlflow import config, stopping
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.names import ERROR_TAG, STEP_TAG, metric_names
-from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
 
 # Linux: the train subprocess gets SIGTERM when its worker dies (even by SIGKILL), so a killed worker
@@ -211,7 +211,7 @@ class TrialRunner:
 
 def trial_run_name(study_name: str, number: int, params: dict[str, Any]) -> str:
     """``t<number> · <params, short> · <study>``: the trial and its parameters first (cut to fit, never the number)."""
-    from verlflow.runs.naming import MAX_NAME_CHARS, SEPARATOR, short_overrides
+    from verlflow.tracking.naming import MAX_NAME_CHARS, SEPARATOR, short_overrides
 
     values = " ".join(short_overrides(" ".join(f"{key}={_short_value(value)}" for key, value in params.items())))
     head = f"t{number}"

@@ -12,7 +12,7 @@ from verlflow.step_requests import CompareRequest
 def run_compare(request: CompareRequest):
     """Compare the request's baseline and candidate runs (:func:`verlflow.compare.comparison.compare_runs`)."""
     from verlflow.compare.comparison import compare_runs
-    from verlflow.runs import tracking, ui_links
+    from verlflow.tracking import tracking, ui_links
 
     result = compare_runs(request.baseline, request.candidate, request.output_dir, threshold=request.threshold,
                           prices=request.prices)

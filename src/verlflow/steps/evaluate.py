@@ -15,7 +15,7 @@ def run_evaluate(request: EvaluateRequest, *, run_id: str | None = None):
     result = evaluate_model(request.model_uri, request.data_dir, request.split, request.limit, request.backend,
                             run_id=run_id)
     if run_id is None:  # main's evaluate children: main prints the links
-        from verlflow.runs import tracking, ui_links
+        from verlflow.tracking import tracking, ui_links
 
         run = tracking.get_run(result.run_id)
         pages = [("this evaluation", ui_links.run_route(run.info.experiment_id, result.run_id)),

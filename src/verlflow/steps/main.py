@@ -5,7 +5,7 @@
     verlflow main --recipe smoke --device cpu           # the same without `mlflow run` (in verlflow/smoke)
 
 The chain logs into the recipe's experiment ``verlflow/<recipe>`` unless the caller chose one
-(:mod:`verlflow.runs.experiments`; under ``mlflow run``, its ``--experiment-name``, else Default).
+(:mod:`verlflow.tracking.experiments`; under ``mlflow run``, its ``--experiment-name``, else Default).
 The starting model is evaluated on the same test split as the trained one (a child run ``evaluate · base``
 tagged ``verlflow.eval_role=base``, reused like preprocess; the trained model's is ``evaluate · trained``),
 so the parent carries ``eval/gsm8k/accuracy`` of the
@@ -24,7 +24,7 @@ registered as, no duplicate; promote moves ``champion`` only to a version better
 noise), and the last line says which version is champion and why.
 
 The reuse engine (child runs, what counts as the same run, what must still exist) is
-:mod:`verlflow.runs.reuse`; this module only chains the steps.
+:mod:`verlflow.tracking.reuse`; this module only chains the steps.
 
 Steps run **in this process**, not as ``mlflow run -e <step>`` subprocesses. Each child run is created
 the way ``mlflow run`` creates one (parent link, step parameters logged as params, tags), then the
@@ -62,12 +62,8 @@ from verlflow.names import (
     SOURCE_RUN_TAG,
     STEP_TAG,
 )
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.platforms import Device
-from verlflow.runs import naming as run_names
-from verlflow.runs import tracking, ui_links
-from verlflow.runs.experiments import recipe_experiment
-from verlflow.runs.reuse import StepRunner, checkpoint_current, code_version, data_present
-from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.step_requests import (
     EvaluateRequest,
     MainRequest,
@@ -76,6 +72,10 @@ from verlflow.step_requests import (
     RegisterRequest,
     TrainRequest,
 )
+from verlflow.tracking import naming as run_names
+from verlflow.tracking import tracking, ui_links
+from verlflow.tracking.experiments import recipe_experiment
+from verlflow.tracking.reuse import StepRunner, checkpoint_current, code_version, data_present
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ def run_promote(request: PromoteRequest, *, run_id: str | None = None):
 
     decision = promote_best(request.model_name, request.metric, request.alias, request.force, run_id=run_id)
     if run_id is None and decision.run_id:  # main's promote child: main prints the links
-        from verlflow.runs import tracking, ui_links
+        from verlflow.tracking import tracking, ui_links
 
         run = tracking.get_run(decision.run_id)
         pages = [("this promotion", ui_links.run_route(run.info.experiment_id, decision.run_id))]

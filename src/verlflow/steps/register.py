@@ -14,7 +14,7 @@ def run_register(request: RegisterRequest, *, run_id: str | None = None):
 
     version = register_checkpoint(request.run_id, request.model_name, step_run_id=run_id)
     if run_id is None:  # main's register child: main prints the links
-        from verlflow.runs import tracking, ui_links
+        from verlflow.tracking import tracking, ui_links
 
         source = tracking.get_run(version.run_id or request.run_id)
         ui_links.print_links("register", [

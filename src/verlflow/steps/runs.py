@@ -9,11 +9,9 @@ A plain command, not an MLflow entry point: it looks after runs and must not ope
 
 from __future__ import annotations
 
-from mlflow.tracking import MlflowClient
-
-from verlflow.errors import VerlflowError
 from verlflow.names import HOST_TAG, PID_TAG
-from verlflow.runs import lifecycle, probe
+from verlflow.outage import probe
+from verlflow.process import lifecycle
 
 
 def add_runs_parser(subs) -> None:
@@ -30,21 +28,14 @@ def run_runs(reap: bool, experiment: str, stale_after_s: float) -> list[lifecycl
     """List RUNNING runs with their liveness, or reap the dead ones; prints one line per run."""
     probe.use_default_store()
     probe.check_tracking_server()
-    client = MlflowClient()
-    if experiment:
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            raise VerlflowError(f"no experiment named '{experiment}' in the tracking store")
-        ids = [found.experiment_id]
-    else:
-        ids = [e.experiment_id for e in client.search_experiments()]
+    ids = lifecycle.experiment_ids_named(experiment)
     if reap:
-        reaped = lifecycle.reap(ids, client=client, stale_after_s=stale_after_s)
+        reaped = lifecycle.reap(ids, stale_after_s=stale_after_s)
         for item in reaped:
             print(f"reaped {item.run_id}: {item.reason}")
         print(f"runs: {len(reaped)} dead RUNNING run(s) marked FAILED")
         return reaped
-    running = client.search_runs(ids, "attributes.status = 'RUNNING'", max_results=5000) if ids else []
+    running = lifecycle.running_runs(ids)
     for run in running:
         tags = run.data.tags
         verdict = lifecycle.why_dead(tags, stale_after_s=stale_after_s) or "alive (or not a verlflow process)"

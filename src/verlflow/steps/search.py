@@ -31,10 +31,10 @@ from verlflow.backends.registry import get_backend
 from verlflow.backends.train_setup import choose_train_setup, compose_train_config
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
-from verlflow.runs import tracking, ui_links
-from verlflow.runs.experiments import recipe_experiment
-from verlflow.runs.store_retry import retry_on_lock
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.step_requests import SearchRequest
+from verlflow.tracking import tracking, ui_links
+from verlflow.tracking.experiments import recipe_experiment
 from verlflow.util import check_name_inside
 
 if TYPE_CHECKING:  # Optuna is imported when a search runs, not for `verlflow --help`

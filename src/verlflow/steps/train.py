@@ -13,9 +13,6 @@ import dataclasses
 import logging
 import os
 import time
-from pathlib import Path
-
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from verlflow import config, stopping
 from verlflow.backends.registry import TrainLaunch, get_backend
@@ -24,9 +21,10 @@ from verlflow.backends.writable import check_writable_folders
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG, DRY_RUN_TAG, MODEL_NAME_TAG, STEP_TAG
-from verlflow.runs import naming as run_names
-from verlflow.runs import tracking, ui_links
 from verlflow.step_requests import TrainRequest
+from verlflow.tracking import naming as run_names
+from verlflow.tracking import tracking, ui_links
+from verlflow.tracking.run_logger import RunLogging
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +48,10 @@ def _lineage_tags(cfg: config.ComposedConfig, data_dir: str) -> dict[str, str]:
 def run_train(request: TrainRequest, *, run_id: str | None = None):
     """Train with GRPO (step ``train``): the chosen backend (verl on npu/gpu, the local trainer on cpu) in a run.
 
-    ``request.resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.runs.resume`).
+    ``request.resume``: a train run id to continue in place from its last checkpoint (:mod:`verlflow.tracking.resume`).
     ``run_id``: the train run, already created for it (``main``'s child); else a new run (or ``mlflow run``'s).
     """
-    from verlflow.runs import resume as resuming
+    from verlflow.tracking import resume as resuming
 
     started_at = time.time()
     resume = request.resume
@@ -77,7 +75,8 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
         raise VerlflowError(f"profile '{cfg.profile.name}' is for device '{cfg.profile.device}', not '{dev}'")
     interval = system_metrics.sampling_interval(cfg.verlflow)
     check_train_inputs(cfg, data_dir, require_splits=backend.checks_up_front)
-    check_writable_folders(cfg, backend.spill_root(cfg))
+    run_logging = backend.run_logging(cfg)
+    check_writable_folders(cfg, run_logging.folders)
     # Every train run says whether it trained, so a filter can leave dry runs out: tags.verlflow.dry_run = 'false'.
     run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request),
                 DRY_RUN_TAG: str(request.dry_run).lower()}
@@ -85,10 +84,10 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
     tags = tracking.standard_tags(backend=backend.name, recipe=recipe, profile=profile)
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at,
                     interval if backend.samples_system_metrics(launch) else None,
-                    spill_root=backend.spill_root(cfg), overrides=overrides, data_dir=data_dir,
+                    run_logging=run_logging, overrides=overrides, data_dir=data_dir,
                     run_id=run_id, dry_run=request.dry_run) as (run, since):
         result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared)
-    if MLFLOW_PARENT_RUN_ID not in run.data.tags:  # a nested run (main's, a search trial's): its parent links it
+    if tracking.parent_run_id(run) is None:  # a nested run (main's, a search trial's): its parent links it
         ui_links.print_links("train", [
             ("this run", ui_links.run_route(run.info.experiment_id, run.info.run_id)),
             ("runs of its experiment", ui_links.experiment_route(run.info.experiment_id)),
@@ -97,25 +96,23 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
 
 
 @contextlib.contextmanager
-def _train_run(cfg, tags, recipe, profile, started_at, interval, *, spill_root: Path | None = None,
+def _train_run(cfg, tags, recipe, profile, started_at, interval, *, run_logging: RunLogging,
                overrides="", data_dir="", run_id: str | None = None, dry_run: bool = False):
     """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
     timed across resumed attempts, with system metrics sampled while it trains.
 
     Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
-    With ``spill_root`` (the local trainer) the run's metrics, tables and tags, its attempt time included, go
-    through a metric buffer spilling to ``<spill_root>/<run_id>``, and its other MLflow calls are kept short.
+    The run logs through the logger its backend's ``run_logging`` opens for it (the local trainer's: a buffer
+    that rides out a tracking outage), its attempt time included.
     """
     from verlflow.data.lineage import log_split_inputs
-    from verlflow.runs import metric_buffer
-    from verlflow.runs import resume as resuming
-    from verlflow.runs.experiments import recipe_experiment
+    from verlflow.tracking import resume as resuming
+    from verlflow.tracking.experiments import recipe_experiment
 
     with tracking.tracked_run(tags=tags, log_system_metrics=False, experiment=recipe_experiment(recipe),
                               run_id=run_id) as run, \
-            (metric_buffer.buffering(run.info.run_id, spill_root / run.info.run_id) if spill_root is not None
-             else contextlib.nullcontext()), \
-            resuming.attempt_clock(run.info.run_id, started_at) as since:
+            run_logging.open(run.info.run_id) as logger, \
+            resuming.attempt_clock(run.info.run_id, started_at, logger) as since:
         run_names.name_train_run_or_warn(run.info.run_id, recipe, profile, overrides, dry_run=dry_run)
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)

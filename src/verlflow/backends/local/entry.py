@@ -13,6 +13,7 @@ from typing import Any
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
+from verlflow.tracking.run_logger import RunLogging
 
 
 @register_backend("local")
@@ -32,11 +33,15 @@ class LocalBackend(TrainBackend):
         if launch.dry_run or launch.ray_address:
             raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
 
-    def spill_root(self, cfg: ComposedConfig) -> Path:
-        """The recipe's output folder (default outputs/local): the buffer spills under ``<it>/<run id>``."""
+    def run_logging(self, cfg: ComposedConfig) -> RunLogging:
+        """Through a metric buffer that spills under the recipe's output folder (default outputs/local),
+        ``<it>/<run id>``, during a tracking outage; the folder must be writable before the run opens."""
         from verlflow.backends.local.trainer import DEFAULT_OUTPUT_ROOT
+        from verlflow.outage import metric_buffer
 
-        return Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT))
+        root = Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT))
+        return RunLogging(open=lambda run_id: metric_buffer.buffered(run_id, root / run_id),
+                          folders=((root, "verlflow.output_dir"),))
 
     def train(self, cfg: ComposedConfig, launch: TrainLaunch, *, run_id: str, started_at: float,
               prepared: Any) -> Any:

@@ -21,8 +21,8 @@ from verlflow.backends.local.settings import LocalSettings, ignored_reason
 from verlflow.backends.local.traces import trace_samples
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
-from verlflow.runs import logged_models
-from verlflow.runs.store_retry import retry_on_lock
+from verlflow.outage import logged_models
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def log_run_description(cfg: Any, settings: LocalSettings, run_id: str) -> None:
     """Log what the run ignores, its params and resolved config, and the device profile it runs on."""
     from verlflow.device import detect as device
-    from verlflow.runs import tracking
+    from verlflow.tracking import tracking
 
     for key, value in settings.ignored.items():
         # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
@@ -55,7 +55,7 @@ def log_run_description(cfg: Any, settings: LocalSettings, run_id: str) -> None:
 def log_samples(samples: dict[str, list], step: int, *, run_id: str, traces: int) -> None:
     """Log a validation step's sample table (and its first ``traces`` rows as traces); a tracking outage costs
     the table, never the training."""
-    from verlflow.runs import metric_buffer
+    from verlflow.outage import metric_buffer
 
     trace_samples(samples, step, traces, run_id)  # the run's Traces tab, as verl's
     if metric_buffer.log_table(run_id, samples, f"samples/step_{step}.json"):
@@ -69,7 +69,7 @@ def log_samples(samples: dict[str, list], step: int, *, run_id: str, traces: int
 
 def log_checkpoint(run_id: str, folder: Path, step: int) -> None:
     """Record a checkpoint before the last as a LoggedModel of the run."""
-    from verlflow.runs import metric_buffer
+    from verlflow.outage import metric_buffer
 
     logged_models.record_checkpoint_model(run_id, folder, step, link=metric_buffer.link_model)
 
@@ -77,7 +77,8 @@ def log_checkpoint(run_id: str, folder: Path, step: int) -> None:
 def record_final(run_id: str, final: Path, step: int, started_at: float) -> dict[str, float]:
     """Flush the step metrics, log the run's summaries, tag the final checkpoint and record it as the run's
     final model; returns the summaries."""
-    from verlflow.runs import metric_buffer, tracking
+    from verlflow.outage import metric_buffer
+    from verlflow.tracking import tracking
 
     tracking.flush_metrics()  # the summaries read the per-step history back
     summaries = tracking.log_run_summaries(run_id, started_at)

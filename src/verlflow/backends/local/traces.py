@@ -26,10 +26,10 @@ def trace_samples(samples: dict[str, list[Any]], step: int, limit: int, run_id: 
     """Record the first ``limit`` rows of a step's samples table as traces of the active run; how many.
 
     With ``run_id``'s metric buffer open they go to its writer process like the metrics (kept in the spill file
-    during an outage, sent on replay or upload: :mod:`verlflow.runs.rollout_traces`)."""
+    during an outage, sent on replay or upload: :mod:`verlflow.outage.rollout_traces`)."""
     import mlflow
 
-    from verlflow.runs import metric_buffer
+    from verlflow.outage import metric_buffer
 
     count = min(max(limit, 0), len(samples.get("response", [])))
     rows = [{key: samples[key][index] for key in ("prompt", "response", "reward")} for index in range(count)]

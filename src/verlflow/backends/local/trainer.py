@@ -48,8 +48,8 @@ from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
 from verlflow.names import DETERMINISTIC_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
 from verlflow.out_of_memory import is_out_of_memory, out_of_memory_error
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.platforms import Device
-from verlflow.runs.store_retry import retry_on_lock
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ class LocalTrainer:
         """:meth:`_train_step` under ``torch.profiler``; its Chrome trace and summary go to ``profile/step_<N>/``."""
         from torch.profiler import ProfilerActivity, profile
 
-        from verlflow.runs.profiling import log_step_profile, summarize_trace
+        from verlflow.tracking.profiling import log_step_profile, summarize_trace
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         with profile(activities=activities) as prof:
@@ -331,7 +331,7 @@ class LocalTrainer:
             run_record.log_checkpoint(self.run_id, self.last_saved.resolve(), self.global_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
-        from verlflow.runs import tracking
+        from verlflow.tracking import tracking
 
         if step <= self.logged_through:
             return  # this run already has this step from before it was interrupted
@@ -346,7 +346,7 @@ class LocalTrainer:
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
         the models (device memory on an accelerator)."""
-        from verlflow.runs import tracking
+        from verlflow.tracking import tracking
 
         tracking.flush_metrics()
         if self.progress is not None:

@@ -71,8 +71,8 @@ from verlflow.names import (
     VALIDATED_TAG,
     VERL_ERROR_TAG,
 )
-from verlflow.runs import tracking
 from verlflow.secrets import mask_env
+from verlflow.tracking import tracking
 
 
 @dataclass
@@ -256,7 +256,7 @@ def train_verl(
             rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
     tracking.log_run_summaries(run_id, started_at)
     if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
-        from verlflow.runs.profiling import log_profile_folder
+        from verlflow.tracking.profiling import log_profile_folder
 
         log_profile_folder(plan.overrides["global_profiler.save_path"], plan.overrides.get("global_profiler.steps", ()))
     tensorboard = plan.env.get("TENSORBOARD_DIR")
@@ -347,7 +347,7 @@ def _merge_final_checkpoint(plan: LaunchPlan, run_id: str) -> Path:
     """verl's last actor checkpoint → the run's Hugging Face folder (tagged), with the merger's log kept,
     logged as the run's MLflow model at the checkpoint's step."""
     from verlflow.backends.layout import step_of
-    from verlflow.runs import logged_models
+    from verlflow.outage import logged_models
 
     actor = verl_merge.last_actor_checkpoint(plan.checkpoint_dir)
     merge_log = plan.run_dir / "merge.log"

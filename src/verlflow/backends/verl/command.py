@@ -247,7 +247,7 @@ def build_plan(
               # process would log the same keys at clashing steps.
               "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false"}
     if attach["MLFLOW_TRACKING_URI"].startswith(("http://", "https://")):
-        from verlflow.runs.metric_buffer import VERL_HTTP_KNOBS
+        from verlflow.outage.metric_buffer import VERL_HTTP_KNOBS
 
         # verl's own MLflow logger rides out a server outage of minutes instead of failing the step.
         attach.update({k: os.environ.get(k, v) for k, v in VERL_HTTP_KNOBS.items()})

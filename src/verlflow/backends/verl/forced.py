@@ -98,7 +98,7 @@ def traced_samples(block: dict[str, Any]) -> int:
 # The workers whose stages verl profiles (the rollout's engine has its own profiler settings).
 PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
 # verl's npu tool: record NPU activity beside the CPU's and parse each rank's collection into its
-# ascend_pytorch_profiler_<rank>.db (verl exports only the database), which verlflow.runs.ascend_profile reads.
+# ascend_pytorch_profiler_<rank>.db (verl exports only the database), which verlflow.tracking.ascend_profile reads.
 NPU_TOOL_CONFIG = {"profiler.tool_config.npu.contents": ["npu", "cpu"], "profiler.tool_config.npu.analysis": True}
 
 

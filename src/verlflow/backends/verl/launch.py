@@ -6,7 +6,7 @@ Local: ``bash -c <script>`` in its own process group, output streamed to the con
 ``logs/verl.log`` line by line. SIGTERM/SIGINT are forwarded to the whole group (verl, its Ray workers);
 a second signal, or :data:`KILL_GRACE_S` without an exit, sends SIGKILL (the wait checks
 :data:`verlflow.stopping.STOP` at each poll: a signal never raises inside it). Then :class:`RunInterrupted`
-is raised, so :func:`verlflow.runs.tracking.tracked_run` ends the run KILLED.
+is raised, so :func:`verlflow.tracking.tracking.tracked_run` ends the run KILLED.
 
 Ray job (``ray_address``): the same script is the entrypoint of a job submitted with Ray's
 ``JobSubmissionClient``; the attach variables and the profile's environment go through the job's
@@ -122,7 +122,7 @@ def run_streaming(
     """Run ``argv`` in its own process group, streaming its output to the console and ``log_path``.
 
     Returns the exit status. A SIGTERM/SIGINT received meanwhile is forwarded to the group and, once the
-    child is gone, raised as :class:`~verlflow.runs.tracking.RunInterrupted` (the run ends KILLED).
+    child is gone, raised as :class:`~verlflow.tracking.tracking.RunInterrupted` (the run ends KILLED).
     """
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     stopping.stop_point()  # a stop taken while the launch was prepared: verl never starts

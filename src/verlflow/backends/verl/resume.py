@@ -112,7 +112,7 @@ def point_verl_at(point: ResumePoint, checkpoint_dir: str | Path) -> None:
 
 def record_resume_point(run_id: str, point: ResumePoint) -> None:
     """Record on the run where this attempt continues (metric ``attempt/resumed_from_step``, tag), and say so."""
-    from verlflow.runs import resume as resuming
+    from verlflow.tracking import resume as resuming
 
     resuming.log_resumed_from(run_id, point.step)
     if point.folder is not None:

@@ -30,8 +30,9 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import ATTEMPT_TAG, HOST_TAG, PID_TAG, RESUMED_RUN_TAG, STEP_TAG, TRAIN_ARGS_TAG
-from verlflow.runs import lease, lifecycle, metric_buffer
+from verlflow.process import lease, lifecycle
 from verlflow.secrets import MASK, mask_text
+from verlflow.tracking.run_logger import DirectLogger, RunLogger
 
 ATTEMPT_METRIC = "attempt/e2e_s"
 # The training step an attempt continued after (0 = from the start); step = attempt number.
@@ -92,13 +93,15 @@ def prepare_resume(request: Any) -> Any:
 
 
 @contextlib.contextmanager
-def attempt_clock(run_id: str, started_at: float) -> Iterator[float]:
-    """Yield the start time that makes ``timing_s/e2e`` cover earlier attempts too; log this attempt's time.
+def attempt_clock(run_id: str, started_at: float, logger: RunLogger | None = None) -> Iterator[float]:
+    """Yield the start time that makes ``timing_s/e2e`` cover earlier attempts too; log this attempt's time
+    through ``logger``, the run's (default: straight to MLflow).
 
     ``timing_s/e2e`` = the earlier attempts' ``attempt/e2e_s`` + (end of training - ``started_at``). A killed
     attempt that logged no time of its own is timed here first (:func:`killed_attempt_s`).
     """
     client = MlflowClient()
+    logger = logger or DirectLogger(run_id, client)
     try:
         earlier = [m.value for m in client.get_metric_history(run_id, ATTEMPT_METRIC)]
         run = client.get_run(run_id)
@@ -107,17 +110,16 @@ def attempt_clock(run_id: str, started_at: float) -> Iterator[float]:
     killed = killed_attempt_s(client, run, len(earlier)) if run is not None else None
     if killed is not None:
         earlier.append(killed)
-        _log_attempt(client, run_id, len(earlier), killed, int(time.time() * 1000))
+        _log_attempt(logger, len(earlier), killed, int(time.time() * 1000))
     attempt = len(earlier) + 1
     started = {ATTEMPT_TAG: json.dumps({"attempt": attempt, "started_at": started_at})}
-    if not metric_buffer.set_tags(run_id, started):
-        with contextlib.suppress(Exception):  # bookkeeping for a later resume must not stop this attempt
-            client.set_tag(run_id, ATTEMPT_TAG, started[ATTEMPT_TAG])
+    with contextlib.suppress(Exception):  # bookkeeping for a later resume must not stop this attempt
+        logger.set_tags(started)
     try:
         yield started_at - sum(earlier)
     finally:
         now = time.time()
-        _log_attempt(client, run_id, attempt, now - started_at, int(now * 1000))
+        _log_attempt(logger, attempt, now - started_at, int(now * 1000))
 
 
 def killed_attempt_s(client: MlflowClient, run, logged: int) -> float | None:
@@ -139,11 +141,9 @@ def killed_attempt_s(client: MlflowClient, run, logged: int) -> float | None:
     return max(signs) - started_at
 
 
-def _log_attempt(client: MlflowClient, run_id: str, attempt: int, seconds: float, timestamp_ms: int) -> None:
-    if metric_buffer.log(run_id, {ATTEMPT_METRIC: seconds}, attempt, timestamp_ms):
-        return
+def _log_attempt(logger: RunLogger, attempt: int, seconds: float, timestamp_ms: int) -> None:
     with contextlib.suppress(Exception):  # a tracking outage must not mask how the attempt ended
-        client.log_batch(run_id, metrics=[Metric(ATTEMPT_METRIC, seconds, timestamp_ms, attempt)])
+        logger.log_metrics({ATTEMPT_METRIC: seconds}, attempt, timestamp_ms)
 
 
 def log_resumed_from(run_id: str, step: int) -> None:

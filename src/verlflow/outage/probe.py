@@ -23,7 +23,7 @@ from pathlib import Path
 import mlflow
 
 from verlflow.errors import VerlflowError
-from verlflow.runs.store_retry import open_store
+from verlflow.outage.store_retry import open_store
 from verlflow.secrets import url_secret
 from verlflow.util import env_number
 
@@ -100,7 +100,7 @@ def _probe_once(url: str, timeout_s: float) -> str | None:
 def check_tracking_server(uri: str | None = None, *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Raise a one-line :class:`VerlflowError` when the tracking URI cannot be used: it holds a password, it is
     a ``file:`` store, or an http(s) server does not answer its API (about 2 x timeout at most). A SQLite store
-    is opened here, waiting for another process's write lock (:func:`~verlflow.runs.store_retry.open_store`)."""
+    is opened here, waiting for another process's write lock (:func:`~verlflow.outage.store_retry.open_store`)."""
     uri = uri or mlflow.get_tracking_uri()
     check_tracking_uri(uri)
     if not uri.startswith(("http://", "https://")):

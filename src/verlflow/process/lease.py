@@ -25,8 +25,8 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 from verlflow.names import HEARTBEAT_TAG
-from verlflow.runs import lifecycle
-from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.outage.store_retry import LockRetryingClient
+from verlflow.process import lifecycle
 
 LEASE_PARAM = "verlflow.lease"
 LEASE_TAG = "verlflow.lease"

@@ -1,6 +1,6 @@
 """Writes to a tracking store shared by several processes ride out another writer's lock instead of failing.
 
-    python -c "from verlflow.runs.store_retry import LockRetryingClient as C; print(C().search_experiments())"
+    python -c "from verlflow.outage.store_retry import LockRetryingClient as C; print(C().search_experiments())"
 
 SQLite lets one process write at a time. MLflow asks SQLite to wait for a lock up to 20 s
 (``PRAGMA busy_timeout = 20000`` on every session, in ``mlflow/store/db/utils.py``; it replaces any

@@ -7,7 +7,7 @@ A train run with ``verlflow.profile_steps=[N, …]`` carries, for each profiled 
 on an NPU each rank's ``ascend_pytorch_profiler_<rank>.db``: open it in MindStudio Insight) and
 ``profile/step_<N>/summary.json``, an MLflow table with one row per phase (verl's timer names: gen, update_actor …),
 per top-level operator (aten::mm …) and per device kernel, milliseconds and calls. ``compare`` puts two runs'
-summaries side by side. The Ascend database is read by :mod:`verlflow.runs.ascend_profile`.
+summaries side by side. The Ascend database is read by :mod:`verlflow.tracking.ascend_profile`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from verlflow.runs import ascend_profile
-from verlflow.runs.ascend_profile import VERL_STAGES
+from verlflow.tracking import ascend_profile
+from verlflow.tracking.ascend_profile import VERL_STAGES
 
 PROFILE_ARTIFACT_DIR = "profile"
 SUMMARY_FILE = "summary.json"
@@ -156,7 +156,7 @@ def log_profile_folder(folder: str | Path, steps: Sequence[int] = ()) -> list[in
     Torch traces go to ``profile/step_<N>/`` (N from verl's ``step<N>`` in their names, files without one to
     ``profile/``) and are summarized together into the step's summary table. Ascend collections
     (``*_ascend_pt``, which carry no step: ``steps`` are the profiled steps, see
-    :func:`verlflow.runs.ascend_profile.runs_by_step`) log their parsed databases under
+    :func:`verlflow.tracking.ascend_profile.runs_by_step`) log their parsed databases under
     ``profile/step_<N>/<role>/<collection>/`` — one per process and rank, so no two collide — and the raw
     data beside them stays on the node.
     """

@@ -1,6 +1,6 @@
 """A train run's checkpoints as MLflow 3 LoggedModels, linked to the run and to the step that saved them.
 
-    python -c "from verlflow.runs.logged_models import run_models; print(run_models('<train run id>'))"
+    python -c "from verlflow.outage.logged_models import run_models; print(run_models('<train run id>'))"
 
 The train step records them while the run is open (both backends), linked the way MLflow's own
 ``log_model(step=)`` links a model: the model's source run is the train run, the run's outputs list the
@@ -35,7 +35,7 @@ from mlflow.tracking import MlflowClient
 
 from verlflow.compat.mlflow import latest_metrics
 from verlflow.names import CHECKPOINT_DIR_TAG
-from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.outage.store_retry import LockRetryingClient
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def record_final_model(run_id: str, checkpoint: str | Path, step: int, *,
     Also links the run's metrics to every model of the run at its step (the intermediate checkpoints'
     included: their steps' metrics are only now all written). Made once per step (a resumed run that
     already recorded it reuses it). None when the tracking store refused: ``defer(run_id, checkpoint, step)``
-    (the local trainer's :func:`verlflow.runs.metric_buffer.defer_final_model`) may queue it behind the run's
+    (the local trainer's :func:`verlflow.outage.metric_buffer.defer_final_model`) may queue it behind the run's
     metrics, to be made when the server answers or by the spill file's upload; otherwise a warning, and
     ``register`` makes the model later.
     """
@@ -204,7 +204,7 @@ def record_checkpoint_model(run_id: str, checkpoint: str | Path, step: int, *,
     """An intermediate checkpoint as a LoggedModel of the run at ``step``, its weights left where they are.
 
     Called while training: a tracking store that does not answer costs a warning and the record, never the
-    training. ``link(run_id, model_id, step)`` (the local trainer's :func:`verlflow.runs.metric_buffer.link_model`)
+    training. ``link(run_id, model_id, step)`` (the local trainer's :func:`verlflow.outage.metric_buffer.link_model`)
     links its step's metrics behind them in the run's metric writer (one write, kept in the spill file during an
     outage); otherwise, or when it returns False, the end of training links them (:func:`record_final_model`).
     """

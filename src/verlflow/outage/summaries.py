@@ -1,9 +1,9 @@
 """A run's end-of-run timing figures, from the per-step timings its writer saw (or its history in the store).
 
-    verlflow train --device cpu        # logs them at the end of training (verlflow.runs.tracking.log_run_summaries)
+    verlflow train --device cpu        # logs them at the end of training (verlflow.tracking.tracking.log_run_summaries)
 
 ``timing_s/e2e`` and ``timing_s_mean/<name>`` (the mean over steps of every per-step ``timing_s/<name>``),
-logged at step 0. :func:`verlflow.runs.tracking.log_run_summaries` calls it at the end of training; the metric
+logged at step 0. :func:`verlflow.tracking.tracking.log_run_summaries` calls it at the end of training; the metric
 writer (or the spill file's upload) calls it when the server was away then. The local trainer's buffer hands
 over the sums of the steps it logged (:class:`TimingSums`), so the end's replay writes them in one call instead
 of reading one history per key; only the steps of an earlier attempt (a resumed run) are read back.

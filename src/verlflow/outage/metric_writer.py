@@ -22,12 +22,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from verlflow import known_warnings, stopping
-from verlflow.runs import spill
-from verlflow.runs.spill import Entry, Point
-from verlflow.runs.store_retry import retry_on_lock
+from verlflow.outage import spill
+from verlflow.outage.spill import Entry, Point
+from verlflow.outage.store_retry import retry_on_lock
 from verlflow.util import env_number, first_line
 
-logger = logging.getLogger("verlflow.runs.metric_buffer")
+logger = logging.getLogger("verlflow.outage.metric_buffer")
 
 WRITER_NICE = int(env_number("VERLFLOW_METRICS_NICE", 19, integer=True))
 # The writer retries by itself every RETRY_S: one try per call, so that close() and an orphaned writer end in seconds.

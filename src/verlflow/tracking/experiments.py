@@ -1,6 +1,6 @@
 """Which MLflow experiment a training step logs into, and marking it as a model-training experiment.
 
-    python -c "from verlflow.runs.experiments import recipe_experiment; print(recipe_experiment('smoke'))"
+    python -c "from verlflow.tracking.experiments import recipe_experiment; print(recipe_experiment('smoke'))"
 
 ``train``, ``main`` and ``search`` log into ``verlflow/<recipe>`` (created on first use) unless the caller
 chose an experiment: ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_EXPERIMENT_ID``, or ``mlflow run`` (which creates

@@ -1,7 +1,7 @@
 """A tracking server that refuses the user (HTTP 401/403): one line naming the server, the user, the operation
 refused and the permission it needs — never the password, never "check the server's health".
 
-    python -c "from verlflow.runs.auth_errors import operation_of; print(operation_of('/api/2.0/mlflow/runs/create'))"
+    python -c "from verlflow.outage.auth_errors import operation_of; print(operation_of('/api/2.0/mlflow/runs/create'))"
 
 MLflow words these ``API request to endpoint <path> failed with error code 403 != 200. Response body: '…'``
 (basic auth: ``You are not authenticated…`` for a wrong password, ``Permission denied`` for a user without the

@@ -1,21 +1,21 @@
 """The spill file: what a tracking outage left unwritten, on disk, and the command that uploads it later.
 
-    MLFLOW_TRACKING_URI=http://host:5000 python -m verlflow.runs.metric_buffer outputs/local/<run>/metrics.spill.jsonl
+    MLFLOW_TRACKING_URI=http://host:5000 python -m verlflow.outage.metric_buffer outputs/local/<run>/metrics.spill.jsonl
 
 One JSON object per line, in the order training made them. A metric point is
 ``{"run_id", "key", "value", "timestamp", "step"}``; anything else names its ``kind``:
 
 - ``table``: ``{"artifact_file", "data"}`` (a validation step's samples, for ``MlflowClient.log_table``),
 - ``traces``: ``{"step", "rows": [{"prompt", "response", "reward"}, ...]}`` (a step's rollout traces,
-  :func:`verlflow.runs.rollout_traces.write_traces`),
+  :func:`verlflow.outage.rollout_traces.write_traces`),
 - ``tags``: ``{"tags": {name: value}}``,
 - ``summaries``: ``{"started_at", "ended_at", "sums", "from_step"}`` (``timing_s/e2e`` and the
-  ``timing_s_mean/*`` of :func:`verlflow.runs.summaries.log_timing_summaries`, from the timing sums of the steps
+  ``timing_s_mean/*`` of :func:`verlflow.outage.summaries.log_timing_summaries`, from the timing sums of the steps
   the trainer logged; the steps before ``from_step`` (a resumed run's) are read back),
 - ``link``: ``{"model_id", "points": [[key, value, timestamp, step], ...]}`` (a checkpoint's step linked to its
-  LoggedModel in one write, :func:`verlflow.runs.logged_models.link_points`),
+  LoggedModel in one write, :func:`verlflow.outage.logged_models.link_points`),
 - ``final_model``: ``{"checkpoint", "step"}`` (the run's final checkpoint as its LoggedModel, made from the
-  folder, metrics linked: :func:`verlflow.runs.logged_models.replay_final_model`),
+  folder, metrics linked: :func:`verlflow.outage.logged_models.replay_final_model`),
 - ``status``: ``{"status", "end_time"}`` (the run's final status; the last line, set last).
 
 :func:`upload` replays the lines in order with their original step and time, so running it later ends the
@@ -129,7 +129,7 @@ def _as_json(run_id: str, entry: Entry) -> dict[str, Any]:
 def upload_command(path: Path, tracking_uri: str) -> str:
     """The shell command that uploads ``path`` into ``tracking_uri`` from any shell (nothing taken from its env)."""
     return (f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} {shlex.quote(sys.executable)} -m "
-            f"verlflow.runs.metric_buffer {shlex.quote(str(Path(path).resolve()))}")
+            f"verlflow.outage.metric_buffer {shlex.quote(str(Path(path).resolve()))}")
 
 
 def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
@@ -142,19 +142,19 @@ def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
     elif kind == "tags":
         client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in entry["tags"].items()])
     elif kind == "summaries":
-        from verlflow.runs.summaries import TimingSums, log_timing_summaries
+        from verlflow.outage.summaries import TimingSums, log_timing_summaries
 
         log_timing_summaries(client, run_id, entry["started_at"], entry["ended_at"], TimingSums.from_record(entry))
     elif kind == "link":
-        from verlflow.runs.logged_models import link_points
+        from verlflow.outage.logged_models import link_points
 
         link_points(client, run_id, entry["model_id"], [Metric(*point) for point in entry["points"]])
     elif kind == "traces":
-        from verlflow.runs.rollout_traces import write_traces
+        from verlflow.outage.rollout_traces import write_traces
 
         write_traces(client, run_id, entry)
     elif kind == "final_model":
-        from verlflow.runs.logged_models import replay_final_model
+        from verlflow.outage.logged_models import replay_final_model
 
         replay_final_model(client, run_id, entry["checkpoint"], entry["step"])
     elif kind == "status":

@@ -1,6 +1,6 @@
 """Runs that read well side by side in the MLflow UI: descriptive train run names, compare-runs links.
 
-    python -c "from verlflow.runs.naming import train_run_name; print(train_run_name('qwen3-4b-gsm8k-grpo', 'a3'))"
+    python -c "from verlflow.tracking.naming import train_run_name; print(train_run_name('qwen3-4b-gsm8k-grpo', 'a3'))"
 
 A train run is named ``<overrides, short> · <recipe> · <profile>`` (``seed=2 lr=1e-05 · smoke · cpu``: each
 override's last key segment, more segments where two would read alike), or ``<recipe> · <profile>``
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from verlflow.compat import mlflow as compat_mlflow
-from verlflow.runs.store_retry import LockRetryingClient
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.secrets import mask_text
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def name_refused_run(step: str, reason: str) -> None:
     import os
 
     from verlflow.names import ERROR_TAG
-    from verlflow.runs.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
+    from verlflow.outage.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
 
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
@@ -226,7 +226,7 @@ def compare_runs_link(tracking_uri: str, experiment_ids: Sequence[str], run_ids:
     file, folder): the ``mlflow ui --backend-store-uri …`` command to start, then the page's path to open
     on the address it prints (its port is whatever ``mlflow ui`` chose, so none is assumed).
     """
-    from verlflow.runs.ui_links import compare_route
+    from verlflow.tracking.ui_links import compare_route
 
     page = f"#{compare_route(experiment_ids, run_ids)}"  # in the Model-training view, as every printed link
     if tracking_uri.startswith(("http://", "https://")):

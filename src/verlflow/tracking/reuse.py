@@ -1,6 +1,6 @@
 """Run reuse: a pipeline's steps as child runs of one parent, a FINISHED run with the same inputs reused.
 
-    python -c "from verlflow.runs.reuse import code_version; print(code_version())"
+    python -c "from verlflow.tracking.reuse import code_version; print(code_version())"
 
 The engine behind ``verlflow main`` (the MLflow multistep example's ``_already_ran``, grown up): a step run is
 reused only when its params (compared as strings, as MLflow's example does), its code version (tag
@@ -38,8 +38,8 @@ from verlflow.names import (
     STEP_RUN_TAG_PREFIX,
     STEP_TAG,
 )
-from verlflow.runs import tracking
 from verlflow.step_requests import as_params, as_text
+from verlflow.tracking import tracking
 from verlflow.util import filter_quote
 
 

@@ -9,7 +9,7 @@ step, at start) bounds each request by its own timeout instead, so that one call
 ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (the deadline shared by the tries, at most 20 s), each only where the user set
 neither (a value they set is kept). A call that runs out of them fails in MLflow with a timeout;
 :func:`as_deadline` words it as :class:`TrackingDeadline`: the step ends with one line naming the server
-(exit 2), and a run it had open is ended or spilled (:mod:`verlflow.runs.tracking`). Nothing is interrupted
+(exit 2), and a run it had open is ended or spilled (:mod:`verlflow.tracking.tracking`). Nothing is interrupted
 from outside: a Ctrl-C during the wait is the stop handler's (:mod:`verlflow.stopping`).
 
 Artifact transfers (a model upload of minutes) make progress; each of their reads is bounded by the same
@@ -63,7 +63,7 @@ def server_failure(exc: BaseException) -> str | None:
     MLflow words these ``API request to <url> failed with …``; any other error is not the server's and keeps
     its traceback. A request that ran out of time is the deadline's line (:func:`as_deadline`).
     """
-    from verlflow.runs.auth_errors import auth_failure
+    from verlflow.outage.auth_errors import auth_failure
 
     if (refused := auth_failure(exc)) is not None:  # 401/403: the user's permission, not the server's health
         return refused

@@ -1,6 +1,6 @@
 """Run lifecycle and naming conventions shared by every step and both backends.
 
-    python -c "from verlflow.runs.tracking import sanitize_metric_key; print(sanitize_metric_key('mean@1'))"
+    python -c "from verlflow.tracking.tracking import sanitize_metric_key; print(sanitize_metric_key('mean@1'))"
 
 - :func:`tracked_run` opens (or, under ``mlflow run``, attaches to) a run and guarantees its end state:
   FINISHED on success, FAILED on an error, KILLED on SIGTERM/SIGINT. Nothing it opened is left RUNNING.
@@ -28,6 +28,7 @@ import mlflow
 from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from verlflow import __version__, stopping
 from verlflow.compat import verl as compat_verl
@@ -40,9 +41,11 @@ from verlflow.names import (
     TIMING_E2E,
     VERSION_TAG,
 )
+from verlflow.outage import deadline, metric_buffer, spill, summaries
+from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
+from verlflow.process import lifecycle
 from verlflow.processes import watch_launcher
-from verlflow.runs import deadline, experiments, lifecycle, metric_buffer, spill, summaries
-from verlflow.runs.store_retry import LockRetryingClient, retry_on_lock
+from verlflow.tracking import experiments
 from verlflow.util import filter_quote, first_line
 
 RunInterrupted = stopping.RunInterrupted
@@ -77,7 +80,7 @@ def tracked_run(
     the one ``MLFLOW_RUN_ID`` names. The run's status is set through the client, so it is right even
     when another process (verl's logger) ended the run in between. ``log_system_metrics`` is passed to
     ``mlflow.start_run`` (False where the caller samples system metrics itself: train, see system_metrics).
-    ``experiment``: a training step's experiment (:mod:`verlflow.runs.experiments`), used unless the caller
+    ``experiment``: a training step's experiment (:mod:`verlflow.tracking.experiments`), used unless the caller
     chose one; the experiment the run lands in is marked as model training.
     """
     chosen = experiments.enter(experiment) if experiment and not run_id else None
@@ -244,7 +247,7 @@ def sanitize_metric_key(key: str) -> str:
 def log_metrics(metrics: Mapping[str, float], step: int) -> None:
     """Log per-step metrics into the active run with verl's key sanitizing (as verl itself would).
 
-    Inside :func:`verlflow.runs.metric_buffer.buffering` (every train run) the step is queued and written by the
+    Inside :func:`verlflow.outage.metric_buffer.buffering` (every train run) the step is queued and written by the
     buffer's writer process, so a training step never waits for the store; :func:`flush_metrics` waits
     for it before the metrics are read back.
     """
@@ -306,6 +309,11 @@ def get_run(run_ref: str) -> Run:
     if len(runs) > 1:
         raise VerlflowError(f"run name '{run_ref}' is ambiguous: give a run id ({runs[0].info.run_id}, …)")
     return runs[0]
+
+
+def parent_run_id(run: Run) -> str | None:
+    """The run's parent (``main``'s run for a step, the study's for a search trial); None for a top-level run."""
+    return run.data.tags.get(MLFLOW_PARENT_RUN_ID)
 
 
 def is_finished(run: Run) -> bool:

@@ -2,7 +2,7 @@
 
     verlflow train --device cpu --overrides "verlflow.rollout_traces=4"   # 4 traces per logged step
 
-The local trainer hands a step's sampled completions to its buffer (:func:`verlflow.runs.metric_buffer.log_traces`)
+The local trainer hands a step's sampled completions to its buffer (:func:`verlflow.outage.metric_buffer.log_traces`)
 as one ``traces`` record ``{"step", "rows": [{"prompt", "response", "reward"}, ...]}``; the writer process (or the
 spill file's upload, after an outage) makes them traces of the run with :func:`write_traces`: one root span each,
 verl's tags (``step``, ``sample_index``, ``validate``), linked to the run. MLflow's exporter only logs a failed

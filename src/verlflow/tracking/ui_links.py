@@ -1,6 +1,6 @@
 """Links to the MLflow UI pages a step's result is on, printed where the step ends.
 
-    python -c "from verlflow.runs.ui_links import ui_address; print(ui_address('sqlite:///mlflow.db'))"
+    python -c "from verlflow.tracking.ui_links import ui_address; print(ui_address('sqlite:///mlflow.db'))"
 
 Every link opens the UI's *Model training* view: the MLflow 3 UI remembers one GenAI / Model-training choice
 per browser (GenAI on a new one) and lets it win over the experiment's ``mlflow.experimentKind`` tag, so an

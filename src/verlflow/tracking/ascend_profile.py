@@ -6,7 +6,7 @@ writes ``<host>_<pid>_<YYYYmmddHHMMSSmmm>_ascend_pt/`` under ``<save_path>/<role
 (SQLite; tables documented in Huawei's "Data in ascend_pytorch_profiler_{Rank_ID}.db"). verl names no step in the
 path, so a process's folders, in time order, are its profiled steps in order (one start/stop per profiled step).
 
-From the database, rows as :func:`verlflow.runs.profiling.summarize_trace` gives them for a Chrome trace:
+From the database, rows as :func:`verlflow.tracking.profiling.summarize_trace` gives them for a Chrome trace:
 ``phase`` (verl's stage ranges, marked with mstx: ``PYTORCH_API`` rows of type ``mstx``, else ``MSTX_EVENTS``),
 ``operator`` (framework operators, ``PYTORCH_API`` rows of type ``op``, top level of each thread only),
 ``annotation`` (other mstx ranges) and ``kernel`` (device time per kernel: ``TASK`` joined with
@@ -29,7 +29,7 @@ DB_GLOB = "ascend_pytorch_profiler*.db"
 _RUN_NAME = re.compile(r"^(?P<worker>.+)_(?P<stamp>\d{14,})_ascend_pt$")
 _TOP = 30
 # verl's workers annotate their stages with these names (an mstx range on an NPU, a record_function elsewhere);
-# a summary names them as verl's timers do (timing_s/*). verlflow.runs.profiling reads Chrome traces with them too.
+# a summary names them as verl's timers do (timing_s/*). verlflow.tracking.profiling reads Chrome traces with them too.
 VERL_STAGES = {"generate_sequences": "gen", "actor_compute_log_prob": "old_log_prob",
                "ref_compute_log_prob": "ref", "actor_update": "update_actor", "compute_values": "values",
                "critic_update": "update_critic"}

@@ -1,6 +1,6 @@
 """The trainer's handle on its metric writer process: steps handed over, kept until reported written.
 
-    python -c "from verlflow.runs.writer_handle import MetricBuffer; help(MetricBuffer)"
+    python -c "from verlflow.outage.writer_handle import MetricBuffer; help(MetricBuffer)"
 
 :mod:`.metric_buffer` says why a process and how the two talk; this module is the training side of that talk
 (:mod:`.metric_writer` is the writer's side): the pipe fed by a thread of its own, the writer's reports read,
@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from verlflow import stopping
-from verlflow.runs import spill
-from verlflow.runs.metric_writer import MEMORY_POINTS, WRITER_HTTP_KNOBS, points, write_until_closed
-from verlflow.runs.spill import Entry
-from verlflow.runs.summaries import TimingSums
+from verlflow.outage import spill
+from verlflow.outage.metric_writer import MEMORY_POINTS, WRITER_HTTP_KNOBS, points, write_until_closed
+from verlflow.outage.spill import Entry
+from verlflow.outage.summaries import TimingSums
 from verlflow.util import env_number, first_line
 
-logger = logging.getLogger("verlflow.runs.metric_buffer")
+logger = logging.getLogger("verlflow.outage.metric_buffer")
 
 RETRY_S = env_number("VERLFLOW_METRICS_RETRY_S", 5.0, minimum=0)
 # Seconds between two writes: steps arriving meanwhile go in one write. Each write is a transaction on the

@@ -29,13 +29,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mlflow.entities import RunTag
+from mlflow.entities import Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
+from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.processes import find_launcher, process_alive, process_start
-from verlflow.runs.store_retry import LockRetryingClient
 from verlflow.util import env_number, first_line
 
 log = logging.getLogger(__name__)
@@ -135,12 +136,9 @@ def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | 
     ``experiment_ids`` default to every experiment of the store. Returns what was reaped.
     """
     client = client or LockRetryingClient()
-    ids = list(experiment_ids) if experiment_ids is not None else [
-        e.experiment_id for e in client.search_experiments()]
-    if not ids:
-        return []
+    ids = list(experiment_ids) if experiment_ids is not None else experiment_ids_named("", client)
     reaped = []
-    for run in client.search_runs(ids, "attributes.status = 'RUNNING'", max_results=5000):
+    for run in running_runs(ids, client):
         reason = why_dead(run.data.tags, stale_after_s=stale_after_s)
         if reason is None:
             continue
@@ -152,6 +150,25 @@ def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | 
         client.set_terminated(run_id, "FAILED", end_time=end_ms)
         reaped.append(Reaped(run_id, reason))
     return reaped
+
+
+def experiment_ids_named(name: str = "", client: MlflowClient | None = None) -> list[str]:
+    """The id of the experiment ``name`` ('' = every experiment of the store); one line when there is none."""
+    client = client or LockRetryingClient()
+    if not name:
+        return [e.experiment_id for e in client.search_experiments()]
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        raise VerlflowError(f"no experiment named '{name}' in the tracking store")
+    return [found.experiment_id]
+
+
+def running_runs(experiment_ids: list[str], client: MlflowClient | None = None) -> list[Run]:
+    """The runs of ``experiment_ids`` that MLflow shows RUNNING (at most 5000), whether or not their process lives."""
+    if not experiment_ids:
+        return []
+    client = client or LockRetryingClient()
+    return client.search_runs(experiment_ids, "attributes.status = 'RUNNING'", max_results=5000)
 
 
 def current_experiment_ids(client: MlflowClient | None = None) -> list[str]:
@@ -169,7 +186,7 @@ def reap_at_start(experiment_ids: list[str] | None = None) -> list[Reaped]:
     try:
         reaped = reap(experiment_ids if experiment_ids is not None else current_experiment_ids())
     except MlflowException as exc:
-        from verlflow.runs.auth_errors import auth_failure
+        from verlflow.outage.auth_errors import auth_failure
 
         if auth_failure(exc) is None:  # a refused user is told once, by the step's own request
             log.warning("could not check for dead RUNNING runs: %s", first_line(exc))

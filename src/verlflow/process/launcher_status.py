@@ -1,6 +1,6 @@
 """Keep an interrupted run KILLED when ``mlflow run``'s launcher marks it FAILED (or leaves it RUNNING).
 
-    python -m verlflow.runs.launcher_status <run_id> <launcher pid> <launcher start> [--interrupted SIGINT]
+    python -m verlflow.process.launcher_status <run_id> <launcher pid> <launcher start> [--interrupted SIGINT]
 
 Ctrl-C to ``mlflow run`` reaches the launcher and the step together. The step ends its run KILLED; the
 launcher then waits for the step and calls ``_maybe_set_run_terminated(run, "FAILED")``
@@ -55,7 +55,7 @@ def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by
 
 def main(argv: list[str] | None = None) -> None:
     """The watcher process: ``<run_id> <launcher pid> <launcher start> [--interrupted SIGNAL]``."""
-    parser = argparse.ArgumentParser(prog="python -m verlflow.runs.launcher_status")
+    parser = argparse.ArgumentParser(prog="python -m verlflow.process.launcher_status")
     parser.add_argument("run_id")
     parser.add_argument("launcher", type=int)
     parser.add_argument("start")

@@ -1,6 +1,6 @@
 """Per-step metrics through a background writer process, so tracking neither slows nor stops training.
 
-    MLFLOW_TRACKING_URI=http://host:5000 python -m verlflow.runs.metric_buffer outputs/local/<run>/metrics.spill.jsonl
+    MLFLOW_TRACKING_URI=http://host:5000 python -m verlflow.outage.metric_buffer outputs/local/<run>/metrics.spill.jsonl
 
 Training hands each step's metrics to :func:`log` (and its samples tables to :func:`log_table`, its
 end-of-run tags to :func:`set_tags`) and goes on at once. A writer *process* at the lowest CPU priority
@@ -34,10 +34,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from verlflow.runs import spill
-from verlflow.runs.metric_writer import WRITER_HTTP_KNOBS, cap_http  # noqa: F401  (naming's bound)
-from verlflow.runs.summaries import TimingSums
-from verlflow.runs.writer_handle import (  # noqa: F401  (MetricBuffer and the settings: this module's API)
+from verlflow.outage import spill
+from verlflow.outage.metric_writer import WRITER_HTTP_KNOBS, cap_http  # noqa: F401  (naming's bound)
+from verlflow.outage.summaries import TimingSums
+from verlflow.outage.writer_handle import (  # noqa: F401  (MetricBuffer and the settings: this module's API)
     FLUSH_WAIT_S,
     MAX_WRITERS,
     RETRY_S,
@@ -186,14 +186,45 @@ def buffering(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[Metric
             buffer.close()
 
 
+class BufferedLogger:
+    """The run logger (:class:`verlflow.tracking.run_logger.RunLogger`) of a run whose buffer is open."""
+
+    def __init__(self, buffer: MetricBuffer):
+        self.buffer = buffer
+        self.run_id = buffer.run_id
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        """Queue ``metrics`` at ``step`` for the writer."""
+        self.buffer.log(metrics, step, timestamp_ms)
+
+    def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
+        """Queue a table (``mlflow.log_table``), in order with the steps."""
+        self.buffer.log_record({"kind": "table", "artifact_file": artifact_file, "data": dict(data)})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Queue tags, in order with the steps."""
+        self.buffer.log_record({"kind": "tags", "tags": {k: str(v) for k, v in tags.items()}})
+
+    def flush(self, wait_s: float | None = None) -> bool:
+        """Wait (at most ``wait_s``, default ``VERLFLOW_METRICS_FLUSH_S``) until the writer wrote everything."""
+        return self.buffer.flush(FLUSH_WAIT_S if wait_s is None else wait_s)
+
+
+@contextlib.contextmanager
+def buffered(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[BufferedLogger]:
+    """:func:`buffering`, yielding the run's logger: what a backend whose runs log through a buffer supplies."""
+    with buffering(run_id, spill_dir) as buffer:
+        yield BufferedLogger(buffer)
+
+
 def upload_spill(path: str | os.PathLike[str]) -> int:
     """Write a spill file into its runs (points with their step and time, tables, tags, final status); renames it
-    ``<file>.uploaded``. Idempotent, and tolerant of a torn or damaged line (:func:`verlflow.runs.spill.upload`)."""
+    ``<file>.uploaded``. Idempotent, and tolerant of a torn or damaged line (:func:`verlflow.outage.spill.upload`)."""
     return spill.upload(path)
 
 
 def main(path: str) -> int:
-    """``python -m verlflow.runs.metric_buffer <spill file>``: upload it; a second run says it was already done."""
+    """``python -m verlflow.outage.metric_buffer <spill file>``: upload it; a second run says it was already done."""
     if not Path(path).exists():
         if spill.uploaded_marker(path).exists():
             print(f"{path}: already uploaded (see {spill.uploaded_marker(path)}): nothing to do")
