@@ -125,14 +125,15 @@ def _size(value: Any) -> float:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def out_of_memory_error(where: str, settings: Mapping[str, Any], fix: str = "") -> OutOfMemory:
+def out_of_memory_error(where: str, settings: Mapping[str, Any], fix: str = "", limit: str = "") -> OutOfMemory:
     """The one line: where memory ran out, the settings that size the work, the one to lower first.
 
-    ``settings``: key → value, the first to lower first (suggested at half its value, when above 1).
+    ``settings``: key → value, the first to lower first (suggested at half its value, when above 1). ``limit``: what
+    bounded the memory, when not this process's host memory (:func:`memory_limit`).
     """
     shown = ", ".join(f"{key}={value}" for key, value in settings.items())
     lever = next(((k, v) for k, v in settings.items() if type(v) is int and v > 1), None)
     suggestion = f"lower one of them, e.g. -P overrides=\"{lever[0]}={lever[1] // 2}\"" if lever else ""
     advice = ", ".join(part for part in (fix or suggestion, "or give the process more memory") if part)
     sized = f" with {shown}" if shown else ""
-    return OutOfMemory(f"out of memory {where}{sized}; {memory_limit()}: {advice}")
+    return OutOfMemory(f"out of memory {where}{sized}; {limit or memory_limit()}: {advice}")
