@@ -77,11 +77,12 @@ def death_line(step: str, death: Death, params: dict[str, str]) -> str:
     return f"the step's process crashed in native code: {death.name}{death.where}; its Python stack is above"
 
 
-def report_death(step: str, pid: int, dump: str, oom_kills_before: int | None) -> None:
-    """End the dead step's RUNNING runs FAILED with its one line, then print its stack and the line on stderr."""
-    from verlflow.fatal_watch import oom_kill_count, stderr_tail
+def report_death(step: str, pid: int, dump: str, tail: str, oom_kills: tuple[int | None, int | None]) -> None:
+    """End the dead step's RUNNING runs FAILED with its one line, then print its stack and the line on stderr.
 
-    death = how_it_died(dump, stderr_tail(), oom_kills_before, oom_kill_count())
+    ``dump``: faulthandler's report; ``tail``: the end of stderr ('' when unreadable); ``oom_kills``: the cgroup's
+    OOM-kill count when the step started and now."""
+    death = how_it_died(dump, tail, *oom_kills)
     runs = _held_runs(pid)
     line = death_line(step, death, runs[0].data.params if runs else {})
     _end_failed(step, runs, line, death)  # first: a reader that sees the line finds the run ended

@@ -73,7 +73,7 @@ def _watch_and_exit(step: str, read_end: int, dump: int) -> None:
         if not _ended_cleanly(read_end, parent):
             from verlflow.fatal_end import report_death
 
-            report_death(step, parent, _read_all(dump), oom_kills)
+            report_death(step, parent, _read_all(dump), stderr_tail(), (oom_kills, oom_kill_count()))
     except BaseException:  # the watcher must never print a traceback of its own into the step's output
         code = 1
     finally:

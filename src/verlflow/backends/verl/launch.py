@@ -171,8 +171,13 @@ def run_local(plan: LaunchPlan, log_path: str | Path, on_line: Callable[[str], N
     memory = MemoryWatch(on_line)
     rc = run_streaming(["bash", "-c", plan.script()], env=launch_env(plan), cwd=plan.run_dir,
                        log_path=log_path, on_line=memory)
+    return _unless_out_of_memory(rc, memory, plan.overrides)
+
+
+def _unless_out_of_memory(rc: int, memory: MemoryWatch, overrides: dict[str, Any] | None = None) -> int:
+    """``rc``, unless verl failed after an allocator said it ran out: then its one line (:mod:`.memory`)."""
     if rc != 0 and memory.seen:
-        raise verl_out_of_memory(memory.seen, rc, plan.overrides)
+        raise verl_out_of_memory(memory.seen, rc, overrides)
     return rc
 
 
@@ -358,9 +363,7 @@ def run_ray_job(
     reader.join(timeout=10)
     if name == "STOPPED":
         raise interrupt or RunInterrupted(signal.SIGTERM)
-    if _TERMINAL_RAY[name] != 0 and memory.seen:
-        raise verl_out_of_memory(memory.seen, _TERMINAL_RAY[name])
-    return _TERMINAL_RAY[name]
+    return _unless_out_of_memory(_TERMINAL_RAY[name], memory)
 
 
 __all__ = [
