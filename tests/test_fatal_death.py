@@ -109,3 +109,21 @@ def test_a_step_that_ends_in_order_leaves_no_watcher_line(tmp_path, tracking_uri
     assert [line for line in done.stderr.splitlines() if line.startswith("verlflow ")] == [
         done.stderr.strip().splitlines()[-1]]
     assert done.stderr.strip().splitlines()[-1].startswith("verlflow preprocess: error: limit must be ")
+
+
+def test_out_of_memory_under_mlflow_run_names_the_run_failed_not_refused(tmp_path, tracking_uri):
+    """An out-of-memory error is a failure of good input: the run ``mlflow run`` made is named "failed", and a bad
+    input keeps "refused" (tests/test_mlflow_conventions.py)."""
+    from verlflow.runs.naming import is_generated_name
+
+    run = MlflowClient().create_run("0")  # as mlflow run creates it: no name given, MLflow makes one up
+    assert is_generated_name(run.info.run_name)
+    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "preprocess", "--source", "synthetic",
+                           "--output_dir", str(tmp_path / "data")], cwd=tmp_path, text=True, capture_output=True,
+                          timeout=600, env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id,
+                                            "VERLFLOW_TEST_FAULT": "memory"})  # a real MemoryError, before any run
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("verlflow preprocess: error: out of memory in preprocess; ")
+    named = MlflowClient().get_run(run.info.run_id)
+    assert named.info.run_name.startswith("preprocess · failed: out of memory in preprocess"), named.info.run_name
+    assert named.data.tags["verlflow.error"].startswith("out of memory in preprocess; ")
