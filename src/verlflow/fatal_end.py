@@ -84,7 +84,8 @@ def report_death(step: str, pid: int, dump: str, tail: str, oom_kills: tuple[int
     OOM-kill count when the step started and now."""
     death = how_it_died(dump, tail, *oom_kills)
     runs = _held_runs(pid)
-    line = death_line(step, death, runs[0].data.params if runs else {})
+    params = {key: value for run in runs for key, value in run.data.params.items()}  # main's train child included
+    line = death_line(step, death, params)
     _end_failed(step, runs, line, death)  # first: a reader that sees the line finds the run ended
     if dump.strip():
         sys.stderr.write(dump if dump.endswith("\n") else dump + "\n")
