@@ -19,10 +19,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from verlflow import stopping
+from verlflow import fatal_watch, stopping
 from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
+from verlflow.out_of_memory import OutOfMemory, hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.outage.deadline import TrackingDeadline, server_failure
 from verlflow.outage.store_retry import store_write_failure
 from verlflow.secrets import mask_text
@@ -87,14 +87,20 @@ def run_step(name: str, values: dict[str, str]):
         return result
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point: ``verlflow <step> --param value …``; exits 2 with one line on bad input."""
+def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) -> None:
+    """Console entry point: ``verlflow <step> --param value …``; exits 2 with one line on bad input.
+
+    ``own_process`` (default: when ``argv`` is read from the command line): the step is this process's whole life,
+    so a watcher (:mod:`verlflow.fatal_watch`) is left to report a hard death; a caller running steps inside a
+    longer-lived process (a test) gets none."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     prefer_passive_wait()  # before any step loads torch: OpenMP reads it once
     hold_reserve()  # memory for the line if the step runs out of it
     with gc_paused():
         args = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(args).items() if k != "step"}
+    if args.step != "runs" and (own_process if own_process is not None else argv is None):
+        fatal_watch.start(args.step)  # an abort, a segfault or the OOM killer still gets its line and a FAILED run
     try:
         if args.step == "runs":
             from verlflow.steps.runs import run_runs
@@ -109,17 +115,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.step != "runs":
             from verlflow.tracking.naming import name_refused_run
 
-            name_refused_run(args.step, message)
+            name_refused_run(args.step, message, "failed" if isinstance(exc, OutOfMemory) else "refused")
         sys.exit(EXIT_BAD_INPUT)
     except TrackingDeadline as exc:
         print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except Exception as exc:
-        if is_out_of_memory(exc):  # one that no step named with its settings
+        memory = is_out_of_memory(exc)
+        if memory:  # one that no step named with its settings
             line = str(out_of_memory_error(f"in {args.step}", {}))
         elif (line := server_failure(exc) or store_write_failure(exc)) is None:
             raise
         print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
+        if memory and args.step != "runs":
+            from verlflow.tracking.naming import name_refused_run
+
+            name_refused_run(args.step, line, "failed")
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt as exc:
         stop_interrupted(args.step, exc)

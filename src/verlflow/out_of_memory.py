@@ -20,10 +20,23 @@ import faulthandler
 import re
 import resource
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from verlflow.errors import VerlflowError
 
 _RESERVE_BYTES = 16 * 1024 * 1024
+# The settings that size a GRPO step's memory, as verl names them: the batch levers (largest first when shown), then
+# the micro batches, the rollout engine's share of an accelerator, and the offloads that move weights to the host.
+BATCH_KEYS = ("data.train_batch_size", "actor_rollout_ref.rollout.n")
+SIZING_KEYS = (*BATCH_KEYS, "data.max_response_length",
+               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+               "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+               "actor_rollout_ref.rollout.gpu_memory_utilization",
+               "actor_rollout_ref.actor.fsdp_config.param_offload",
+               "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+               "actor_rollout_ref.ref.fsdp_config.param_offload")
 _reserve: bytearray | None = None
 
 # What allocators say when they fail (torch CPU / CUDA / NPU, libc, the dynamic loader, protobuf, C++).
@@ -32,6 +45,11 @@ _OOM_TEXT = re.compile(
     r"failed to map segment from shared object|std::bad_alloc",
     re.IGNORECASE,
 )
+
+
+class OutOfMemory(VerlflowError):
+    """Out of memory told as one line: a failure of good input (the run ends FAILED, ``mlflow run``'s run is named
+    "failed", not "refused"), still printed as one line with exit 2."""
 
 
 def hold_reserve() -> None:
@@ -84,14 +102,38 @@ def memory_limit() -> str:
         return "memory ran out"
 
 
-def out_of_memory_error(where: str, settings: dict[str, int], fix: str = "") -> VerlflowError:
+def sizing_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The sizing settings (:data:`SIZING_KEYS`) found in ``values`` (dotted keys, or ``a/b/c`` as MLflow params
+    are logged), numbers read as numbers, the batch levers largest first: what an out-of-memory line names."""
+    flat = {str(key).replace("/", "."): value for key, value in values.items()}
+    found = {key: _number(flat[key]) for key in SIZING_KEYS if key in flat and flat[key] not in (None, "None")}
+    batch = sorted(((k, v) for k, v in found.items() if k in BATCH_KEYS), key=lambda kv: -_size(kv[1]))
+    return {**dict(batch), **{k: v for k, v in found.items() if k not in BATCH_KEYS}}
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    return value
+
+
+def _size(value: Any) -> float:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def out_of_memory_error(where: str, settings: Mapping[str, Any], fix: str = "", limit: str = "") -> OutOfMemory:
     """The one line: where memory ran out, the settings that size the work, the one to lower first.
 
-    ``settings``: key → value, the first to lower first (suggested at half its value, when above 1).
+    ``settings``: key → value, the first to lower first (suggested at half its value, when above 1). ``limit``: what
+    bounded the memory, when not this process's host memory (:func:`memory_limit`).
     """
     shown = ", ".join(f"{key}={value}" for key, value in settings.items())
-    lever = next(((k, v) for k, v in settings.items() if isinstance(v, int) and v > 1), None)
+    lever = next(((k, v) for k, v in settings.items() if type(v) is int and v > 1), None)
     suggestion = f"lower one of them, e.g. -P overrides=\"{lever[0]}={lever[1] // 2}\"" if lever else ""
     advice = ", ".join(part for part in (fix or suggestion, "or give the process more memory") if part)
     sized = f" with {shown}" if shown else ""
-    return VerlflowError(f"out of memory {where}{sized}; {memory_limit()}: {advice}")
+    return OutOfMemory(f"out of memory {where}{sized}; {limit or memory_limit()}: {advice}")

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
             from verlflow.cli import main as cli_main
     except KeyboardInterrupt as exc:
         stop_interrupted(argv[0], exc)
-    cli_main(argv)
+    cli_main(argv, own_process=True)
 
 
 def prepare_process() -> None:

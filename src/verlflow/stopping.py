@@ -20,13 +20,14 @@ The contract:
 - The end of a stopped run is short and bounded (one try at the server, see :mod:`verlflow.tracking.tracking`); a second
   signal meanwhile is only recorded.
 
-It imports only ``signal``, ``sys`` and ``threading`` at load, so an entry point has it before MLflow, torch or
+It imports only ``os``, ``signal``, ``sys`` and ``threading`` at load, so an entry point has it before MLflow, torch or
 verl start loading. :func:`stop_interrupted` is the exit of an interrupted step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -36,6 +37,7 @@ STOPS = (signal.SIGINT, signal.SIGTERM)
 STOP = threading.Event()  # set by the first stop signal; cleared only by the block that installed the handler
 _received: list[int] = []  # every stop signal since the handler was installed, in order
 _state = {"raising": False}  # True only while the entry imports (raising_while_loading)
+_fault = {"spec": os.environ.get("VERLFLOW_TEST_FAULT", "")}  # a test's real fault at a safe point (test_faults)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -144,6 +146,12 @@ def interrupted() -> RunInterrupted:
 
 def stop_point() -> None:
     """A safe point: raise :class:`RunInterrupted` when a stop has come (the run ends KILLED)."""
+    if _fault["spec"]:
+        from verlflow.test_faults import inject
+
+        spec, _fault["spec"] = _fault["spec"], ""
+        if not inject(spec):
+            _fault["spec"] = spec
     if STOP.is_set():
         raise interrupted()
 

@@ -13,6 +13,8 @@ logs two steps of verl-named metrics (one with ``@``), then acts as ``VERLFLOW_S
 - ``fail_once``: the first time (no checkpoint in ``trainer.default_local_dir`` yet) saves the checkpoint as
   ``ok`` does, then fails as ``fail`` does (a run killed after a checkpoint); the next time acts as ``ok``;
 - ``hang``: prints ``STANDIN_WAITING pid=<pid>`` and sleeps until it is signalled;
+- ``out_of_memory``: asks torch for 4 EiB after step 2: torch's real "DefaultCPUAllocator: can't allocate memory",
+  uncaught, so the process dies with its traceback (exit 1) as verl's does;
 - ``file_limit``: saves the checkpoint as ``ok`` does under a 64 KiB file-size limit (``ulimit -f``), so verl's
   checkpoint manager fails with the error a full disk gives (a disk cannot be filled on cue here).
 """
@@ -74,6 +76,10 @@ def main(argv: list[str]) -> int:
     if mode == "fail":
         print("RuntimeError: stand-in failure after step 2", flush=True)
         return 3
+    if mode == "out_of_memory":
+        import torch
+
+        torch.empty(2**62, dtype=torch.uint8)
     if mode == "hang":
         print(f"{WAITING} pid={os.getpid()}", flush=True)
         while True:

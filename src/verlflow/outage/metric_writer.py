@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
 import signal
@@ -38,6 +39,26 @@ _BATCH = spill._BATCH
 MEMORY_POINTS = int(env_number("VERLFLOW_METRICS_MEMORY_POINTS", 1_000_000, integer=True, minimum=1))
 # One step on the way to the writer: (step, timestamp in ms, [(key, value), ...]).
 Step = tuple[int, int, list[tuple[str, float]]]
+
+
+# The mark of a parked artifact record in the spill file (write_entry and the upload read only the record's own keys).
+PARKED = "parked"
+
+
+def kept_parked(spill_path: Path, run_id: str) -> list[dict]:
+    """The parked artifact records of ``run_id`` in its spill file (a dead writer's, whole lines only), unmarked
+    records and damaged lines left to the upload."""
+    try:
+        lines = Path(spill_path).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    kept = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get(PARKED) and record.get("run_id") == run_id:
+                kept.append({key: value for key, value in record.items() if key != "run_id"})
+    return kept
 
 
 def points(item: Step) -> list[Point]:
@@ -105,7 +126,9 @@ class _Writer:
         self.spill_full = False  # the spill folder took only part of what is pending
         self.answered = False  # the server took the last write: a long record's beats count as progress
         self.report_lock = threading.Lock()  # reports come from the beat thread too
-        self.parked: list[dict] = []  # artifact records refused while the tracking API answers: kept, retried
+        # Artifact records refused while the tracking API answers: kept, retried; a writer that replaces a dead one
+        # takes over those it kept in the spill file (the trainer counted them written and no longer has them).
+        self.parked: list[dict] = kept_parked(self.spill_path, run_id)
         self.parked_at = 0.0
 
     def stop(self, signum=None, frame=None) -> None:
@@ -159,6 +182,8 @@ class _Writer:
 
     def run(self) -> None:
         """Until the stream ends and everything is written (or the trainer abandons the rest to the spill file)."""
+        if self.parked:  # taken over from a writer that died: the trainer hears they are still kept
+            self.report(("parked", len(self.parked), "kept by the writer before this one"))
         while not self.abandoned:
             self.take(wait_s=0.0 if self.pending else 0.2)
             if not self.pending:
@@ -230,6 +255,7 @@ class _Writer:
         except Exception as exc:
             if record["kind"] not in spill.ARTIFACT_KINDS or not self.api_answers():
                 raise
+            record = {**record, PARKED: True}  # marked, so a writer that replaces this one takes it over
             spill.append(self.spill_path, self.run_id, [record])
             self.parked.append(record)
             self.parked_at = time.monotonic()

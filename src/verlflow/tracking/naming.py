@@ -185,16 +185,18 @@ def promote_run_name(model_name: str, alias: str) -> str:
 REFUSED_REASON_CHARS = 60
 
 
-def refused_run_name(step: str, reason: str) -> str:
-    """``<step> · refused: <what was wrong>``: a run ``mlflow run`` opened for a step that refused its input."""
+def refused_run_name(step: str, reason: str, verdict: str = "refused") -> str:
+    """``<step> · refused: <what was wrong>``: a run ``mlflow run`` opened for a step that refused its input;
+    ``verdict`` "failed" for a step that failed on good input (out of memory): ``<step> · failed: <what>``."""
     what = reason.split(": ", 1)[0].strip()
     what = what if len(what) <= REFUSED_REASON_CHARS else what[:REFUSED_REASON_CHARS - 1] + "…"
-    return SEPARATOR.join((step, f"refused: {what}"))
+    return SEPARATOR.join((step, f"{verdict}: {what}"))
 
 
-def name_refused_run(step: str, reason: str) -> None:
+def name_refused_run(step: str, reason: str, verdict: str = "refused") -> None:
     """Under ``mlflow run`` a step that refused its input before opening its run leaves the run MLflow made
     (``skittish-sow-161``, ended FAILED by the launcher): name it for the step and the reason, tag the reason.
+    ``verdict``: "failed" when the input was good and the work failed (out of memory), not a refusal.
 
     One short try (the store may be why it refused); a run with a real name is left as it is.
     """
@@ -212,7 +214,7 @@ def name_refused_run(step: str, reason: str) -> None:
             run = client.get_run(run_id)
             if not is_generated_name(run.info.run_name):
                 return
-            client.update_run(run_id, name=refused_run_name(step, reason))
+            client.update_run(run_id, name=refused_run_name(step, reason, verdict))
             if not run.data.tags.get(ERROR_TAG):
                 client.set_tag(run_id, ERROR_TAG, reason[:5000])
     except Exception as exc:  # a name is not worth a second error line

@@ -41,6 +41,7 @@ import yaml
 import verlflow as verlflow_package
 from verlflow import secrets, stopping
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
+from verlflow.backends.verl.memory import MemoryWatch, verl_out_of_memory
 from verlflow.errors import VerlflowError
 from verlflow.stopping import RunInterrupted
 from verlflow.util import first_line
@@ -164,10 +165,20 @@ def launch_env(plan: LaunchPlan) -> dict[str, str]:
 
 
 def run_local(plan: LaunchPlan, log_path: str | Path, on_line: Callable[[str], None] | None = None) -> int:
-    """Launch the plan here under ``bash -c`` (profile files sourced) and return verl's exit status."""
+    """Launch the plan here under ``bash -c`` (profile files sourced) and return verl's exit status; verl that ran
+    out of memory is its one line (:mod:`.memory`) instead."""
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    return run_streaming(["bash", "-c", plan.script()], env=launch_env(plan), cwd=plan.run_dir,
-                         log_path=log_path, on_line=on_line)
+    memory = MemoryWatch(on_line)
+    rc = run_streaming(["bash", "-c", plan.script()], env=launch_env(plan), cwd=plan.run_dir,
+                       log_path=log_path, on_line=memory)
+    return _unless_out_of_memory(rc, memory, plan.overrides)
+
+
+def _unless_out_of_memory(rc: int, memory: MemoryWatch, overrides: dict[str, Any] | None = None) -> int:
+    """``rc``, unless verl failed after an allocator said it ran out: then its one line (:mod:`.memory`)."""
+    if rc != 0 and memory.seen:
+        raise verl_out_of_memory(memory.seen, rc, overrides)
+    return rc
 
 
 def check_shell_words(argv: list[str]) -> None:
@@ -315,6 +326,7 @@ def run_ray_job(
         raise VerlflowError(f"the Ray cluster at '{address}' did not take the job: {first_line(exc)}") from None
     print(f"verlflow: submitted Ray job {job_id} to {address}", flush=True)
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    memory = MemoryWatch(on_line)  # every line goes on to on_line; an allocator's last words are kept
 
     def follow() -> None:
         async def tail() -> None:
@@ -325,9 +337,8 @@ def run_ray_job(
                     sys.stdout.flush()
                     log.write(chunk)
                     log.flush()
-                    if on_line is not None:
-                        for line in chunk.splitlines():
-                            on_line(line)
+                    for line in chunk.splitlines():
+                        memory(line)
 
         try:
             asyncio.run(tail())
@@ -352,7 +363,7 @@ def run_ray_job(
     reader.join(timeout=10)
     if name == "STOPPED":
         raise interrupt or RunInterrupted(signal.SIGTERM)
-    return _TERMINAL_RAY[name]
+    return _unless_out_of_memory(_TERMINAL_RAY[name], memory)
 
 
 __all__ = [
