@@ -10,7 +10,7 @@ import signal
 
 from conftest import wait_until
 from mlflow.tracking import MlflowClient
-from test_artifact_faults import artifacts_refused, server, upstream  # noqa: F401  (the server fixtures)
+from test_artifact_faults import artifacts_refused, server  # noqa: F401  (the server fixture)
 
 from verlflow.outage import spill
 from verlflow.outage.metric_buffer import MetricBuffer
