@@ -13,7 +13,7 @@ exactly one registered check (``tests/test_preflight_doc.py``). What a check nee
 
 Two groups run in registration order: ``launch`` (:func:`verlflow.backends.verl.preflight.launch_problems`
 runs them, the rehearsal among them) and ``rehearsal`` (its stages, run by
-:func:`verlflow.backends.verl.rehearsal.rehearse` on one shared :class:`~.rehearsal.stages.Rehearsal`).
+:func:`verlflow.backends.verl.rehearsal.rehearse` on one shared :class:`~.rehearsal.state.Rehearsal`).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlflow.backends.verl import checks
+from verlflow.backends.verl.keys import MODEL
 from verlflow.backends.verl.rehearsal import (
     checkpoint,
     engine,
@@ -44,7 +45,7 @@ from verlflow.backends.verl.rehearsal import (
     vllm_engine,
 )
 from verlflow.backends.verl.rehearsal.raise_sites import value_of
-from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
+from verlflow.backends.verl.rehearsal.state import Findings, Rehearsal, quiet
 from verlflow.util import environ_restored, first_line
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -150,7 +151,7 @@ def _engine_on_meta(rehearsal: Rehearsal) -> None:
     """The actor's model, LoRA and wrap policy on the meta device (:mod:`.engine`); a build that fails for a
     reason of this rehearsal's own (a model class transformers here lacks) is said, not blamed on the config."""
     try:
-        with stages.quiet():
+        with quiet():
             problems, warnings = engine.model_problems(rehearsal.cfg, rehearsal.folder, rehearsal.image_may_have)
     except Exception as exc:  # transformers/peft raise many kinds for a model they cannot build here
         rehearsal.findings.skipped.append(f"the actor's engine on the meta device: {first_line(exc, 160)}")
