@@ -17,10 +17,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.keys import ACTOR, MODEL
-from verlflow.backends.verl.rehearsal import machine
-from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
-from verlflow.backends.verl.rehearsal.raise_sites import to_problem
+from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL
+from verlflow.backends.verl.dryrun.rehearsal import machine
+from verlflow.backends.verl.dryrun.rehearsal.empty_data import empty_data_problem
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import to_problem
 from verlflow.errors import Problem
 
 # Keys named when a stage fails with no better key.
@@ -55,7 +55,7 @@ class Rehearsal:
     # the config's files are this machine's to read (not a Ray job's).
     folder: str | None = None
     check_files: bool = True
-    # The registered stages (verlflow.backends.verl.checks) that passed so far.
+    # The registered stages (verlflow.backends.verl.dryrun.checks) that passed so far.
     passed: set[str] = field(default_factory=set)
     tokenizer: Any = None
     trainer: Any = None

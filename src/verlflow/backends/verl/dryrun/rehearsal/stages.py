@@ -29,10 +29,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl.keys import ACTOR, MODEL, REF, ROLLOUT
-from verlflow.backends.verl.rehearsal import dataset_reuse, first_step, machine
-from verlflow.backends.verl.rehearsal.raise_sites import value_of
-from verlflow.backends.verl.rehearsal.state import Reached, Rehearsal, quiet
+from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL, REF, ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.rehearsal.state import Reached, Rehearsal, quiet
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
