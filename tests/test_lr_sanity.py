@@ -9,7 +9,7 @@ import json
 import pytest
 
 from verlflow import config
-from verlflow.backends.verl.startup_loads import startup_warnings
+from verlflow.backends.verl.dryrun.startup_loads import startup_warnings
 from verlflow.models.model_path import SFT_SENTINEL, TINY_SENTINEL, resolve_model_path
 
 LR_KEY = "actor_rollout_ref.actor.optim.lr"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import rehearsal_rows
 
-from verlflow.backends.verl import checks, preflight
+from verlflow.backends.verl.dryrun import checks, preflight
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "preflight.md"
 TESTS = Path(__file__).resolve().parent

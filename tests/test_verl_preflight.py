@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from verlflow import config
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import launch as verl_launch
-from verlflow.backends.verl.preflight import launch_problems
+from verlflow.backends.verl.dryrun.preflight import launch_problems
 from verlflow.errors import VerlflowError
 
 GUIDE = "qwen3-4b-gsm8k-grpo"

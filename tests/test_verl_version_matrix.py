@@ -37,7 +37,7 @@ VERL_SIDE = textwrap.dedent(
     from omegaconf import OmegaConf
     from verlflow import config
     from verlflow.backends.verl import command as verl_command
-    from verlflow.backends.verl import preflight as verl_preflight
+    from verlflow.backends.verl.dryrun import preflight as verl_preflight
     from verl.utils.tracking import Tracking
 
     def compat_accessors(verl):  # what verlflow.compat.verl gives with this verl; the raise sites it lacks

@@ -104,6 +104,25 @@ def trainer_stopped_at_workers(modules: list[Any], reached: Callable[[Any], Base
             module.RayPPOTrainer = original
 
 
+@contextlib.contextmanager
+def datasets_built_by(modules: list[Any], build: Callable[[Callable[..., Any], tuple, dict], Any]) -> Iterator[None]:
+    """While active, the task runner's ``create_rl_dataset`` (in ``modules`` that name it) goes through
+    ``build(create_rl_dataset, args, kwargs)``; verl's own function is put back on leaving.
+
+    A patch of verl's namespace (``verl.trainer.main_ppo.create_rl_dataset`` on 0.5.0, the name
+    ``main_ppo_v0`` imports from ``verl.trainer.ppo.utils`` on 0.9.1). Fallback: a module without the name is
+    left alone (the datasets are then built as verl builds them).
+    """
+    originals = {module: module.create_rl_dataset for module in modules if hasattr(module, "create_rl_dataset")}
+    for module, create in originals.items():
+        module.create_rl_dataset = lambda *args, _create=create, **kwargs: build(_create, args, kwargs)
+    try:
+        yield
+    finally:
+        for module, create in originals.items():
+            module.create_rl_dataset = create
+
+
 def load_checkpoint(trainer: Any) -> Callable[[], Any] | None:
     """The trainer's resume branch, ``RayPPOTrainer._load_checkpoint`` (bound), or None where it is gone.
 

@@ -45,10 +45,10 @@ from verlflow.backends.verl import forced
 from verlflow.backends.verl import launch as verl_launch
 from verlflow.backends.verl import merge as verl_merge
 from verlflow.backends.verl import node_sampler as verl_node_sampler
-from verlflow.backends.verl import preflight as verl_preflight
 from verlflow.backends.verl import resume as verl_resume
 from verlflow.backends.verl import traces as verl_traces
 from verlflow.backends.verl.command import LaunchPlan
+from verlflow.backends.verl.dryrun import preflight as verl_preflight
 from verlflow.backends.verl.output_watch import OutputWatch
 from verlflow.backends.writable import out_of_space_advice
 from verlflow.config import config_count_problems

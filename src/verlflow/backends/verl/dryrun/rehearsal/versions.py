@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from verlflow.backends.verl.keys import ROLLOUT
+from verlflow.backends.verl.dryrun.keys import ROLLOUT
 from verlflow.errors import Problem
 
 LEGACY_REWARD = "custom_reward_function"

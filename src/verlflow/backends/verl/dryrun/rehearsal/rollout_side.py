@@ -18,9 +18,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.backends.verl.keys import ROLLOUT
-from verlflow.backends.verl.rehearsal import machine
-from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
+from verlflow.backends.verl.dryrun.keys import ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal import machine
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import message_of, value_of
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 

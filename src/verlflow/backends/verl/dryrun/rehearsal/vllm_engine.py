@@ -28,9 +28,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.keys import ROLLOUT
-from verlflow.backends.verl.rehearsal import machine
-from verlflow.backends.verl.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.keys import ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal import machine
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
 
 

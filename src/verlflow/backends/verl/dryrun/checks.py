@@ -11,9 +11,9 @@ exactly one registered check (``tests/test_preflight_doc.py``). What a check nee
 - ``devices``: the profile's device kind and world size (``n_gpus_per_node × nnodes``), by arithmetic;
 - ``cluster``: the profile's cluster image (its verl and packages, ``config/stacks/``).
 
-Two groups run in registration order: ``launch`` (:func:`verlflow.backends.verl.preflight.launch_problems`
+Two groups run in registration order: ``launch`` (:func:`verlflow.backends.verl.dryrun.preflight.launch_problems`
 runs them, the rehearsal among them) and ``rehearsal`` (its stages, run by
-:func:`verlflow.backends.verl.rehearsal.rehearse` on one shared :class:`~.rehearsal.stages.Rehearsal`).
+:func:`verlflow.backends.verl.dryrun.rehearsal.rehearse` on one shared :class:`~.rehearsal.state.Rehearsal`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def register(name: str, *, group: str, needs: tuple[str, ...], after: tuple[str,
 
 def registered(group: str | None = None) -> tuple[Check, ...]:
     """The registered checks (of ``group``), in the order they run; importing
-    :mod:`verlflow.backends.verl.preflight` registers all of them (it imports the rehearsal, which registers its
+    :mod:`verlflow.backends.verl.dryrun.preflight` registers all of them (it imports the rehearsal, which registers its
     stages), so a caller that needs every check imports that module first."""
     return tuple(c for c in _CHECKS.values() if group is None or c.group == group)
 

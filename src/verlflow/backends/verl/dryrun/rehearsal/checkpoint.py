@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verlflow.backends.verl.keys import value_of
+from verlflow.backends.verl.dryrun.keys import value_of
 from verlflow.compat import verl as verl_sites
 from verlflow.compat.omegaconf import child_node, full_key
 from verlflow.errors import NO_VALUE, Problem

@@ -19,9 +19,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.keys import ROLLOUT
-from verlflow.backends.verl.rehearsal import machine
-from verlflow.backends.verl.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.keys import ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal import machine
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")

@@ -26,8 +26,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.backends.verl.keys import ACTOR, ROLLOUT, value_of
-from verlflow.backends.verl.startup_checks import FSDP, GRPO_LR_RANGE, STRATEGY_PACKAGES
+from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
+from verlflow.backends.verl.dryrun.startup_checks import FSDP, GRPO_LR_RANGE, STRATEGY_PACKAGES
 from verlflow.config import Device
 from verlflow.errors import Problem
 from verlflow.util import first_line
@@ -69,7 +69,7 @@ def _importable(module: str) -> bool:
 
 def _has_fsdp_workers() -> bool:
     """verl 0.5's main_ppo asserts the critic's strategy whatever the estimator."""
-    from verlflow.backends.verl.startup_checks import verl_traits
+    from verlflow.backends.verl.dryrun.startup_checks import verl_traits
 
     return not verl_traits().engine_workers
 

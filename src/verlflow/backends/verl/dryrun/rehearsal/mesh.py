@@ -26,8 +26,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.keys import ACTOR, REF, ROLLOUT
-from verlflow.backends.verl.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.keys import ACTOR, REF, ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.errors import Problem
 
 

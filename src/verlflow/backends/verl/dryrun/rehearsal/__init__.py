@@ -15,7 +15,7 @@ becomes one
 ``key=value: what is wrong: the fix`` line (:mod:`.raise_sites`); one caused by a package this machine lacks
 but the cluster image has is a warning (:mod:`.machine`).
 
-Each stage is a check registered in the ``rehearsal`` group of :mod:`verlflow.backends.verl.checks`, in the
+Each stage is a check registered in the ``rehearsal`` group of :mod:`verlflow.backends.verl.dryrun.checks`, in the
 order verl reaches it: stages that load nothing heavy first, the model-dependent ones (one model config, one
 model-on-meta build) after; a stage that needs the model's files runs only where they are, and one that follows
 another (``after``) only when that one passed.
@@ -32,8 +32,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl import checks
-from verlflow.backends.verl.rehearsal import (
+from verlflow.backends.verl.dryrun import checks
+from verlflow.backends.verl.dryrun.keys import MODEL
+from verlflow.backends.verl.dryrun.rehearsal import (
     checkpoint,
     engine,
     first_step,
@@ -43,8 +44,8 @@ from verlflow.backends.verl.rehearsal import (
     vllm_args,
     vllm_engine,
 )
-from verlflow.backends.verl.rehearsal.raise_sites import value_of
-from verlflow.backends.verl.rehearsal.stages import MODEL, Findings, Rehearsal
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.rehearsal.state import Findings, Rehearsal, quiet
 from verlflow.util import environ_restored, first_line
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -120,7 +121,7 @@ def _model_config(rehearsal: Rehearsal) -> bool:
 
 @stage("mesh.device_problems", needs=("config", "devices"))
 def _mesh(rehearsal: Rehearsal) -> None:
-    from verlflow.backends.verl.startup_checks import verl_traits
+    from verlflow.backends.verl.dryrun.startup_checks import verl_traits
 
     rehearsal.add(mesh.device_problems(rehearsal.cfg, rehearsal.folder, engine_workers=verl_traits().engine_workers))
 
@@ -150,7 +151,7 @@ def _engine_on_meta(rehearsal: Rehearsal) -> None:
     """The actor's model, LoRA and wrap policy on the meta device (:mod:`.engine`); a build that fails for a
     reason of this rehearsal's own (a model class transformers here lacks) is said, not blamed on the config."""
     try:
-        with stages.quiet():
+        with quiet():
             problems, warnings = engine.model_problems(rehearsal.cfg, rehearsal.folder, rehearsal.image_may_have)
     except Exception as exc:  # transformers/peft raise many kinds for a model they cannot build here
         rehearsal.findings.skipped.append(f"the actor's engine on the meta device: {first_line(exc, 160)}")

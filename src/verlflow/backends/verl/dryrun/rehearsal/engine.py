@@ -19,9 +19,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.backends.verl.keys import ACTOR, MODEL, REF
-from verlflow.backends.verl.rehearsal import machine
-from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
+from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL, REF
+from verlflow.backends.verl.dryrun.rehearsal import machine
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
 
 

@@ -7,7 +7,8 @@ In the order verl reaches them (``main_ppo`` → ``TaskRunner.run`` → ``RayPPO
   engine workers rename it, rollout with its sampling and checkpoint engine, the critic where one is used);
 - :func:`model_config`: the model's ``HFModelConfig`` (its config and tokenizer, never the weights);
 - :func:`start_up`: ``TaskRunner.run`` itself, up to the moment it starts Ray workers: the tokenizer, the
-  reward managers (verl 0.5), the train and validation datasets with their overlong-prompt filter, the sampler,
+  reward managers (verl 0.5), the train and validation datasets with their overlong-prompt filter (an equal
+  dataset built earlier in this process is reused, :mod:`.dataset_reuse`), the sampler,
   ``RayPPOTrainer.__init__`` and its dataloaders;
 - :func:`reward_call`: the reward manager as verl loads it and one call of its scoring function on one real
   training row;
@@ -16,28 +17,22 @@ In the order verl reaches them (``main_ppo`` → ``TaskRunner.run`` → ``RayPPO
 - :func:`lookups`: names verl resolves later: the optimizer (``build_optimizer``), the rollout engine
   (its registry), the agent loop.
 
-Each stage records what it found in a :class:`Findings`; a stage the installed verl does not have is skipped
+Each stage records what it found in its :class:`.state.Rehearsal`; a stage the installed verl does not have is skipped
 and said so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
-import io
-import logging
-import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verlflow.backends.verl.keys import ACTOR, MODEL, REF, ROLLOUT
-from verlflow.backends.verl.rehearsal import first_step, machine
-from verlflow.backends.verl.rehearsal.empty_data import empty_data_problem
-from verlflow.backends.verl.rehearsal.raise_sites import to_problem, value_of
+from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL, REF, ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.rehearsal.state import Reached, Rehearsal, quiet
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
@@ -47,118 +42,6 @@ ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
 REF_RENAMED = {"ppo_micro_batch_size_per_gpu": "log_prob_micro_batch_size_per_gpu",
                "ppo_micro_batch_size": "log_prob_micro_batch_size", "use_dynamic_bsz": "log_prob_use_dynamic_bsz",
                "ppo_max_token_len_per_gpu": "log_prob_max_token_len_per_gpu"}
-# Keys named when a stage fails with no better key.
-NEAREST = {
-    "model": (f"{MODEL}.path",),
-    "start-up": ("data.train_files", "data.val_files", "data.prompt_key", "data.max_prompt_length",
-                 f"{MODEL}.path"),
-    "reward": ("reward.custom_reward_function.path", "reward.reward_kwargs", "data.reward_fn_key"),
-    "algorithm.adv_estimator": ("algorithm.adv_estimator",),
-    f"{ACTOR}.policy_loss.loss_mode": (f"{ACTOR}.policy_loss.loss_mode",),
-}
-
-
-@dataclass
-class Findings:
-    """What a rehearsal found: errors, warnings (the machine, not the config) and stages not rehearsed."""
-
-    problems: list[Problem] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Rehearsal:
-    """One rehearsal's state: its own copy of the resolved config and what the stages built."""
-
-    cfg: DictConfig
-    stack: str
-    stack_packages: frozenset[str]
-    findings: Findings = field(default_factory=Findings)
-    # The model's folder on this machine (None: the stages that need files are not rehearsed), and whether
-    # the config's files are this machine's to read (not a Ray job's).
-    folder: str | None = None
-    check_files: bool = True
-    # The registered stages (verlflow.backends.verl.checks) that passed so far.
-    passed: set[str] = field(default_factory=set)
-    tokenizer: Any = None
-    trainer: Any = None
-    # The last failed attempt failed only for a package this machine lacks (a warning, not the config's fault).
-    machine_only: bool = False
-
-    def attempt(self, stage: str, action: Callable[[], Any], *, section: str | None = None,
-                renamed: dict[str, str] | None = None) -> tuple[bool, Any]:
-        """Run ``action`` quietly; an exception becomes a problem (or a warning about this machine)."""
-        try:
-            with quiet():
-                return True, action()
-        except _Reached as reached:
-            return True, reached.trainer
-        except Exception as exc:  # verl raises AssertionError, ValueError, TypeError, … from its checks
-            self.machine_only = self.record(exc, stage, section=section, renamed=renamed)
-            return False, None
-
-    def add(self, problems: list[Problem], warnings: list[str] | tuple[str, ...] = ()) -> None:
-        """Record what a stage found."""
-        self.findings.problems += problems
-        self.findings.warnings += warnings
-
-    def image_may_have(self, package: str) -> bool:
-        """Whether the cluster image has ``package``, or no image is named to tell (then a warning, not an error)."""
-        return not self.stack_packages or machine.image_has(package, self.stack_packages)
-
-    def image_says(self, package: str) -> str:
-        """Whether the profile's cluster image has ``package``, in words."""
-        return _image_words(self.stack, self.stack_packages, package)
-
-    def record(self, exc: BaseException, stage: str, *, section: str | None = None,
-               renamed: dict[str, str] | None = None) -> bool:
-        """Add ``exc`` as a problem, or as a warning when a package this machine lacks caused it (then True)."""
-        package = machine.missing_package(exc)
-        if package and not machine.installed(package):
-            if self.image_may_have(package):
-                self.findings.warnings.append(
-                    f"{stage}: not rehearsed here: {package} is not installed on this machine "
-                    f"({self.image_says(package)}), and verl needs it for this check")
-                return True
-            blamed = to_problem(exc, self.cfg, stage=stage, section=section, nearest=NEAREST.get(stage, ()))
-            self.findings.problems.append(Problem(blamed.key, blamed.value, (
-                f"needs {package}, which is not installed here and not in the {self.stack or 'profile'} image: "
-                "install it on the nodes or choose what the image has")))
-            return False
-        explained = empty_data_problem(exc, self.cfg) if stage == "start-up" else None
-        self.findings.problems.append(explained or to_problem(exc, self.cfg, stage=stage, section=section,
-                                                              nearest=NEAREST.get(stage, ()), renamed=renamed))
-        return False
-
-
-def _image_words(stack: str, packages: frozenset[str], package: str) -> str:
-    if not packages:
-        return "no cluster image is named to tell whether it has it"
-    return f"the {stack} image has it" if machine.image_has(package, packages) else f"the {stack} image lacks it"
-
-
-class _Reached(Exception):
-    """verl's trainer is built: the next thing verl does is start Ray workers."""
-
-    def __init__(self, trainer: Any):
-        super().__init__("reached init_workers")
-        self.trainer = trainer
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Keep verl's prints, progress bars, warnings and log lines out of the dry run's output."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logging.disable(previous)
-
 
 def _verl_function(module: str, name: str) -> Any:
     try:
@@ -260,7 +143,8 @@ def start_up(rehearsal: Rehearsal) -> bool:
     runner_class.__init__(runner)
     copy = OmegaConf.create(OmegaConf.to_container(rehearsal.cfg, resolve=False))
     _without_vllm_lora_check(copy)
-    with compat_verl.trainer_stopped_at_workers(modules, _Reached):
+    with compat_verl.trainer_stopped_at_workers(modules, Reached), \
+            compat_verl.datasets_built_by(modules, dataset_reuse.build):
         ok, trainer = rehearsal.attempt("start-up", lambda: runner_class.run(runner, copy))
     if trainer is not None:
         rehearsal.trainer = trainer

@@ -26,8 +26,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verlflow.backends.verl.keys import ACTOR, ROLLOUT
-from verlflow.backends.verl.rehearsal.raise_sites import message_of, value_of
+from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
 
 # The dummy batch: prompts × rollout.n responses of this many tokens.

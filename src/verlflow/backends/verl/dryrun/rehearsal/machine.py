@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from verlflow.backends.verl.rehearsal.raise_sites import frames
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import frames
 
 # verl's own messages for a missing engine package (verl/third_party/vllm/__init__.py).
 MISSING_MESSAGES = (

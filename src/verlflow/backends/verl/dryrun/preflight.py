@@ -17,7 +17,7 @@ Sizes must be whole numbers >= 1 and divide the way verl's trainer and workers a
 devices, ``ppo_mini_batch_size × rollout.n`` at least one per data-parallel rank, the rollout's tensor
 parallel size dividing the devices per node. The model is a folder with ``config.json`` and a tokenizer, or
 a hub id (downloaded on the cluster); the data files exist and carry the columns verl reads. Last, verl's own
-start-up is rehearsed (:mod:`verlflow.backends.verl.rehearsal`): its validation and dataclasses, the model's
+start-up is rehearsed (:mod:`verlflow.backends.verl.dryrun.rehearsal`): its validation and dataclasses, the model's
 config, the datasets, the reward, the resume branch.
 
 Each of these is a check registered in the ``launch`` group of :mod:`.checks` (below, in the order they run),
@@ -37,10 +37,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl import checks, rehearsal, startup_checks, startup_loads
-from verlflow.backends.verl.keys import ACTOR, ROLLOUT, value_of
-from verlflow.backends.verl.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
-from verlflow.backends.verl.startup_checks import compared_strings as _compared_strings
+from verlflow.backends.verl.dryrun import checks, rehearsal, startup_checks, startup_loads
+from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
+from verlflow.backends.verl.dryrun.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
+from verlflow.backends.verl.dryrun.startup_checks import compared_strings as _compared_strings
 from verlflow.compat import verl as compat_verl
 from verlflow.config import Device
 from verlflow.data.fix_commands import preprocess_command

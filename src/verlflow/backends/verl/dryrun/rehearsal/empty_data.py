@@ -6,8 +6,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.keys import MODEL
-from verlflow.backends.verl.rehearsal.raise_sites import frames, value_of
+from verlflow.backends.verl.dryrun.keys import MODEL
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import frames, value_of
 from verlflow.errors import Problem
 
 # What verl says when no training row is left (the trainer's dataloader; the sampler before it).

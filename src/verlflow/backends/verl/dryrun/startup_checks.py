@@ -24,7 +24,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from verlflow.backends.verl.keys import ACTOR, REF, ROLLOUT, value_of
+from verlflow.backends.verl.dryrun.keys import ACTOR, REF, ROLLOUT, value_of
 from verlflow.errors import Problem
 
 # Learning rates GRPO fine-tuning of a pretrained LLM uses in practice (verl examples: 1e-7 … 1e-5).
