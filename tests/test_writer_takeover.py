@@ -9,20 +9,13 @@ import os
 import signal
 
 from conftest import wait_until
-from mlflow.tracking import MlflowClient
-from test_artifact_faults import artifacts_refused, server  # noqa: F401  (the server fixture)
+from test_artifact_faults import logging_while_artifacts_are_refused, server  # noqa: F401  (the server fixture)
 
 from verlflow.outage import spill
-from verlflow.outage.metric_buffer import MetricBuffer
 
 
 def test_a_replacement_writer_keeps_and_writes_the_dead_writers_parked_artifact(server, tmp_path):  # noqa: F811
-    client = MlflowClient()
-    run_id = client.create_run("0").info.run_id
-    path = tmp_path / "metrics.spill.jsonl"
-    with artifacts_refused(server):
-        buffer = MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
-        buffer.log({"loss": 1.0}, 1)
+    with logging_while_artifacts_are_refused(server, tmp_path) as (client, run_id, path, buffer):
         buffer.log_record({"kind": "table", "artifact_file": "samples/step_1.json",
                            "data": {"prompt": ["1+1?"], "response": ["2"], "reward": [1.0]}})
         buffer.log({"loss": 0.5}, 2)
