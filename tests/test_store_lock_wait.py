@@ -65,3 +65,21 @@ def test_a_locked_store_is_waited_for_with_one_line(held_lock, tmp_path, command
     assert "Traceback" not in text and text.count("is locked by another process") == 1, text[-3000:]
     if command == ["runs"]:
         assert "runs: 0 RUNNING" in out
+
+
+def test_a_tag_write_that_lost_an_insert_race_is_told_apart_from_other_store_errors(tmp_path):
+    # Two search workers tagging one model version on Postgres: one insert meets the row the other inserted first
+    # (a unique-key violation); LockRetryingClient makes such a keyed write once more, which then updates the row.
+    import sqlite3
+
+    from verlflow.outage.store_retry import is_concurrent_insert
+
+    db = sqlite3.connect(tmp_path / "race.db")
+    db.execute("CREATE TABLE model_version_tags (name TEXT, version INT, key TEXT, value TEXT, "
+               "PRIMARY KEY (name, version, key))")
+    db.execute("INSERT INTO model_version_tags VALUES ('m', 1, 'eval.gsm8k.accuracy', '0')")
+    with pytest.raises(sqlite3.IntegrityError) as lost:
+        db.execute("INSERT INTO model_version_tags VALUES ('m', 1, 'eval.gsm8k.accuracy', '0')")
+    assert is_concurrent_insert(lost.value)
+    assert not is_concurrent_insert(RuntimeError("database is locked"))
+    assert not is_concurrent_insert(RuntimeError("RESOURCE_DOES_NOT_EXIST: Registered Model with name=m not found"))

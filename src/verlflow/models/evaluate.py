@@ -39,7 +39,7 @@ from verlflow.models.generate import DEFAULT_BATCH_SIZE, accelerator, generate_h
 from verlflow.models.model_uri import SOURCE_RUN_TAG, ResolvedModel, resolve_model
 from verlflow.names import MODEL_NAME_TAG, MODEL_URI_TAG, MODEL_VERSION_TAG, STEP_TAG
 from verlflow.outage.deadline import TrackingDeadline
-from verlflow.outage.store_retry import retry_on_lock
+from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.tracking import tracking
 
 __all__ = ["EvalResult", "ResolvedModel", "SOURCE_RUN_TAG", "VERSION_ACCURACY_TAG", "resolve_model", "evaluate_model",
@@ -306,7 +306,7 @@ def tag_version(name: str, version: str, result: EvalResult) -> str:
     The headline tags (``eval.gsm8k.accuracy`` …) take it only when :func:`is_headline`; otherwise it is
     kept beside the headline under :func:`side_tag_prefix`, and a line says which score stays the headline.
     """
-    client = MlflowClient()
+    client = LockRetryingClient()  # two search workers may tag one version at once
     try:
         current = client.get_model_version(name, version).tags
     except MlflowException:

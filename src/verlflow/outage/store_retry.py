@@ -63,6 +63,18 @@ def store_write_failure(exc: BaseException) -> str | None:
             "another disk, then run the step again")
 
 
+# A database's words for an insert that met a row another writer inserted first (PostgreSQL, SQLite, MySQL).
+_DUPLICATE_WORDS = ("duplicate key value violates unique constraint", "unique constraint failed", "duplicate entry")
+# Writes that set a value by key: made again after another writer inserted the same key first, they update it.
+_KEYED_WRITES = ("set_tag", "set_experiment_tag", "set_model_version_tag", "set_registered_model_tag")
+
+
+def is_concurrent_insert(exc: BaseException) -> bool:
+    """Whether ``exc`` is a store refusing an insert because another writer inserted the same key at the same time
+    (MLflow's tag writes read, then insert: two workers tagging one model version race on Postgres)."""
+    return any(any(word in str(error).lower() for word in _DUPLICATE_WORDS) for error in exception_chain(exc))
+
+
 def retry_on_lock(call: Callable[..., T], *args: Any, wait_s: float | None = None, **kwargs: Any) -> T:
     """``call(*args, **kwargs)``, made again with growing pauses while it fails on a SQLite lock.
 
@@ -132,10 +144,16 @@ def open_store(uri: str, wait_s: float | None = None) -> None:
 
 
 def retrying_on_lock(func: Callable[..., T]) -> Callable[..., T]:
-    """Decorator form of :func:`retry_on_lock`."""
+    """Decorator form of :func:`retry_on_lock`; a keyed write (:data:`_KEYED_WRITES`) that lost an insert race to
+    another writer is made once more, which then updates the row."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return retry_on_lock(func, *args, **kwargs)
+        except Exception as exc:
+            if func.__name__ not in _KEYED_WRITES or not is_concurrent_insert(exc):
+                raise
         return retry_on_lock(func, *args, **kwargs)
 
     return wrapper
