@@ -18,7 +18,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from verlflow.out_of_memory import _OOM_TEXT, memory_limit, out_of_memory_error, sizing_settings
+from verlflow.out_of_memory import OOM_TEXT, memory_limit, out_of_memory_error, sizing_settings
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def how_it_died(dump: str, tail: str, oom_kills_before: int | None, oom_kills_no
         if None not in (oom_kills_before, oom_kills_now) and oom_kills_now > oom_kills_before:
             memory = "killed by the kernel's OOM killer, SIGKILL"
     elif signum == signal.SIGABRT:
-        said = _OOM_TEXT.search(tail)
+        said = OOM_TEXT.search(tail)
         if said:
             memory = f"{said.group(0)}: the process aborted, SIGABRT"
         elif resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:

@@ -40,7 +40,7 @@ SIZING_KEYS = (*BATCH_KEYS, "data.max_response_length",
 _reserve: bytearray | None = None
 
 # What allocators say when they fail (torch CPU / CUDA / NPU, libc, the dynamic loader, protobuf, C++).
-_OOM_TEXT = re.compile(
+OOM_TEXT = re.compile(
     r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|out of memory|Cannot allocate memory|"
     r"failed to map segment from shared object|std::bad_alloc",
     re.IGNORECASE,
@@ -75,7 +75,7 @@ def is_out_of_memory(exc: BaseException | None) -> bool:
         if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
             release_reserve()
             return True
-        if isinstance(exc, (RuntimeError, OSError, ImportError, TypeError)) and _OOM_TEXT.search(str(exc)):
+        if isinstance(exc, (RuntimeError, OSError, ImportError, TypeError)) and OOM_TEXT.search(str(exc)):
             release_reserve()
             return True
         exc = exc.__cause__ or exc.__context__

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verlflow.out_of_memory import _OOM_TEXT, OutOfMemory, out_of_memory_error, sizing_settings
+from verlflow.out_of_memory import OOM_TEXT, OutOfMemory, out_of_memory_error, sizing_settings
 
 _ACCELERATOR = re.compile(r"\b(CUDA|NPU|HIP|XPU)\b[^\n]*out of memory|OutOfMemoryError", re.IGNORECASE)
 _MICRO = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
@@ -34,7 +34,7 @@ class MemoryWatch:
         self.then, self.seen = then, ""
 
     def __call__(self, line: str) -> None:
-        if not self.seen and (_OOM_TEXT.search(line) or "MemoryError" in line):
+        if not self.seen and (OOM_TEXT.search(line) or "MemoryError" in line):
             self.seen = line.strip()
         if self.then is not None:
             self.then(line)
