@@ -78,7 +78,7 @@ def test_a_dead_writer_process_is_replaced_and_every_point_reaches_the_store(tra
         assert metric_buffer.flush(run_id)  # the new writer wrote what the dead one had not
         assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [1, 2, 3]
     assert not (tmp_path / "metrics.spill.jsonl").exists()
-    assert "metric_buffer" not in capsys.readouterr().err  # no upload command: nothing left over
+    assert "upload-spill" not in capsys.readouterr().err  # no upload command: nothing left over
 
 
 def test_when_writers_keep_dying_the_trainer_writes_their_points_itself(tracking_uri, tmp_path, monkeypatch):

@@ -61,7 +61,7 @@ def _runs(server: MlflowServer, since_ms: int) -> list:
 
 def _upload(err: str, server: MlflowServer) -> None:
     """Run the upload command the step printed, against the server itself (the proxy stands for the sick path)."""
-    command = re.search(r"MLFLOW_TRACKING_URI=\S+ (\S+ -m verlflow\.outage\.metric_buffer \S+)", err)
+    command = re.search(r"MLFLOW_TRACKING_URI=\S+ (.+? runs upload-spill \S+)", err)
     assert command, f"no upload command in:\n{err}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": server.url, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run(command.group(1).split(), env=env, check=True, timeout=300)

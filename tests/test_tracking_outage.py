@@ -75,7 +75,7 @@ def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_comma
         buffer.log({"loss": 0.5 / step, "reward": 0.1 * step}, step)
     assert buffer.close(wait_s=2) == 4
     command = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "python -m verlflow.outage.metric_buffer" in command
+    assert " runs upload-spill " in command and " -m verlflow" not in command  # the console script's form
     server.start()
     upload = subprocess.run([sys.executable, "-m", "verlflow.outage.metric_buffer", str(tmp_path / "spill.jsonl")],
                             capture_output=True, text=True, timeout=120)

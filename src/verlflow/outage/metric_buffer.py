@@ -1,6 +1,6 @@
 """Per-step metrics through a background writer process, so tracking neither slows nor stops training.
 
-    MLFLOW_TRACKING_URI=http://host:5000 python -m verlflow.outage.metric_buffer outputs/local/<run>/metrics.spill.jsonl
+    MLFLOW_TRACKING_URI=http://host:5000 verlflow runs upload-spill outputs/local/<run>/metrics.spill.jsonl
 
 Training hands each step's metrics to :func:`log` (and its samples tables to :func:`log_table`, its
 end-of-run tags to :func:`set_tags`) and goes on at once. A writer *process* at the lowest CPU priority
@@ -224,12 +224,13 @@ def upload_spill(path: str | os.PathLike[str]) -> int:
 
 
 def main(path: str) -> int:
-    """``python -m verlflow.outage.metric_buffer <spill file>``: upload it; a second run says it was already done."""
-    if not Path(path).exists():
-        if spill.uploaded_marker(path).exists():
-            print(f"{path}: already uploaded (see {spill.uploaded_marker(path)}): nothing to do")
-            return 0
-        print(f"verlflow: error: spill file {path} does not exist: give the path the step printed", file=sys.stderr)
+    """``verlflow runs upload-spill <spill file>`` (or ``python -m verlflow.outage.metric_buffer <spill file>``):
+    upload it; a second run says it was already done; a path that is no spill file is one line, 2."""
+    if not Path(path).exists() and spill.uploaded_marker(path).exists():
+        print(f"{path}: already uploaded (see {spill.uploaded_marker(path)}): nothing to do")
+        return 0
+    if problem := spill.not_a_spill_file(path):
+        print(f"verlflow: error: {problem}", file=sys.stderr)
         return 2
     try:
         with bounded_http(UPLOAD_HTTP_KNOBS):  # a refused write is reported in seconds, not after minutes of retries
@@ -247,4 +248,7 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: verlflow runs upload-spill <spill file>", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(sys.argv[1]))

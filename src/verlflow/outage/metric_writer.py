@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import os
 import signal
@@ -45,20 +44,25 @@ Step = tuple[int, int, list[tuple[str, float]]]
 PARKED = "parked"
 
 
-def kept_parked(spill_path: Path, run_id: str) -> list[dict]:
-    """The parked artifact records of ``run_id`` in its spill file (a dead writer's, whole lines only), unmarked
-    records and damaged lines left to the upload."""
+def found_in_spill(spill_path: Path, run_id: str) -> tuple[list[dict], list[dict]] | None:
+    """What a writer finds in ``run_id``'s spill file when it starts: the parked artifact records of ``run_id`` (a
+    dead writer's, without their run), and every other record, with its run (what an earlier attempt of the run
+    left during an outage, or a dead writer spilled), in order. Damaged lines are kept in ``<file>.bad``
+    (:func:`.spill.readable_records`). None when the file is there but cannot be read: then it is never rewritten."""
+    if not Path(spill_path).exists():
+        return [], []
     try:
-        lines = Path(spill_path).read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    kept = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and record.get(PARKED) and record.get("run_id") == run_id:
-                kept.append({key: value for key, value in record.items() if key != "run_id"})
-    return kept
+        records = spill.readable_records(Path(spill_path))
+    except OSError as exc:
+        logger.warning("the spill file %s cannot be read (%s): it is kept as it is", spill_path, first_line(exc, 200))
+        return None
+    parked, others = [], []
+    for record in records:
+        if record.get(PARKED) and record.get("run_id") == run_id:
+            parked.append({key: value for key, value in record.items() if key != "run_id"})
+        else:
+            others.append(record)
+    return parked, others
 
 
 def points(item: Step) -> list[Point]:
@@ -128,8 +132,12 @@ class _Writer:
         self.report_lock = threading.Lock()  # reports come from the beat thread too
         # Artifact records refused while the tracking API answers: kept, retried; a writer that replaces a dead one
         # takes over those it kept in the spill file (the trainer counted them written and no longer has them).
-        self.parked: list[dict] = kept_parked(self.spill_path, run_id)
-        self.parked_at = 0.0
+        # The file's other records (an earlier attempt's, a dead writer's) are written by this one, never dropped.
+        found = found_in_spill(self.spill_path, run_id)
+        self.keep_file = found is None  # unreadable: left as it is
+        self.parked, self.inherited = found or ([], [])
+        self.parked_at = self.inherited_at = 0.0
+        self.drop_superseded_status()
 
     def stop(self, signum=None, frame=None) -> None:
         """SIGTERM handler (a scheduler stopping the job): end after one last write."""
@@ -184,6 +192,7 @@ class _Writer:
         """Until the stream ends and everything is written (or the trainer abandons the rest to the spill file)."""
         if self.parked:  # taken over from a writer that died: the trainer hears they are still kept
             self.report(("parked", len(self.parked), "kept by the writer before this one"))
+        self.replay_inherited()
         while not self.abandoned:
             self.take(wait_s=0.0 if self.pending else 0.2)
             if not self.pending:
@@ -286,10 +295,63 @@ class _Writer:
             if len(refused) < len(self.parked):
                 self.parked = refused
                 self.report(("parked", len(self.parked), ""))
+        if self.inherited and (last or time.monotonic() - self.inherited_at >= self.retry_s):
+            self.replay_inherited()
+        self.rewrite_spill()
+
+    def rewrite_spill(self) -> bool:
+        """Make the spill file hold what is not written yet: the records found in it that are still to write, then
+        the parked ones (none: no file). False when it could not be rewritten (the old file stays whole)."""
+        if self.keep_file:
+            return False
         try:
-            spill.replace_durably(self.spill_path, self.run_id, self.parked)
+            spill.replace_durably(self.spill_path, None, [*self.inherited,
+                                                          *({"run_id": self.run_id, **r} for r in self.parked)])
         except OSError as exc:  # a full or read-only spill folder: the parked records stay in the old file
             logger.warning("the spill file %s was not rewritten (%s)", self.spill_path, first_line(exc, 200))
+            return False
+        return True
+
+    def drop_superseded_status(self) -> None:
+        """Take this run's final status out of the records found in its spill file: an earlier attempt's end, which
+        the attempt now training supersedes (replayed, it would end the run while it trains; left, an upload after
+        this attempt's end would undo that end). Its metrics, tables and tags stay."""
+        ends = [r for r in self.inherited if r.get("kind") == "status" and r.get("run_id") == self.run_id]
+        if not ends or self.keep_file:
+            return
+        self.inherited = [r for r in self.inherited if not any(r is end for end in ends)]
+        if not self.rewrite_spill():
+            self.keep_file = True  # it still holds the old end: an upload, not this writer, settles it
+        logger.warning("run %s resumed: its earlier attempt's end (%s) in %s is replaced by this attempt's",
+                       self.run_id, ends[-1].get("status"), self.spill_path.name)
+
+    def replay_inherited(self) -> None:
+        """Write the records this writer found in the spill file (:func:`found_in_spill`), in order, as the upload
+        does: a point already in the run is not written twice. Those the artifact store refuses join the parked
+        ones; a server that does not answer leaves them all in the file for the next try. The replayed records go
+        to ``<file>.uploaded``, so that the upload command printed for them says so."""
+        if not self.inherited:
+            return
+        self.inherited_at = time.monotonic()
+        try:
+            with self.beating():
+                _, refused = spill.replay(self.client, self.inherited)
+        except Exception as exc:  # the server is away: they stay in the file, retried once all else is written
+            logger.info("the spill file's earlier records are not written yet (%s)", first_line(exc, 200))
+            return
+        refused_ids = {id(record) for record in refused}
+        written = [record for record in self.inherited if id(record) not in refused_ids]
+        with contextlib.suppress(OSError):
+            spill.append(spill.uploaded_marker(self.spill_path), self.run_id, written)
+        self.inherited = [r for r in refused if r.get("run_id") != self.run_id]
+        parked = [{**{k: v for k, v in r.items() if k != "run_id"}, PARKED: True}
+                  for r in refused if r.get("run_id") == self.run_id]
+        logger.warning("%d metric points and records that an earlier writer of run %s left in %s are written",
+                       len(written), self.run_id, self.spill_path)
+        if parked:
+            self.parked += parked
+            self.parked_at = time.monotonic()
+            self.report(("parked", len(self.parked), "refused when the earlier records of the spill file were written"))
 
     def on_failure(self, exc: Exception) -> None:
         """Say the server is away (once per outage) and mirror the entries not yet on disk to the spill file."""

@@ -1,6 +1,6 @@
 """The spill file: what a tracking outage left unwritten, on disk, and the command that uploads it later.
 
-    MLFLOW_TRACKING_URI=http://host:5000 python -m verlflow.outage.metric_buffer outputs/local/<run>/metrics.spill.jsonl
+    MLFLOW_TRACKING_URI=http://host:5000 verlflow runs upload-spill outputs/local/<run>/metrics.spill.jsonl
 
 One JSON object per line, in the order training made them. A metric point is
 ``{"run_id", "key", "value", "timestamp", "step"}``; anything else names its ``kind``:
@@ -127,9 +127,40 @@ def _as_json(run_id: str, entry: Entry) -> dict[str, Any]:
 
 
 def upload_command(path: Path, tracking_uri: str) -> str:
-    """The shell command that uploads ``path`` into ``tracking_uri`` from any shell (nothing taken from its env)."""
-    return (f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} {shlex.quote(sys.executable)} -m "
-            f"verlflow.outage.metric_buffer {shlex.quote(str(Path(path).resolve()))}")
+    """The shell command that uploads ``path`` into ``tracking_uri`` from any shell (nothing taken from its env):
+    ``verlflow runs upload-spill <file>``, the console script beside this Python named by its path, so that the
+    command still works after an upgrade that moves modules (a ``python -m <module>`` form did not)."""
+    script = Path(sys.executable).with_name("verlflow")
+    command = shlex.quote(str(script)) if script.is_file() else f"{shlex.quote(sys.executable)} -m verlflow.cli"
+    return (f"MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} {command} runs upload-spill "
+            f"{shlex.quote(str(Path(path).resolve()))}")
+
+
+# What the upload takes, said in a refusal.
+SPILL_FILE = "the metrics.spill.jsonl (or <run_id>.spill.jsonl) file named in the upload command a step printed"
+# Every spill record's line starts so (_as_json puts the run first), a damaged file's whole lines too.
+_RECORD_START = b'{"run_id": "'
+_SNIFF_BYTES = 1 << 20
+
+
+def not_a_spill_file(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be uploaded as a spill file, in words naming it and what would do; None when it can.
+
+    A spill file holds a line that starts as a spill record does within its first MiB: a database, a config or a
+    log given by mistake is refused before anything is written or renamed."""
+    path = Path(path)
+    if not path.exists():
+        return f"spill file {path} does not exist: give {SPILL_FILE}"
+    if path.is_dir():
+        return f"{path} is a folder, not a spill file: give {SPILL_FILE}"
+    try:
+        with path.open("rb") as file:
+            head = file.read(_SNIFF_BYTES)
+    except OSError as exc:
+        return f"spill file {path} cannot be read ({exc.strerror or exc}): give {SPILL_FILE}, readable by you"
+    if not any(line.startswith(_RECORD_START) for line in head.splitlines()):
+        return f"{path} is not a spill file (no line is a spill record, {_RECORD_START.decode()}…): give {SPILL_FILE}"
+    return None
 
 
 def write_entry(client, run_id: str, entry: dict[str, Any]) -> None:
@@ -228,7 +259,7 @@ def replace_durably(path: Path, run_id: str | None, entries: list[Entry]) -> Non
     os.replace(fresh, path)
 
 
-def _readable_records(path: Path) -> list[dict[str, Any]]:
+def readable_records(path: Path) -> list[dict[str, Any]]:
     """The records of a spill file; its lines that are not records are reported, kept in ``<file>.bad`` and left
     out, and a final status torn after its status word is still taken."""
     records, bad = _records(path)
@@ -325,12 +356,20 @@ def upload(path: str | os.PathLike[str]) -> int:
     from mlflow.tracking import MlflowClient
 
     path = Path(path)
-    uploader = _Uploader(MlflowClient())
-    for record in _readable_records(path):
+    count, failed = replay(MlflowClient(), readable_records(path))
+    if failed:
+        replace_durably(path, None, failed)
+        raise UploadIncomplete(path, count, len(failed))
+    path.replace(uploaded_marker(path))
+    return count
+
+
+def replay(client, records: Iterable[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
+    """Write spill ``records`` (each with its ``run_id``) in order through ``client``, as :func:`upload` does: a
+    point the run holds already is not written again. Returns how many points it wrote, and the records refused
+    while the tracking API answers (each said in one line on stderr). A server that does not answer raises."""
+    uploader = _Uploader(client)
+    for record in records:
         uploader.add(record)
     uploader.write_points()
-    if uploader.failed:
-        replace_durably(path, None, uploader.failed)
-        raise UploadIncomplete(path, uploader.count, len(uploader.failed))
-    path.replace(uploaded_marker(path))
-    return uploader.count
+    return uploader.count, uploader.failed

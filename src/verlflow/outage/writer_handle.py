@@ -219,6 +219,11 @@ class MetricBuffer:
                   f"({self.parked_cause}) while its metrics were written; they are kept in {self.spill_path}. Upload "
                   f"them once it takes writes:\n  {spill.upload_command(self.spill_path, self.tracking_uri)}",
                   file=sys.stderr, flush=True)
+        elif not left and self.spill_path.exists():  # an earlier attempt's records the writer could not write
+            print(f"verlflow: {self.spill_path} still holds metric points or records of run {self.run_id} that an "
+                  "earlier attempt (or writer) left and that are not written yet. Upload them once the tracking "
+                  f"server takes them:\n  {spill.upload_command(self.spill_path, self.tracking_uri)}",
+                  file=sys.stderr, flush=True)
         if left and self.run_deleted:
             spilled[self.run_id] = self.spill_path
             print(f"verlflow: run {self.run_id} was deleted in the tracking store {self.tracking_uri} (or its "
