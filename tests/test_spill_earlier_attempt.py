@@ -14,6 +14,7 @@ import signal
 
 from conftest import wait_until
 from mlflow.tracking import MlflowClient
+from test_artifact_faults import artifacts_refused
 
 from verlflow.outage import metric_buffer, spill
 from verlflow.outage.metric_buffer import MetricBuffer
@@ -53,6 +54,33 @@ def test_a_resumed_run_writes_what_its_earlier_attempt_left_in_the_spill_file(pr
     assert "upload-spill" in printed  # the command printed for the first attempt: it says the work is done
     assert metric_buffer.main(str(path)) == 0
     assert "already uploaded" in capsys.readouterr().out
+
+
+TABLE = {"kind": "table", "artifact_file": "samples/step_1.json",
+         "data": {"prompt": ["1+1?"], "response": ["2"], "reward": [1.0]}}
+
+
+def test_an_earlier_attempts_table_the_artifact_store_refuses_is_kept_for_the_upload(
+        proxied_server, module_server, tmp_path, capsys):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    path = tmp_path / "metrics.spill.jsonl"
+    proxied_server.error_every = 1
+    first = _buffer(run_id, path)
+    first.log({"loss": 1.0}, 1)
+    first.log_record(TABLE)
+    assert first.close(wait_s=1) == 2
+    proxied_server.heal()
+    with artifacts_refused(module_server):  # the resumed attempt's server answers, its artifact store does not
+        second = _buffer(run_id, path)
+        second.log({"loss": 0.5}, 2)
+        assert second.close(wait_s=60) == 0
+        assert _steps(client, run_id, "loss") == [1, 2]
+        assert [r["kind"] for r in spill.readable_records(path)] == ["table"]  # kept, not dropped with the rest
+    said = capsys.readouterr().err
+    assert "1 artifact writes of run" in said and "upload-spill" in said, said
+    assert metric_buffer.main(str(path)) == 0  # the store takes writes again: the printed upload makes the table
+    assert [a.path for a in client.list_artifacts(run_id, "samples")] == ["samples/step_1.json"]
 
 
 def test_a_writer_killed_in_an_outage_leaves_its_points_written_once_and_no_file(proxied_server, tmp_path):
