@@ -6,7 +6,9 @@
 records from its pipe, gathers the steps of ``write_every_s`` seconds into one ``log_batch``, and reports each
 write back ("written", count); when the server does not answer it mirrors what it holds to the spill file and
 retries. It ends when the trainer says "close" and all is written, when the trainer abandons the rest, or
-within seconds of the trainer's death (its pipe ends): then it writes what it has once and exits.
+within seconds of the trainer's death (its pipe ends): then it writes what it has once and exits. What it finds in
+the spill file when it starts (an earlier attempt of the run ended during an outage, a writer killed in one) it
+writes too, before it rewrites or removes the file: nothing in the file is dropped unwritten.
 """
 
 from __future__ import annotations
@@ -282,8 +284,9 @@ class _Writer:
         return True
 
     def settle_parked(self, last: bool = False) -> None:
-        """All is written: retry the parked artifact writes (every ``retry_s``, and once more at the ``last``), then
-        make the spill file hold only those still refused (none: no file)."""
+        """All is written: retry the parked artifact writes and the records found in the spill file (every
+        ``retry_s``, and once more at the ``last``), then make the file hold only what is still not written (none:
+        no file)."""
         if self.parked and (last or time.monotonic() - self.parked_at >= self.retry_s):
             self.parked_at = time.monotonic()
             refused = []
