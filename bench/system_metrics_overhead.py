@@ -47,14 +47,14 @@ def main() -> None:
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
     from mlflow.tracking import MlflowClient
 
-    from verlflow.device import system_metrics
     from verlflow.device.npu_monitor import NpuMonitor
+    from verlflow.tracking import system_metrics
 
     with mlflow.start_run() as run:
         monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=args.interval)
         npu = NpuMonitor.start_or_none(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"), expected=True)
         if npu is not None:
-            system_metrics.add_monitor(monitor, npu)
+            system_metrics.add_sampler(monitor, npu)
         client = MlflowClient()
 
         def one_sample() -> None:

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from verlflow import names
 from verlflow.device import system_metrics
 from verlflow.device.npu_monitor import MAX_FAILURES, NpuMonitor
+from verlflow.tracking import system_metrics as bridge
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "device"
@@ -155,7 +156,7 @@ def test_the_npu_monitor_publishes_through_mlflows_own_system_metrics_monitor(fa
     with mlflow.start_run() as run:
         with system_metrics.recording(run.info.run_id, interval=0.2, device="npu") as monitor:
             assert isinstance(monitor, SystemMetricsMonitor)
-            assert system_metrics.monitor_names(monitor)[-1] == "npu"
+            assert bridge.monitor_names(monitor)[-1] == "npu"
             wait_until(lambda: len(MlflowClient().get_metric_history(run.info.run_id, "system/npu_0_power_watts")) >= 2
                        and _logged(run.info.run_id, "system/cpu_utilization_percentage"),
                        120, "two NPU samples and MLflow's CPU sample")
@@ -190,7 +191,7 @@ def test_npu_smi_failing_at_start_leaves_mlflows_monitors_and_the_run_alone(fake
     with caplog.at_level(logging.WARNING):
         with tracking.tracked_run() as run:
             with system_metrics.recording(run.info.run_id, interval=0.2, device="npu") as monitor:
-                assert "npu" not in system_metrics.monitor_names(monitor)
+                assert "npu" not in bridge.monitor_names(monitor)
                 wait_until(lambda: _logged(run.info.run_id, "system/cpu_utilization_percentage"), 120,
                            "MLflow's CPU sample")
     finished = MlflowClient().get_run(run.info.run_id)

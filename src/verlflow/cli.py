@@ -56,13 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 def run_step(name: str, values: dict[str, str]):
     """Run one step with its raw string parameters (as ``mlflow run`` passes them)."""
     with gc_paused():  # start-up: the step's imports
-        import mlflow
-
         from verlflow import known_warnings, progress
         from verlflow.compat import mlflow as compat_mlflow
         from verlflow.outage import deadline, probe
         from verlflow.process import lifecycle
-        from verlflow.tracking import ui_links
+        from verlflow.tracking import lookups, ui_links
 
         step = STEPS[name]
         request = parse_request(step.request, values)
@@ -72,7 +70,7 @@ def run_step(name: str, values: dict[str, str]):
     ui_links.replace_mlflow_links()
     probe.use_default_store()
     probe.check_tracking_server()
-    if (uri := mlflow.get_tracking_uri()).startswith(("http://", "https://")):
+    if (uri := lookups.tracking_uri()).startswith(("http://", "https://")):
         deadline.bound_tracking(uri)
         compat_mlflow.http_retries_end_at(stopping.STOP)  # a stop ends a hung request after its try under way
     with stopping.installed():  # a SIGTERM before or after the step's run is one line, exit 143, too

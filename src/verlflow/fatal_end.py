@@ -110,20 +110,17 @@ def _held_runs(pid: int) -> list:
 
 
 def _end_failed(step: str, runs: list, line: str, death: Death) -> None:
-    from mlflow.entities import RunTag
-
     from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, REAPED_TAG
     from verlflow.outage.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
     from verlflow.outage.store_retry import LockRetryingClient
     from verlflow.tracking.naming import name_refused_run
+    from verlflow.tracking.writes import end_failed
 
     reason = f"{death.name}: {line}"[:5000]
     with bounded_http(WRITER_HTTP_KNOBS):
         client = LockRetryingClient()
         for run in runs:
             with contextlib.suppress(Exception):
-                tags = [RunTag(ERROR_TAG, reason), RunTag(EXIT_CODE_TAG, str(death.status)),
-                        RunTag(REAPED_TAG, f"process died of {death.name}")]
-                client.log_batch(run.info.run_id, tags=tags)
-                client.set_terminated(run.info.run_id, "FAILED")
+                end_failed(client, run.info.run_id, {ERROR_TAG: reason, EXIT_CODE_TAG: str(death.status),
+                                                     REAPED_TAG: f"process died of {death.name}"})
     name_refused_run(step, line, "failed")

@@ -20,10 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import mlflow
-from mlflow.entities import Run
-from mlflow.tracking import MlflowClient
+from typing import Any
 
 from verlflow.compare import efficiency, run_sets
 from verlflow.compare.diff import ConfigDiff
@@ -45,7 +42,7 @@ from verlflow.compare.snapshot import RunSnapshot
 from verlflow.errors import VerlflowError
 from verlflow.names import STEP_TAG
 from verlflow.text_safety import terminal_text
-from verlflow.tracking import profiling, tracking
+from verlflow.tracking import lookups, profiling, tracking, writes
 from verlflow.util import check_output_dir, gc_paused
 
 ARTIFACT_DIR = "compare"
@@ -126,7 +123,7 @@ def _metric_values(
 
 
 def _checked_runs(baseline: str, candidate: str, output_dir: str,
-                  threshold: float) -> tuple[list[Run], list[Run]]:
+                  threshold: float) -> tuple[list[Any], list[Any]]:
     """The runs of both sides the user named, after the parameters were checked: one line for any mistake."""
     if not 0 < threshold < 1:
         raise VerlflowError(f"parity threshold must be a fraction between 0 and 1 (0.02 = 2%), got {threshold}")
@@ -144,7 +141,7 @@ def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: flo
     """The comparison on its own run: verdict tags, the report as the run's note, files, ratio metrics."""
     report, diff, parity = parts.report, parts.diff, parts.parity
     note = report if len(report) <= NOTE_LIMIT else report[:NOTE_LIMIT] + "\n\n… full report: compare/report.md"
-    mlflow.set_tags({
+    writes.set_tags({
         "compare.recipes_differ": str(diff.recipes_differ).lower(),
         "compare.judged": str(parts.judged).lower(),
         "compare.parity": parity_summary(parity, threshold, judged=parts.judged, reason=not_judged_reason(diff)),
@@ -153,10 +150,10 @@ def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: flo
     })
     for name in ("comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
-            mlflow.log_artifact(str(out_dir / name), ARTIFACT_DIR)
-    log_report(report, out_dir, mlflow.active_run().info.run_id, ARTIFACT_DIR, report_images())  # .md + .html
-    mlflow.log_artifacts(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
-    mlflow.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
+            writes.log_file(str(out_dir / name), ARTIFACT_DIR)
+    log_report(report, out_dir, lookups.active_run_id(), ARTIFACT_DIR, report_images())  # .md + .html
+    writes.log_folder(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
+    writes.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
 
 
 def compare_runs(
@@ -201,7 +198,7 @@ def _compare(baseline: str, candidate: str, output_dir: str, threshold: float,
                              step_profiles=step_profiles)
         base, cand = run_sets.mean_snapshot(base_set), run_sets.mean_snapshot(cand_set)
         # Filed with the runs it compares (unless the caller chose an experiment), not in Default.
-        beside = MlflowClient().get_experiment(cand.experiment_id).name if cand.experiment_id else None
+        beside = lookups.experiment_name(cand.experiment_id) if cand.experiment_id else None
         with tracking.tracked_run(run_name=f"compare {cand.name} vs {base.name}", tags=tags,
                                   experiment=beside) as run:
             warning = comparison_warning(parts.diff, base, cand)

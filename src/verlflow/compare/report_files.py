@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import mlflow
-
 from verlflow.compare import efficiency, profiles, run_sets
 from verlflow.compare.diff import ConfigDiff, config_diff, launch_param_names, profile_param_keys
 from verlflow.compare.first_screen import first_screen, same_accelerator
@@ -49,6 +47,7 @@ from verlflow.compare.utilisation import (
     utilisation_rows,
 )
 from verlflow.names import PROFILE_TAG
+from verlflow.tracking import lookups
 from verlflow.tracking import naming as run_names
 
 UTILISATION_IMAGE = "utilisation.png"
@@ -66,7 +65,7 @@ def report_images() -> list[str]:
 
 def compare_link(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
     """MLflow's compare-runs page for the two runs on this tracking store (or how to open it with mlflow ui)."""
-    return run_names.compare_runs_link(mlflow.get_tracking_uri(), [baseline.experiment_id, candidate.experiment_id],
+    return run_names.compare_runs_link(lookups.tracking_uri(), [baseline.experiment_id, candidate.experiment_id],
                                        [baseline.run_id, candidate.run_id])
 
 
@@ -151,7 +150,7 @@ def _write_report(
         diff=diff,
         parity=parity,
         threshold=threshold,
-        tracking_uri=mlflow.get_tracking_uri(),
+        tracking_uri=lookups.tracking_uri(),
         grid_image=GRID_IMAGE,
         curve_images=curve_images(),
         utilisation=render_section(baseline, candidate, used, util_rows, util_image.name if util_image else None),

@@ -96,12 +96,12 @@ def artifact_markdown(report_md: str, run_id: str, artifact_dir: str, images: It
 def log_report(report_md: str, out_dir: Path, run_id: str, artifact_dir: str, images: Iterable[str]) -> None:
     """Write ``report.html`` beside ``report.md`` in ``out_dir`` and log both under ``artifact_dir`` of the active
     run: the page self-contained, the Markdown with image links the MLflow UI resolves."""
-    import mlflow
+    from verlflow.tracking import writes
 
     images = list(images)
     (out_dir / "report.html").write_text(report_page(report_md, out_dir, "compare", images), encoding="utf-8")
-    mlflow.log_artifact(str(out_dir / "report.html"), artifact_dir)
-    mlflow.log_text(artifact_markdown(report_md, run_id, artifact_dir, images), f"{artifact_dir}/report.md")
+    writes.log_file(str(out_dir / "report.html"), artifact_dir)
+    writes.log_text(artifact_markdown(report_md, run_id, artifact_dir, images), f"{artifact_dir}/report.md")
 
 
 __all__ = ["report_page", "own_images", "artifact_markdown", "log_report"]

@@ -23,9 +23,9 @@ def fix_experiment() -> str:
         return name
     if (experiment_id := os.environ.get("MLFLOW_EXPERIMENT_ID", "").strip()) and os.environ.get("MLFLOW_TRACKING_URI"):
         try:
-            from mlflow.tracking import MlflowClient
+            from verlflow.tracking.lookups import experiment_name
 
-            return MlflowClient().get_experiment(experiment_id).name
+            return experiment_name(experiment_id)
         except Exception:  # a fix line must never fail on its way out
             pass
     return DATA_EXPERIMENT

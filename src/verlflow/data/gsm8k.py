@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from verlflow.data.checks import read_rows
-from verlflow.data.lineage import combined_digest, rows_digest, split_dataset
+from verlflow.data.lineage import combined_digest, log_split_datasets, rows_digest
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG
@@ -356,13 +356,10 @@ def data_dir_digest(data_dir: str | Path) -> str | None:
 
 
 def _log_to_mlflow(result: PreprocessResult, rows: dict[str, list[dict]], digests: dict[str, str]) -> None:
-    import mlflow
+    from verlflow.tracking import writes
 
-    if mlflow.active_run() is None:
-        return
     paths = {"train": result.train_path, "test": result.test_path}
-    for split in SPLITS:
-        retry_on_lock(mlflow.log_input, split_dataset(rows[split], paths[split], split, digests[split]),
-                      context=MLFLOW_CONTEXTS[split])
-    retry_on_lock(mlflow.log_metrics, {"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
-    retry_on_lock(mlflow.set_tags, {"data.source": result.source, DATA_DIGEST_TAG: result.digest})
+    if not log_split_datasets(rows, paths, digests, {split: MLFLOW_CONTEXTS[split] for split in SPLITS}):
+        return
+    retry_on_lock(writes.log_metrics, {"data/train/num_rows": result.num_train, "data/test/num_rows": result.num_test})
+    retry_on_lock(writes.set_tags, {"data.source": result.source, DATA_DIGEST_TAG: result.digest})

@@ -42,6 +42,22 @@ def split_dataset(rows: list[dict], path: Path, split: str, digest: str):
         return mlflow.data.from_pandas(pd.DataFrame(rows), source=str(path), name=f"gsm8k-{split}", digest=digest)
 
 
+def log_split_datasets(rows: dict[str, list[dict]], paths: dict[str, Path], digests: dict[str, str],
+                       contexts: dict[str, str]) -> bool:
+    """Log the splits just written (their rows and digests at hand) as dataset inputs of the active run, each
+    under its context (split → context); False, logging nothing, outside a run."""
+    import mlflow
+
+    from verlflow.outage.store_retry import retry_on_lock
+
+    if mlflow.active_run() is None:
+        return False
+    for split, context in contexts.items():
+        retry_on_lock(mlflow.log_input, split_dataset(rows[split], paths[split], split, digests[split]),
+                      context=context)
+    return True
+
+
 def log_split_inputs(data_dir: str | Path, contexts: dict[str, str]) -> list[str]:
     """Log the splits of a preprocessed folder as inputs of the active run (split → context, e.g.
     ``{"train": "training", "test": "validation"}``); the splits logged (none when the files are elsewhere,

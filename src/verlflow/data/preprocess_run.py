@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import mlflow
-
 from verlflow.data.gsm8k import check_text_source, default_output_dir, preprocess
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIR_TAG, STEP_TAG
-from verlflow.tracking import tracking
+from verlflow.tracking import tracking, writes
 from verlflow.util import check_output_dir
 
 
@@ -33,8 +31,8 @@ def preprocess_in_run(source: str, output_dir: str, limit: int, *, own_run: bool
     with tracking.tracked_run(run_name="preprocess" if own_run else None, parent_run_id=parent_run_id,
                               run_id=run_id, tags={STEP_TAG: "preprocess"}):
         if own_run:
-            mlflow.log_params({"source": source, "output_dir": output_dir, "limit": limit})
+            writes.log_params({"source": source, "output_dir": output_dir, "limit": limit})
         result = preprocess(source, output_dir, limit)
-        mlflow.set_tag(DATA_DIR_TAG, str(Path(result.output_dir).resolve()))
+        writes.set_tag(DATA_DIR_TAG, str(Path(result.output_dir).resolve()))
     print(f"preprocess: {result.num_train} train / {result.num_test} test rows → {result.output_dir}")
     return result

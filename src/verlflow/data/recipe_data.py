@@ -85,22 +85,12 @@ def find_prepared(source: str, splits: tuple[str, ...] = SPLITS) -> str | None:
 
     Any such run's splits are that source's data; a train run still tells data apart by its digest.
     """
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from verlflow.process.lifecycle import current_experiment_ids
+    from verlflow.tracking.lookups import newest_runs
     from verlflow.util import filter_quote
 
-    client = MlflowClient()
     query = (f"tags.`{STEP_TAG}` = 'preprocess' and attributes.status = 'FINISHED' "
              f"and params.source = '{filter_quote(source)}' and params.limit = '0'")
-    try:
-        if not (experiments := current_experiment_ids(client)):
-            return None
-        runs = client.search_runs(experiments, query, order_by=["attributes.start_time DESC"], max_results=50)
-    except MlflowException:
-        return None
-    for run in runs:
+    for run in newest_runs(query, max_results=50):
         folder = run.data.tags.get(DATA_DIR_TAG, "")
         if folder and not missing_splits(folder, splits):
             return folder
@@ -113,14 +103,13 @@ def prepare(source: str, folder: Path) -> str:
     Under ``mlflow run -e <step>`` the step's run already exists (``MLFLOW_RUN_ID``): the preprocess run
     becomes its child instead of attaching to it.
     """
-    from mlflow.environment_variables import MLFLOW_RUN_ID
-
     from verlflow.data.preprocess_run import preprocess_in_run
+    from verlflow.tracking import lookups
 
-    step_run = MLFLOW_RUN_ID.get()  # the step's own run under mlflow run: the new run's parent
+    step_run = lookups.launched_run_id()  # the step's own run under mlflow run: the new run's parent
     result = preprocess_in_run(source=source, output_dir=str(folder), limit=0, own_run=True, parent_run_id=step_run)
     if step_run:
         # MLflow's end_run (of the preprocess run) unsets MLFLOW_RUN_ID; without it the step itself would open a
         # new run instead of attaching to the one `mlflow run` made for it.
-        MLFLOW_RUN_ID.set(step_run)
+        lookups.keep_launched_run(step_run)
     return str(Path(result.output_dir).resolve())

@@ -1,4 +1,4 @@
-"""Ascend NPU system metrics for MLflow: a monitor on MLflow's own contract (``BaseMetricsMonitor``).
+"""Ascend NPU system metrics for MLflow: a sampler on MLflow's monitor contract (collect, aggregate, clear).
 
     PATH=tests/fakes:$PATH FAKE_NPU_SMI_INFO=tests/fixtures/device/npu-smi-info-a3-16chip.txt \
         python -c "from verlflow.device.npu_monitor import NpuMonitor; m = NpuMonitor(); m.collect_metrics(); \
@@ -28,9 +28,8 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-
-from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
 from verlflow.device.parsers import NpuChip, parse_key_values, parse_npu_smi_info
 from verlflow.platforms import Device
@@ -132,11 +131,16 @@ def sample_chips(visible: set[int] | None, command: str = NPU_SMI) -> dict[str, 
     return out
 
 
-class NpuMonitor(BaseMetricsMonitor):
-    """MLflow system-metrics monitor for Ascend NPUs (see the module docstring for names and failure rules)."""
+class NpuMonitor:
+    """MLflow system-metrics monitor for Ascend NPUs (see the module docstring for names and failure rules).
+
+    It keeps MLflow's monitor contract (``BaseMetricsMonitor``: ``collect_metrics``, ``aggregate_metrics``,
+    ``metrics``, ``clear_metrics``); :func:`verlflow.tracking.system_metrics.add_sampler` plugs it into MLflow's
+    ``SystemMetricsMonitor``.
+    """
 
     def __init__(self, visible: str | None = None, command: str = NPU_SMI):
-        super().__init__()
+        self._metrics: defaultdict[str, list[float]] = defaultdict(list)
         self.visible = parse_visible(visible)
         self.command = command
         self.failures = 0
@@ -175,3 +179,12 @@ class NpuMonitor(BaseMetricsMonitor):
     def aggregate_metrics(self) -> dict[str, float]:
         """Mean of the samples since the last publish, per metric (as MLflow's GPU monitor does)."""
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
+
+    @property
+    def metrics(self) -> defaultdict[str, list[float]]:
+        """The samples since the last publish, per metric name."""
+        return self._metrics
+
+    def clear_metrics(self) -> None:
+        """Forget the samples (MLflow's monitor calls this after each publish)."""
+        self._metrics.clear()

@@ -4,7 +4,8 @@
 
 MLflow's :class:`~mlflow.system_metrics.system_metrics_monitor.SystemMetricsMonitor` samples CPU,
 memory, disk, network and (with ``nvidia-ml-py``) NVIDIA GPUs in a thread of this process and logs
-``system/*`` metrics into the run. :func:`recording` runs one for the duration of a train step and adds
+``system/*`` metrics into the run. :func:`recording` runs one (built by :mod:`verlflow.tracking.system_metrics`,
+the bridge to MLflow) for the duration of a train step and adds
 :class:`verlflow.device.npu_monitor.NpuMonitor` to its list of monitors when ``npu-smi`` answers. For verl
 launches verlflow's process stays alive while verl trains, so the sampling covers the machine verlflow
 runs on: the training node for a local launch, the submitting machine for a Ray job (run the train step
@@ -23,13 +24,13 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from verlflow.compat.mlflow import replace_monitor_client
 from verlflow.config import VerlflowBlock
 from verlflow.device.npu_monitor import VISIBLE_VAR, NpuMonitor
 from verlflow.errors import VerlflowError
 from verlflow.names import SYSTEM_METRICS_INTERVAL_TAG, SYSTEM_METRICS_TAG
 from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.platforms import Device
+from verlflow.tracking import system_metrics as bridge
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +53,6 @@ def sampling_interval(block: Mapping[str, Any]) -> float | None:
     return value or None
 
 
-def monitor_names(monitor) -> list[str]:
-    """Short names of the monitors a SystemMetricsMonitor runs (``cpu``, ``disk``, ``network``, ``gpu``, ``npu``)."""
-    return [type(m).__name__.removesuffix("Monitor").lower() for m in monitor.monitors]
-
-
-def add_monitor(system_monitor, monitor) -> None:
-    """Plug a monitor written against MLflow's ``BaseMetricsMonitor`` into a ``SystemMetricsMonitor``.
-
-    ``monitors`` is a public attribute of MLflow's class (its constructor fills it with the CPU, disk,
-    network and GPU monitors); every sample walks it, so an appended monitor is sampled and published
-    like MLflow's own.
-    """
-    system_monitor.monitors.append(monitor)
-
-
 @contextlib.contextmanager
 def recording(
     run_id: str,
@@ -86,22 +72,18 @@ def recording(
         return
     environ = os.environ if environ is None else environ
     try:
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        # resume_logging: a resumed run continues its system/* steps instead of overwriting them.
-        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval, resume_logging=True)
+        monitor = bridge.run_monitor(run_id, interval=interval)
     except Exception as exc:  # psutil missing or broken: train without system metrics
         log.warning("system metrics off for this run: %s", exc)
         yield None
         return
     npu = NpuMonitor.start_or_none(environ.get(VISIBLE_VAR), expected=Device(device) is Device.NPU)
     if npu is not None:
-        add_monitor(monitor, npu)
-    # MLflow's monitor stops for good at its first failed write: its writes wait out another run's lock.
-    replace_monitor_client(monitor, LockRetryingClient)
+        bridge.add_sampler(monitor, npu)
+    bridge.retry_writes_on_lock(monitor)
     client = LockRetryingClient()
     client.set_tag(run_id, SYSTEM_METRICS_INTERVAL_TAG, f"{float(monitor.sampling_interval):g}")
-    client.set_tag(run_id, SYSTEM_METRICS_TAG, ",".join(monitor_names(monitor)))
+    client.set_tag(run_id, SYSTEM_METRICS_TAG, ",".join(bridge.monitor_names(monitor)))
     monitor.start()
     try:
         yield monitor

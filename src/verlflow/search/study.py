@@ -22,7 +22,6 @@ Optuna's journal storage has no heartbeat of its own:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from mlflow.exceptions import MlflowException
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
@@ -44,11 +42,12 @@ from optuna.trial import FrozenTrial, TrialState
 from verlflow.compat import optuna as compat_optuna
 from verlflow.compat.optuna import BaseHeartbeat  # Optuna's private heartbeat base (see compat.optuna)
 from verlflow.errors import VerlflowError
-from verlflow.names import ERROR_TAG, SPACE_TAG
+from verlflow.names import SPACE_TAG
 from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.processes import process_alive, process_start
 from verlflow.search.journal_repair import set_aside_torn_tail
 from verlflow.search.storage_url import storage_url_with_password
+from verlflow.tracking import writes
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -88,12 +87,8 @@ class StaleTrialHandler:
             run_id = trial.user_attrs.get(attr)
             if not run_id:
                 continue
-            with contextlib.suppress(MlflowException):
-                if attr == RUN_ID_ATTR:
-                    client.set_tag(run_id, "optuna.state", "FAIL")
-                if client.get_run(run_id).info.status == "RUNNING":
-                    client.set_tag(run_id, ERROR_TAG, reason)
-                    client.set_terminated(run_id, status)
+            writes.end_lost_run(client, run_id, status, reason,
+                                mark={"optuna.state": "FAIL"} if attr == RUN_ID_ATTR else {})
         self._retry(study, trial)
 
 

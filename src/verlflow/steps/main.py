@@ -41,9 +41,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from mlflow.entities import Run
-from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+from typing import Any
 
 from verlflow import config, names
 from verlflow.config import VerlflowBlock
@@ -73,7 +71,7 @@ from verlflow.step_requests import (
     TrainRequest,
 )
 from verlflow.tracking import naming as run_names
-from verlflow.tracking import tracking, ui_links
+from verlflow.tracking import tracking, ui_links, writes
 from verlflow.tracking.experiments import recipe_experiment
 from verlflow.tracking.reuse import StepRunner, checkpoint_current, code_version, data_present
 
@@ -239,13 +237,13 @@ def _record_outcome(client: LockRetryingClient, run_id: str, plan: Plan, version
     for key, value in outcome.items():
         client.log_metric(run_id, key, value)
     describe_version(client, plan.model_name, version)
-    client.set_tag(run_id, MLFLOW_RUN_NOTE, (
+    writes.set_note(client, run_id, (
         f"{plan.model_name} v{version}: {_accuracy_line(base_accuracy, accuracy, num_samples)}; "
         f"{_champion_line(decision)}. Data {data_digest} ({plan.source}), "
         f"device {plan.device}, recipe {plan.recipe}."))
 
 
-def _print_links(client: LockRetryingClient, runner: StepRunner, run_id: str, train: Run, model_name: str,
+def _print_links(client: LockRetryingClient, runner: StepRunner, run_id: str, train: Any, model_name: str,
                  version: str) -> None:
     """The MLflow UI pages of the pipeline: its experiment, its run, its train run and the version."""
     experiment = client.get_experiment(runner.experiment_id)

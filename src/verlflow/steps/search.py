@@ -33,7 +33,7 @@ from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
 from verlflow.outage.store_retry import retry_on_lock
 from verlflow.step_requests import SearchRequest
-from verlflow.tracking import tracking, ui_links
+from verlflow.tracking import lookups, tracking, ui_links, writes
 from verlflow.tracking.experiments import recipe_experiment
 from verlflow.util import check_name_inside
 
@@ -50,7 +50,6 @@ def run_search(request: SearchRequest) -> SearchResult:
 
     ``data_dir=""``: the recipe's data, where ``main`` puts it (prepared first when it can be made here).
     """
-    import mlflow
     import optuna
 
     from verlflow.data import recipe_data
@@ -86,13 +85,13 @@ def run_search(request: SearchRequest) -> SearchResult:
     with tracking.tracked_run(run_name=f"search-{study_name}", tags=tags,
                               experiment=recipe_experiment(base.recipe_name)) as run:
         parent_id = run.info.run_id
-        retry_on_lock(mlflow.log_text, search.path.read_text(), "search/config.yaml")
-        retry_on_lock(mlflow.log_dict, {k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
+        retry_on_lock(writes.log_text, search.path.read_text(), "search/config.yaml")
+        retry_on_lock(writes.log_dict, {k: optuna.distributions.distribution_to_json(v) for k, v in dists.items()},
                         "search/space.json")
         runner = TrialRunner(
             recipe=recipe, device=dev, data_dir=data_dir, parent_run_id=parent_id,
             experiment_id=run.info.experiment_id, study_name=study_name, metric=search.metric,
-            tracking_uri=mlflow.get_tracking_uri(), fixed_overrides=search.trial_overrides,
+            tracking_uri=lookups.tracking_uri(), fixed_overrides=search.trial_overrides,
             checkpoint_root=_checkpoint_root(base), poll_interval=search.poll_interval,
             stop_timeout=search.stop_timeout,
         )

@@ -6,6 +6,9 @@
 - :mod:`.experiments`: which experiment a training step logs into; :mod:`.reuse`: the pipeline's child runs, reused.
 - :mod:`.resume`: continue a train run in place from its last checkpoint (its lease: :mod:`verlflow.process.lease`).
 - :mod:`.profiling`: profiled steps' traces and summary tables (:mod:`.ascend_profile`: torch_npu's databases).
+- :mod:`.lookups` / :mod:`.writes`: what other packages read from / write into the store, each a named function,
+  so that only the store's own packages import MLflow (tests/test_mlflow_imports.py);
+  :mod:`.system_metrics`: the bridge to MLflow's system-metrics monitor.
 
 Below it: :mod:`verlflow.outage` (what keeps tracking going while the server is away) and
 :mod:`verlflow.process` (which process owns a run); neither imports this package.

@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from verlflow import config, secrets
@@ -72,7 +70,7 @@ from verlflow.names import (
     VERL_ERROR_TAG,
 )
 from verlflow.secrets import mask_env
-from verlflow.tracking import tracking
+from verlflow.tracking import lookups, tracking, writes
 
 
 @dataclass
@@ -202,9 +200,9 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
     jemalloc = [lib for lib in plan.preload if verl_command.is_jemalloc(lib)]
     if jemalloc and not ray_address:
         tags[JEMALLOC_TAG] = "missing" if set(jemalloc) & set(verl_command.missing_preloads(plan)) else "enabled"
-    mlflow.set_tags(tags)
-    mlflow.log_text(OmegaConf.to_yaml(secrets.mask_tree(OmegaConf.to_container(resolved))), "config/resolved.yaml")
-    mlflow.log_text(command, "config/command.txt")
+    writes.set_tags(tags)
+    writes.log_text(OmegaConf.to_yaml(secrets.mask_tree(OmegaConf.to_container(resolved))), "config/resolved.yaml")
+    writes.log_text(command, "config/command.txt")
 
 
 def _print_plan(plan: LaunchPlan, *, ray_address: str) -> None:
@@ -231,15 +229,14 @@ def train_verl(
     from on the cluster (a local launch is pointed at it before this is called).
     A failed launch raises :class:`VerlflowError` (run FAILED), a signal :class:`RunInterrupted` (KILLED).
     """
-    client = MlflowClient()
-    plan, spec, command, resolved = _prepare_launch(client, cfg, run_id, dry_run=dry_run, ray_address=ray_address,
+    plan, spec, command, resolved = _prepare_launch(cfg, run_id, dry_run=dry_run, ray_address=ray_address,
                                                     resume_in_job=resume_in_job)
     if dry_run:
         # verl's own Hydra config composed the launch's exact override words in-process (the launch's main_ppo
         # composes them again, the authority); bash must hand main_ppo those words unchanged.
         verl_launch.check_shell_words(plan.argv())
-        mlflow.log_dict(secrets.mask_tree(OmegaConf.to_container(resolved)), "config/verl_job.yaml")
-        mlflow.set_tag(VALIDATED_TAG, "verl's Hydra config (ppo_trainer), composed in-process")
+        writes.log_dict(secrets.mask_tree(OmegaConf.to_container(resolved)), "config/verl_job.yaml")
+        writes.set_tag(VALIDATED_TAG, "verl's Hydra config (ppo_trainer), composed in-process")
         print("verlflow: dry run: verl's config composes this command line; not launched:\n")
         print(command)
         return VerlTrainResult(run_id=run_id, dry_run=True, command=command, returncode=None,
@@ -251,9 +248,9 @@ def train_verl(
         rc = 0
     else:
         nodes_at = verl_node_sampler.sampler_address(ray_address, plan.overrides.get("trainer.nnodes", 1))
-        with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=mlflow.get_tracking_uri(),
+        with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=lookups.tracking_uri(),
                                               interval_s=system_metrics.sampling_interval(cfg.verlflow)):
-            rc = _launch(client, plan, run_id, spec=spec, ray_address=ray_address)
+            rc = _launch(plan, run_id, spec=spec, ray_address=ray_address)
     tracking.log_run_summaries(run_id, started_at)
     if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
         from verlflow.tracking.profiling import log_profile_folder
@@ -261,23 +258,23 @@ def train_verl(
         log_profile_folder(plan.overrides["global_profiler.save_path"], plan.overrides.get("global_profiler.steps", ()))
     tensorboard = plan.env.get("TENSORBOARD_DIR")
     if tensorboard and Path(tensorboard).is_dir():
-        mlflow.log_artifacts(tensorboard, "logs/tensorboard")
+        writes.log_folder(tensorboard, "logs/tensorboard")
     hf_dir = _merge_final_checkpoint(plan, run_id)
     return VerlTrainResult(run_id=run_id, dry_run=False, command=command, returncode=rc, run_dir=str(plan.run_dir),
                            checkpoint_dir=str(hf_dir), ray_job_id=spec["submission_id"] if spec else None)
 
 
-def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: str, *, dry_run: bool,
+def _prepare_launch(cfg: config.ComposedConfig, run_id: str, *, dry_run: bool,
                     ray_address: str, resume_in_job: bool = False) -> tuple[LaunchPlan, dict | None, str, Any]:
     """Plan the launch, validate it with verl, log it, and refuse it when it cannot work here.
 
     Returns the plan, the Ray job spec (None for a local launch), the command text a user could rerun and
     verl's resolved config of that command line.
     """
-    run = client.get_run(run_id)
-    experiment = client.get_experiment(run.info.experiment_id).name
+    run = lookups.run_by_id(run_id)
+    experiment = lookups.experiment_name(run.info.experiment_id)
     plan = verl_command.build_plan(cfg, run_id=run_id, experiment_name=experiment, run_name=run.info.run_name or "",
-                                   tracking_uri=mlflow.get_tracking_uri())
+                                   tracking_uri=lookups.tracking_uri())
     # The forced keys are validated too: verl composes exactly what will be launched.
     resolved = config.validate_against_verl(plan.overrides)
     spec = None
@@ -296,11 +293,11 @@ def _prepare_launch(client: MlflowClient, cfg: config.ComposedConfig, run_id: st
                  check_files=not (skip_preflight or ray_address))
     if not dry_run:
         if ray_address:
-            mlflow.set_tag(PREFLIGHT_TAG, "not run (Ray job: the devices are the cluster's)")
+            writes.set_tag(PREFLIGHT_TAG, "not run (Ray job: the devices are the cluster's)")
         elif skip_preflight:
-            mlflow.set_tag(PREFLIGHT_TAG, "skipped (verlflow.skip_preflight)")
+            writes.set_tag(PREFLIGHT_TAG, "skipped (verlflow.skip_preflight)")
         else:
-            mlflow.set_tag(PREFLIGHT_TAG, "passed")
+            writes.set_tag(PREFLIGHT_TAG, "passed")
     return plan, spec, command, resolved
 
 
@@ -312,8 +309,7 @@ def _attempt(run) -> int:
         return 1
 
 
-def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict | None,
-            ray_address: str) -> int:
+def _launch(plan: LaunchPlan, run_id: str, *, spec: dict | None, ray_address: str) -> int:
     """Run verl (locally, or as the Ray job ``spec`` at ``ray_address``) and keep its log and traces with the run.
 
     Returns verl's exit status (0); a non-zero one raises :class:`VerlflowError` with verl's last error line.
@@ -324,19 +320,19 @@ def _launch(client: MlflowClient, plan: LaunchPlan, run_id: str, *, spec: dict |
     launched_ms = int(time.time() * 1000)
     try:
         if spec is not None:
-            mlflow.set_tag(RAY_JOB_ID_TAG, spec["submission_id"])
+            writes.set_tag(RAY_JOB_ID_TAG, spec["submission_id"])
             rc = verl_launch.run_ray_job(spec, ray_address, log_path, on_line=watch)
         else:
             rc = verl_launch.run_local(plan, log_path, on_line=watch)
     finally:
         if log_path.is_file():
-            mlflow.log_artifact(str(log_path), "logs")
+            writes.log_file(str(log_path), "logs")
         if plan.overrides.get(f"{forced.TRACE}.backend") == "mlflow":
-            linked = verl_traces.link_rollout_traces(client, run_id, since_ms=launched_ms)
-            mlflow.set_tag(ROLLOUT_TRACES_TAG, str(linked))
-    mlflow.set_tag(EXIT_CODE_TAG, str(rc))
+            linked = verl_traces.link_rollout_traces(run_id, since_ms=launched_ms)
+            writes.set_tag(ROLLOUT_TRACES_TAG, str(linked))
+    writes.set_tag(EXIT_CODE_TAG, str(rc))
     if rc != 0:
-        mlflow.set_tag(VERL_ERROR_TAG, watch.reason())
+        writes.set_tag(VERL_ERROR_TAG, watch.reason())
         space = out_of_space_advice(watch.reason(), plan.checkpoint_dir)
         raise VerlflowError(f"verl exited with status {rc}: {watch.reason()}{f'; {space}' if space else ''} "
                             "(full output: logs/verl.log)")
@@ -355,8 +351,8 @@ def _merge_final_checkpoint(plan: LaunchPlan, run_id: str) -> Path:
         hf_dir = verl_merge.merge_actor_checkpoint(actor, plan.hf_dir, log_path=merge_log).resolve()
     finally:
         if merge_log.is_file():
-            mlflow.log_artifact(str(merge_log), "logs")
-    mlflow.set_tags({CHECKPOINT_DIR_TAG: str(hf_dir), CHECKPOINT_SOURCE_TAG: str(actor)})
+            writes.log_file(str(merge_log), "logs")
+    writes.set_tags({CHECKPOINT_DIR_TAG: str(hf_dir), CHECKPOINT_SOURCE_TAG: str(actor)})
     print(f"verlflow: final checkpoint {actor} merged into {hf_dir}")
     logged_models.record_final_model(run_id, hf_dir, step_of(actor.parent))
     return hf_dir

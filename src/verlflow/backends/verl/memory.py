@@ -70,11 +70,9 @@ def _levers(settings: Mapping[str, Any]) -> str:
 
 def _run_params() -> dict[str, str]:
     """The active run's params (verl logged its resolved config there), {} when there are none to read."""
-    try:
-        import mlflow
-        from mlflow.tracking import MlflowClient
+    from verlflow.tracking import lookups
 
-        run = mlflow.active_run()
-        return dict(MlflowClient().get_run(run.info.run_id).data.params) if run else {}
+    try:
+        return lookups.active_run_params()
     except Exception:  # the line is due even when the store does not answer
         return {}

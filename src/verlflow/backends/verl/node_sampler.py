@@ -54,15 +54,11 @@ class NodeSampler:
     """Ray actor body: MLflow's ``SystemMetricsMonitor`` for one node, logging ``system/<node_id>/*``."""
 
     def __init__(self, run_id: str, *, node_id: str, tracking_uri: str, interval_s: float):
-        import mlflow
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+        from verlflow.tracking.system_metrics import node_monitor
 
-        # The actor is a process of its own: its tracking URI is set process-wide, which every MLflow 3 has
-        # (the monitor's own tracking_uri argument is MLflow >= 3.7 only).
-        mlflow.set_tracking_uri(tracking_uri)
-        # resume_logging: a resumed run's samples continue after the steps it already has.
-        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
-                                            node_id=node_id)
+        # The actor is a process of its own: it logs to tracking_uri; a resumed run's samples continue after the
+        # steps it already has.
+        self.monitor = node_monitor(run_id, node_id=node_id, tracking_uri=tracking_uri, interval=interval_s)
         self.monitor.start()
 
     def node_id(self) -> str:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import collections
 import re
 
-from mlflow.tracking import MlflowClient
-
 from verlflow.backends.verl.command import JEMALLOC_ENABLED_LINE, JEMALLOC_MISSING_LINE
 from verlflow.backends.writable import OUT_OF_SPACE
 from verlflow.names import JEMALLOC_TAG
+from verlflow.tracking import writes
 
 
 class OutputWatch:
@@ -35,7 +34,7 @@ class OutputWatch:
                 self.out_of_space = _plain(line)[:300]
         if line.strip() in (JEMALLOC_ENABLED_LINE, JEMALLOC_MISSING_LINE):
             state = "enabled" if line.strip() == JEMALLOC_ENABLED_LINE else "missing"
-            MlflowClient().set_tag(self.run_id, JEMALLOC_TAG, state)
+            writes.set_run_tag(self.run_id, JEMALLOC_TAG, state)
 
     def reason(self) -> str:
         """verl's error: the last exception line it printed (a Ray worker's, without its ``(pid=…)`` prefix).

@@ -29,12 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-
 from verlflow.backends.layout import TRACKER_FILE, complete_steps, step_dir, write_tracker
 from verlflow.errors import VerlflowError
 from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP, metric_names
+from verlflow.tracking import lookups, writes
 
 JOB_MODULE = "verlflow.backends.verl.resume"
 
@@ -58,23 +56,15 @@ def complete_checkpoints(root: str | Path) -> list[int]:
     return [s for s in steps if s <= int(text)] if text.isdigit() else steps
 
 
-def logged_steps(run_id: str, client: MlflowClient | None = None) -> set[int]:
+def logged_steps(run_id: str) -> set[int]:
     """The training steps whose metrics reached the run (its ``timing_s/step`` history, any verl's name)."""
-    client = client or MlflowClient()
-    for name in metric_names(TIMING_STEP):
-        try:
-            history = client.get_metric_history(run_id, name)
-        except MlflowException:
-            continue
-        if history:
-            return {m.step for m in history}
-    return set()
+    return lookups.metric_steps(run_id, metric_names(TIMING_STEP))
 
 
-def choose_resume_point(run_id: str, checkpoint_dir: str | Path, client: MlflowClient | None = None) -> ResumePoint:
+def choose_resume_point(run_id: str, checkpoint_dir: str | Path) -> ResumePoint:
     """The newest complete checkpoint whose step is in the run; a clear line when the run cannot resume."""
     checkpoints = complete_checkpoints(checkpoint_dir)
-    logged = logged_steps(run_id, client)
+    logged = logged_steps(run_id)
     usable = [s for s in checkpoints if s in logged]
     if usable:
         step = usable[-1]
@@ -116,7 +106,7 @@ def record_resume_point(run_id: str, point: ResumePoint) -> None:
 
     resuming.log_resumed_from(run_id, point.step)
     if point.folder is not None:
-        MlflowClient().set_tag(run_id, RESUMED_FROM_TAG, str(point.folder))
+        writes.set_run_tag(run_id, RESUMED_FROM_TAG, str(point.folder))
     again = f"; step(s) {', '.join(map(str, point.rerun))} checkpointed but never logged run again" \
         if point.rerun else ""
     start = f"after {point.folder}" if point.folder is not None else "from step 1 (no step had reached the run)"
