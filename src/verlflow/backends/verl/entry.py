@@ -14,6 +14,7 @@ from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backe
 from verlflow.config import VERL_CPU_PROFILE, ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device
+from verlflow.tracking.run_logger import RunLogger
 
 
 @register_backend("verl")
@@ -49,8 +50,9 @@ class VerlBackend(TrainBackend):
         return not launch.dry_run
 
     def train(self, cfg: ComposedConfig, launch: TrainLaunch, *, run_id: str, started_at: float,
-              prepared: Any) -> Any:
-        """Point verl at the resume point, if any, and launch (:func:`.backend.train_verl`)."""
+              prepared: Any, logger: RunLogger | None = None) -> Any:
+        """Point verl at the resume point, if any, and launch (:func:`.backend.train_verl`); verl's own tracker
+        logs the run, so ``logger`` is not used."""
         from verlflow.backends.verl import backend as verl_backend
 
         if prepared is not None:
