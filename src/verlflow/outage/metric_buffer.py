@@ -37,7 +37,6 @@ from typing import Any
 from verlflow.names import TIMING_E2E
 from verlflow.outage import logged_models, spill, summaries
 from verlflow.outage.metric_writer import WRITER_HTTP_KNOBS, cap_http  # noqa: F401  (naming's bound)
-from verlflow.outage.store_retry import retry_on_lock
 from verlflow.outage.summaries import TimingSums
 from verlflow.outage.writer_handle import (  # noqa: F401  (MetricBuffer and the settings: this module's API)
     FLUSH_WAIT_S,
@@ -171,14 +170,12 @@ class BufferedLogger:
 
     Metrics, tables, tags, traces, model links, the final model and the summaries go through the writer
     process in order with the steps (an outage keeps them in the spill file); the run's description (params,
-    text, files) and its checkpoints' LoggedModels are written at once, as MLflow's client writes them."""
+    text, files) and its checkpoints' LoggedModels are written at once, the description by ``direct`` (a
+    :class:`verlflow.tracking.run_logger.DirectLogger` of the run)."""
 
-    def __init__(self, buffer: MetricBuffer):
-        from verlflow.outage.store_retry import LockRetryingClient
-
-        self.buffer = buffer
+    def __init__(self, buffer: MetricBuffer, direct: Any):
+        self.buffer, self.direct = buffer, direct
         self.run_id = buffer.run_id
-        self.client = LockRetryingClient()
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
         """Queue ``metrics`` at ``step`` for the writer."""
@@ -198,18 +195,16 @@ class BufferedLogger:
             self.buffer.log_record({"kind": "traces", "step": int(step), "rows": rows})
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Write the params at once (a conflict with the run's own is the caller's to report)."""
-        from mlflow.entities import Param
-
-        self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+        """Write the params at once (the store's error when the run holds another value for one)."""
+        self.direct.log_params(params)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Write the text artifact at once."""
-        retry_on_lock(self.client.log_text, self.run_id, text, artifact_file)
+        self.direct.log_text(text, artifact_file)
 
     def log_artifact(self, path: str | os.PathLike[str], artifact_path: str) -> None:
         """Copy the file into the run's artifacts at once."""
-        retry_on_lock(self.client.log_artifact, self.run_id, str(path), artifact_path)
+        self.direct.log_artifact(path, artifact_path)
 
     def log_checkpoint_model(self, checkpoint: str | os.PathLike[str], step: int) -> None:
         """Record it at once; the writer links its step's points to it behind them (one write, spilled in an
@@ -234,28 +229,31 @@ class BufferedLogger:
             self.buffer.log_record({"kind": "summaries", "started_at": started_at, "ended_at": ended_at,
                                     **self.buffer.timing.as_record()})
             return {TIMING_E2E: ended_at - started_at}
-        return summaries.log_timing_summaries(self.client, self.run_id, started_at, ended_at, self.buffer.timing)
+        return summaries.log_timing_summaries(self.direct.client, self.run_id, started_at, ended_at,
+                                              self.buffer.timing)
 
     def last_step(self, key: str) -> int:
         """Read the key's history from the store (what this buffer queued is later steps)."""
-        return max((m.step for m in self.client.get_metric_history(self.run_id, key)), default=-1)
+        return self.direct.last_step(key)
 
     def flush(self, wait_s: float | None = None) -> bool:
         """Wait (at most ``wait_s``, default ``VERLFLOW_METRICS_FLUSH_S``) until the writer wrote everything."""
         return self.buffer.flush(FLUSH_WAIT_S if wait_s is None else wait_s)
 
 
-def open_logger(run_id: str) -> BufferedLogger | None:
-    """The logger of ``run_id``'s buffer while one is open (:func:`buffering`); None when there is none."""
+def open_logger(run_id: str, direct: Any) -> BufferedLogger | None:
+    """The logger of ``run_id``'s buffer while one is open (:func:`buffering`), writing at once through ``direct``
+    what is not queued; None when none is open."""
     buffer = _active.get(run_id)
-    return None if buffer is None else BufferedLogger(buffer)
+    return None if buffer is None else BufferedLogger(buffer, direct)
 
 
 @contextlib.contextmanager
-def buffered(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[BufferedLogger]:
-    """:func:`buffering`, yielding the run's logger: what a backend whose runs log through a buffer supplies."""
+def buffered(run_id: str, spill_dir: str | os.PathLike[str], direct: Any) -> Iterator[BufferedLogger]:
+    """:func:`buffering`, yielding the run's logger (``direct`` writes what is not queued): what a backend whose
+    runs log through a buffer supplies (:func:`verlflow.tracking.run_logger.buffered_logging`)."""
     with buffering(run_id, spill_dir) as buffer:
-        yield BufferedLogger(buffer)
+        yield BufferedLogger(buffer, direct)
 
 
 def upload_spill(path: str | os.PathLike[str]) -> int:

@@ -207,7 +207,15 @@ def buffered_logging(root: Path, setting: str) -> RunLogging:
     line that says it is not writable."""
     from verlflow.outage import metric_buffer
 
-    return RunLogging(open=lambda run_id: metric_buffer.buffered(run_id, root / run_id), folders=((root, setting),))
+    return RunLogging(open=lambda run_id: metric_buffer.buffered(run_id, root / run_id, _lock_retrying(run_id)),
+                      folders=((root, setting),))
+
+
+def _lock_retrying(run_id: str) -> DirectLogger:
+    """A buffered logger's writer of what is not queued: at once, every store write waiting out a SQLite lock."""
+    from verlflow.outage.store_retry import LockRetryingClient
+
+    return DirectLogger(run_id, LockRetryingClient())
 
 
 def logger_of(run_id: str | None = None) -> RunLogger:
@@ -222,4 +230,5 @@ def logger_of(run_id: str | None = None) -> RunLogger:
     if active is None or (run_id is not None and active.info.run_id != run_id):
         raise VerlflowError("a trainer given no logger logs into the active MLflow run: call it inside "
                             "tracking.tracked_run()")
-    return metric_buffer.open_logger(active.info.run_id) or DirectLogger(active.info.run_id)
+    run_id = active.info.run_id
+    return metric_buffer.open_logger(run_id, _lock_retrying(run_id)) or DirectLogger(run_id)
