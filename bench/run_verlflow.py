@@ -73,21 +73,21 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
 
     from verlflow import config
     from verlflow.backends.local.trainer import train_local
-    from verlflow.outage import metric_buffer
     from verlflow.tracking import tracking
+    from verlflow.tracking.run_logger import buffered_logging
 
     log_seconds: list[float] = []
     logged: list[bool] = []
-    real_log = tracking.log_metrics
     logging_on = logging_for(mode)
 
-    def timed_log(metrics, step, **kwargs):
-        start = time.perf_counter()
-        if logging_on(step):
-            real_log(metrics, step, **kwargs)
-        log_seconds.append(time.perf_counter() - start)
+    def timed(real_log):
+        def timed_log(metrics, step, **kwargs):
+            start = time.perf_counter()
+            if logging_on(step):
+                real_log(metrics, step, **kwargs)
+            log_seconds.append(time.perf_counter() - start)
+        return timed_log
 
-    tracking.log_metrics = timed_log
     ends: list[float] = []
     cpu: list[float] = []  # process CPU seconds (all threads): steadier than wall time on a shared machine
     trainer_cpu: list[float] = []  # CPU seconds of the trainer's own thread (the one the callbacks run in)
@@ -111,9 +111,11 @@ def main(model_dir: str, data_dir: str, steps: int, mode: str) -> dict:
             cpu.append(time.process_time())
             trainer_cpu.append(time.thread_time())
             # As the train step does: per-step metrics through the background writer.
-            with metric_buffer.buffering(run.info.run_id, os.path.join(work, "spill")) as buffer:
+            with buffered_logging(Path(work) / "spill", "bench").open(run.info.run_id) as logger:
+                buffer = logger.buffer
+                logger.log_metrics = timed(logger.log_metrics)  # the trainer's per-step call, timed
                 waits.append(runqueue_wait_s(not_torch))
-                train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end)
+                train_local(cfg, data_dir=data_dir, run_id=run.info.run_id, on_step_end=on_step_end, logger=logger)
         history = mlflow.tracking.MlflowClient().get_metric_history(run.info.run_id, "timing_s/step")
     return {
         "step_s": [b - a for a, b in zip(ends, ends[1:], strict=False)],

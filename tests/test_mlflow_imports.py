@@ -65,12 +65,6 @@ ALLOWED = {
     "data/lineage.py": "a split as an MLflow dataset, logged as a run input",
     "search/results.py": "the search's run: best trial, trial table, plots, the best model registered",
     "search/trial.py": "a trial is a child run created, watched (metric history) and closed by the search",
-    # trainers' runs, going behind tracking.run_logger (issue 44, deliverable 4; another helper's change)
-    "backends/local/metrics.py": "the local trainer's metrics (its own helper is moving them behind run_logger)",
-    "backends/local/run_record.py": "what the local trainer writes into its run besides metrics",
-    "backends/local/traces.py": "the local trainer's completions as traces of its run",
-    "backends/local/trainer.py": "the local trainer's run",
-    "backends/verl/entry.py": "the verl backend's entry: the store's URI handed to verl",
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device, Platform
-from verlflow.tracking.run_logger import RunLogging, direct_logging
+from verlflow.tracking.run_logger import RunLogger, RunLogging, direct_logging
 
 AUTO = "auto"
 # The modules whose import registers the shipped backends (the local trainer, the verl launch).
@@ -75,8 +75,9 @@ class TrainBackend:
         return True
 
     def train(self, cfg: ComposedConfig, launch: TrainLaunch, *, run_id: str, started_at: float,
-              prepared: Any) -> Any:
-        """Train inside the open run ``run_id``; the backend's result."""
+              prepared: Any, logger: RunLogger | None = None) -> Any:
+        """Train inside the open run ``run_id``, writing into it through ``logger`` (what :meth:`run_logging`
+        opened for it; a backend whose trainer logs by itself may leave it); the backend's result."""
         raise NotImplementedError(f"backend '{self.name}' does not train")
 
 

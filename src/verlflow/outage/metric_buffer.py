@@ -2,8 +2,8 @@
 
     MLFLOW_TRACKING_URI=http://host:5000 verlflow runs upload-spill outputs/local/<run>/metrics.spill.jsonl
 
-Training hands each step's metrics to :func:`log` (and its samples tables to :func:`log_table`, its
-end-of-run tags to :func:`set_tags`) and goes on at once. A writer *process* at the lowest CPU priority
+Training hands each step's metrics (and its samples tables, traces, tags, model links) to its run's
+:class:`BufferedLogger` (:func:`buffered`) and goes on at once. A writer *process* at the lowest CPU priority
 writes them in order with their original step and timestamp, gathering the steps of :data:`WRITE_EVERY_S`
 seconds into one write. When the server does not answer it keeps them, mirrors them to a JSONL spill file
 (:mod:`.spill`, so even a crash keeps them on disk), retries every :data:`RETRY_S`, and replays them once
@@ -34,7 +34,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from verlflow.outage import spill
+from verlflow.names import TIMING_E2E
+from verlflow.outage import logged_models, spill, summaries
 from verlflow.outage.metric_writer import WRITER_HTTP_KNOBS, cap_http  # noqa: F401  (naming's bound)
 from verlflow.outage.summaries import TimingSums
 from verlflow.outage.writer_handle import (  # noqa: F401  (MetricBuffer and the settings: this module's API)
@@ -99,22 +100,6 @@ def log(run_id: str, metrics: Mapping[str, float], step: int, timestamp_ms: int 
     return True
 
 
-def log_table(run_id: str, data: Mapping[str, list], artifact_file: str) -> bool:
-    """Queue a table (``mlflow.log_table``) for ``run_id`` when a buffer is open; False when there is none."""
-    return _record(run_id, {"kind": "table", "artifact_file": artifact_file, "data": dict(data)})
-
-
-def log_traces(run_id: str, step: int, rows: list[dict[str, Any]]) -> bool:
-    """Queue a step's rollout traces (``{"prompt", "response", "reward"}`` each) for ``run_id`` when a buffer is
-    open: written by the writer, kept in the spill file during an outage. False when there is none."""
-    return _record(run_id, {"kind": "traces", "step": int(step), "rows": rows})
-
-
-def set_tags(run_id: str, tags: Mapping[str, str]) -> bool:
-    """Queue tags for ``run_id`` when a buffer is open; False when there is none (set them directly)."""
-    return _record(run_id, {"kind": "tags", "tags": {k: str(v) for k, v in tags.items()}})
-
-
 def defer_summaries(run_id: str, started_at: float, ended_at: float) -> bool:
     """Have the writer log the run's summaries once the steps before them are in; False when no buffer is open.
 
@@ -135,12 +120,6 @@ def link_model(run_id: str, model_id: str, step: int) -> bool:
     the spill file during an outage); False when no buffer is open or it logged another step last."""
     buffer = _active.get(run_id)
     return buffer is not None and buffer.link_model(model_id, step)
-
-
-def defer_final_model(run_id: str, checkpoint: str, step: int) -> bool:
-    """Queue the run's final model (a LoggedModel made from ``checkpoint`` at ``step``) behind its metrics when a
-    buffer is open; False when there is none. After an outage the spill file's upload makes it."""
-    return _record(run_id, {"kind": "final_model", "checkpoint": checkpoint, "step": step})
 
 
 def _record(run_id: str, record: dict[str, Any]) -> bool:
@@ -187,10 +166,15 @@ def buffering(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[Metric
 
 
 class BufferedLogger:
-    """The run logger (:class:`verlflow.tracking.run_logger.RunLogger`) of a run whose buffer is open."""
+    """The run logger (:class:`verlflow.tracking.run_logger.RunLogger`) of a run whose buffer is open.
 
-    def __init__(self, buffer: MetricBuffer):
-        self.buffer = buffer
+    Metrics, tables, tags, traces, model links, the final model and the summaries go through the writer
+    process in order with the steps (an outage keeps them in the spill file); the run's description (params,
+    text, files) and its checkpoints' LoggedModels are written at once, the description by ``direct`` (a
+    :class:`verlflow.tracking.run_logger.DirectLogger` of the run)."""
+
+    def __init__(self, buffer: MetricBuffer, direct: Any):
+        self.buffer, self.direct = buffer, direct
         self.run_id = buffer.run_id
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
@@ -205,16 +189,71 @@ class BufferedLogger:
         """Queue tags, in order with the steps."""
         self.buffer.log_record({"kind": "tags", "tags": {k: str(v) for k, v in tags.items()}})
 
+    def log_traces(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Queue a step's rollout traces: written by the writer (:mod:`.rollout_traces`), spilled in an outage."""
+        if rows:
+            self.buffer.log_record({"kind": "traces", "step": int(step), "rows": rows})
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Write the params at once (the store's error when the run holds another value for one)."""
+        self.direct.log_params(params)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Write the text artifact at once."""
+        self.direct.log_text(text, artifact_file)
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str) -> None:
+        """Copy the file into the run's artifacts at once."""
+        self.direct.log_artifact(path, artifact_path)
+
+    def log_checkpoint_model(self, checkpoint: str | os.PathLike[str], step: int) -> None:
+        """Record it at once; the writer links its step's points to it behind them (one write, spilled in an
+        outage) when that step was the last logged, else the end links them."""
+        logged_models.record_checkpoint_model(self.run_id, checkpoint, step,
+                                              link=lambda _run, model_id, at: self.buffer.link_model(model_id, at))
+
+    def log_final_model(self, checkpoint: str | os.PathLike[str], step: int) -> None:
+        """Record it at once; while the store does not answer it is queued behind the run's metrics, made when
+        the server answers or by the spill file's upload."""
+        logged_models.record_final_model(self.run_id, checkpoint, step, defer=self._defer_final_model)
+
+    def _defer_final_model(self, _run_id: str, checkpoint: str, step: int) -> bool:
+        self.buffer.log_record({"kind": "final_model", "checkpoint": checkpoint, "step": step})
+        return True
+
+    def log_summaries(self, started_at: float) -> dict[str, float]:
+        """Log them from the timing sums of the steps this buffer logged, once those are written; while the
+        server is away the writer logs them after the steps (or the spill file's upload does)."""
+        ended_at = time.time()
+        if not self.buffer.flush(FLUSH_WAIT_S):  # the means are over the whole per-step history
+            self.buffer.log_record({"kind": "summaries", "started_at": started_at, "ended_at": ended_at,
+                                    **self.buffer.timing.as_record()})
+            return {TIMING_E2E: ended_at - started_at}
+        return summaries.log_timing_summaries(self.direct.client, self.run_id, started_at, ended_at,
+                                              self.buffer.timing)
+
+    def last_step(self, key: str) -> int:
+        """Read the key's history from the store (what this buffer queued is later steps)."""
+        return self.direct.last_step(key)
+
     def flush(self, wait_s: float | None = None) -> bool:
         """Wait (at most ``wait_s``, default ``VERLFLOW_METRICS_FLUSH_S``) until the writer wrote everything."""
         return self.buffer.flush(FLUSH_WAIT_S if wait_s is None else wait_s)
 
 
+def open_logger(run_id: str, direct: Any) -> BufferedLogger | None:
+    """The logger of ``run_id``'s buffer while one is open (:func:`buffering`), writing at once through ``direct``
+    what is not queued; None when none is open."""
+    buffer = _active.get(run_id)
+    return None if buffer is None else BufferedLogger(buffer, direct)
+
+
 @contextlib.contextmanager
-def buffered(run_id: str, spill_dir: str | os.PathLike[str]) -> Iterator[BufferedLogger]:
-    """:func:`buffering`, yielding the run's logger: what a backend whose runs log through a buffer supplies."""
+def buffered(run_id: str, spill_dir: str | os.PathLike[str], direct: Any) -> Iterator[BufferedLogger]:
+    """:func:`buffering`, yielding the run's logger (``direct`` writes what is not queued): what a backend whose
+    runs log through a buffer supplies (:func:`verlflow.tracking.run_logger.buffered_logging`)."""
     with buffering(run_id, spill_dir) as buffer:
-        yield BufferedLogger(buffer)
+        yield BufferedLogger(buffer, direct)
 
 
 def upload_spill(path: str | os.PathLike[str]) -> int:

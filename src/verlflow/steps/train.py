@@ -85,8 +85,9 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at,
                     interval if backend.samples_system_metrics(launch) else None,
                     run_logging=run_logging, overrides=overrides, data_dir=data_dir,
-                    run_id=run_id, dry_run=request.dry_run) as (run, since):
-        result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared)
+                    run_id=run_id, dry_run=request.dry_run) as (run, since, logger):
+        result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared,
+                               logger=logger)
     if tracking.parent_run_id(run) is None:  # a nested run (main's, a search trial's): its parent links it
         ui_links.print_links("train", [
             ("this run", ui_links.run_route(run.info.experiment_id, run.info.run_id)),
@@ -101,9 +102,9 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, run_logging:
     """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
     timed across resumed attempts, with system metrics sampled while it trains.
 
-    Yields the run and the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume).
-    The run logs through the logger its backend's ``run_logging`` opens for it (the local trainer's: a buffer
-    that rides out a tracking outage), its attempt time included.
+    Yields the run, the start time its ``timing_s/e2e`` counts from (the first attempt's, on a resume) and the
+    logger its backend's ``run_logging`` opened for it (the local trainer's: a buffer that rides out a tracking
+    outage), which also logs its attempt time; the backend's ``train`` is handed that logger.
     """
     from verlflow.data.lineage import log_split_inputs
     from verlflow.tracking import resume as resuming
@@ -120,5 +121,5 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, run_logging:
         stopping.stop_point()  # a stop during the run's set-up: no system-metric sampler, no backend started
         with system_metrics.recording(run.info.run_id, interval=interval, device=cfg.profile.device,
                                       environ=environ):
-            yield run, since
+            yield run, since, logger
 

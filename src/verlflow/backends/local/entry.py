@@ -13,7 +13,7 @@ from typing import Any
 from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backend
 from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
-from verlflow.tracking.run_logger import RunLogging
+from verlflow.tracking.run_logger import RunLogger, RunLogging, buffered_logging
 
 
 @register_backend("local")
@@ -37,15 +37,12 @@ class LocalBackend(TrainBackend):
         """Through a metric buffer that spills under the recipe's output folder (default outputs/local),
         ``<it>/<run id>``, during a tracking outage; the folder must be writable before the run opens."""
         from verlflow.backends.local.trainer import DEFAULT_OUTPUT_ROOT
-        from verlflow.outage import metric_buffer
 
-        root = Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT))
-        return RunLogging(open=lambda run_id: metric_buffer.buffered(run_id, root / run_id),
-                          folders=((root, "verlflow.output_dir"),))
+        return buffered_logging(Path(str(cfg.verlflow.output_dir or DEFAULT_OUTPUT_ROOT)), "verlflow.output_dir")
 
     def train(self, cfg: ComposedConfig, launch: TrainLaunch, *, run_id: str, started_at: float,
-              prepared: Any) -> Any:
-        """Train in this process (:func:`verlflow.backends.local.trainer.train_local`)."""
+              prepared: Any, logger: RunLogger | None = None) -> Any:
+        """Train in this process (:func:`verlflow.backends.local.trainer.train_local`), logging through ``logger``."""
         from verlflow.backends.local.trainer import train_local
 
-        return train_local(cfg, data_dir=launch.data_dir, run_id=run_id, started_at=started_at)
+        return train_local(cfg, data_dir=launch.data_dir, run_id=run_id, started_at=started_at, logger=logger)

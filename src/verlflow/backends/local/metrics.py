@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import mlflow
 import torch
 
 
@@ -58,11 +57,3 @@ def val_metric_names(per_source: dict[str, dict[str, dict[str, float]]]) -> dict
                 core = var == "reward" and name.startswith(("mean", "maj", "best")) and f"@{n_max}" in name
                 metrics[f"{'val-core' if core else 'val-aux'}/{source}/{var}/{name}"] = float(value)
     return metrics
-
-
-def last_logged_step(run_id: str) -> int:
-    """The highest step this run already logged training metrics for (-1 for a fresh run)."""
-    from verlflow.names import TIMING_STEP
-
-    history = mlflow.tracking.MlflowClient().get_metric_history(run_id, TIMING_STEP)
-    return max((m.step for m in history), default=-1)

@@ -1,90 +1,94 @@
-"""What the local trainer writes into its MLflow run besides each step's metrics.
+"""What the local trainer writes into its MLflow run besides each step's metrics, all through the run's logger.
 
 At the start, the run's description: the keys it ignores (tag ``verlflow.ignored_keys``), the resolved config
 as params flattened as verl flattens them and as ``config/resolved.yaml`` (secrets masked), the device
-profile; per logged step, the samples table ``samples/step_<N>.json`` and its traces; at the end, the run's
-summaries, the final checkpoint's tag and its LoggedModel. With the train step's metric buffer open these go
-through its writer process (an outage keeps them in the spill file), else straight to the store.
+profile; per logged step, the samples table ``samples/step_<N>.json`` and its traces; per profiled step, its
+trace and summary table; at the end, the run's summaries, the final checkpoint's tag and its LoggedModel. The
+train step's logger queues tables, tags and traces to its writer process (an outage keeps them in the spill
+file) and writes the description at once (:class:`verlflow.tracking.run_logger.RunLogger`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-import mlflow
-from mlflow.exceptions import MlflowException
-
 from verlflow.backends.local.settings import LocalSettings, ignored_reason
 from verlflow.backends.local.traces import trace_samples
 from verlflow.errors import VerlflowError
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
-from verlflow.outage import logged_models
-from verlflow.outage.store_retry import retry_on_lock
+from verlflow.tracking.run_logger import RunLogger, store_errors
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
 
 
-def log_run_description(cfg: Any, settings: LocalSettings, run_id: str) -> None:
+def log_run_description(cfg: Any, settings: LocalSettings, logger: RunLogger) -> None:
     """Log what the run ignores, its params and resolved config, and the device profile it runs on."""
     from verlflow.device import detect as device
-    from verlflow.tracking import tracking
 
     for key, value in settings.ignored.items():
         # Information, not a warning: the recipes set verl-only keys (rollout.name=vllm) for the
         # cluster on purpose; the run's tag verlflow.ignored_keys keeps the list.
         log.info("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
-    retry_on_lock(mlflow.set_tag, IGNORED_KEYS_TAG, ",".join(settings.ignored) or "none")
-    try:
-        tracking.log_verl_params(cfg.to_container())
-    except mlflow.exceptions.MlflowException as exc:
-        raise VerlflowError(
-            f"run {run_id} already holds params of a different config ({first_line(exc, 200)}): "
-            "resume in a new run"
-        ) from None
-    retry_on_lock(mlflow.log_text, _to_yaml(cfg.resolved), "config/resolved.yaml")
+    logger.set_tags({IGNORED_KEYS_TAG: ",".join(settings.ignored) or "none"})
+    _log_params(cfg, logger)
+    logger.log_text(_to_yaml(cfg.resolved), "config/resolved.yaml")
     # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
     environ = {**os.environ, **cfg.profile.env}
-    tracking.log_device_profile(device.collect_device_profile(settings.device, environ=environ,
-                                                                profile=cfg.profile))
+    profile = device.collect_device_profile(settings.device, environ=environ, profile=cfg.profile)
+    logger.set_tags(profile.to_tags())
+    # As mlflow.log_dict writes a .json file.
+    logger.log_text(json.dumps(profile.to_dict(), indent=2, default=str), "device_profile.json")
 
 
-def log_samples(samples: dict[str, list], step: int, *, run_id: str, traces: int) -> None:
+def _log_params(cfg: Any, logger: RunLogger) -> None:
+    """The resolved verl config as params with verl's own keys, secrets masked (verl's runs log their own)."""
+    from verlflow.secrets import mask_value
+    from verlflow.tracking.tracking import flatten_params
+
+    params = flatten_params(cfg.to_container())
+    mlflow_error, _ = store_errors()
+    try:
+        logger.log_params({k: ("None" if v is None else mask_value(k, v)) for k, v in params.items()})
+    except mlflow_error as exc:  # the store refused a param: the run holds another value for it
+        raise VerlflowError(
+            f"run {logger.run_id} already holds params of a different config ({first_line(exc, 200)}): "
+            "resume in a new run"
+        ) from None
+
+
+def log_samples(samples: dict[str, list], step: int, *, logger: RunLogger, traces: int) -> None:
     """Log a validation step's sample table (and its first ``traces`` rows as traces); a tracking outage costs
     the table, never the training."""
-    from verlflow.outage import metric_buffer
-
-    trace_samples(samples, step, traces, run_id)  # the run's Traces tab, as verl's
-    if metric_buffer.log_table(run_id, samples, f"samples/step_{step}.json"):
-        return  # queued for the writer process: an outage keeps it in the spill file
+    trace_samples(samples, step, traces, logger)  # the run's Traces tab, as verl's
     try:
-        mlflow.log_table(data=samples, artifact_file=f"samples/step_{step}.json")
-    except MlflowException as exc:
+        logger.log_table(samples, f"samples/step_{step}.json")
+    except store_errors() as exc:
         log.warning("samples of step %d not logged (tracking store unavailable: %s); training goes on",
                     step, first_line(exc, 200))
 
 
-def log_checkpoint(run_id: str, folder: Path, step: int) -> None:
-    """Record a checkpoint before the last as a LoggedModel of the run."""
-    from verlflow.outage import metric_buffer
+def log_step_profile(logger: RunLogger, step: int, trace: Path, summary: list[dict[str, Any]]) -> None:
+    """A profiled step's Chrome trace and its summary table under ``profile/step_<N>/`` of the run."""
+    from verlflow.tracking.profiling import SUMMARY_FILE, step_artifact_dir
 
-    logged_models.record_checkpoint_model(run_id, folder, step, link=metric_buffer.link_model)
+    folder = step_artifact_dir(step)
+    logger.log_artifact(trace, folder)
+    columns = ("kind", "name", "time_ms", "calls")
+    logger.log_table({column: [row.get(column) for row in summary] for column in columns}, f"{folder}/{SUMMARY_FILE}")
 
 
-def record_final(run_id: str, final: Path, step: int, started_at: float) -> dict[str, float]:
+def record_final(logger: RunLogger, final: Path, step: int, started_at: float) -> dict[str, float]:
     """Flush the step metrics, log the run's summaries, tag the final checkpoint and record it as the run's
     final model; returns the summaries."""
-    from verlflow.outage import metric_buffer
-    from verlflow.tracking import tracking
-
-    tracking.flush_metrics()  # the summaries read the per-step history back
-    summaries = tracking.log_run_summaries(run_id, started_at)
-    if not metric_buffer.set_tags(run_id, {CHECKPOINT_DIR_TAG: str(final)}):
-        retry_on_lock(mlflow.set_tag, CHECKPOINT_DIR_TAG, str(final))
-    logged_models.record_final_model(run_id, final, step, defer=metric_buffer.defer_final_model)
+    logger.flush()  # the summaries are over the per-step history
+    summaries = logger.log_summaries(started_at)
+    logger.set_tags({CHECKPOINT_DIR_TAG: str(final)})
+    logger.log_final_model(final, step)
     return summaries
 
 

@@ -24,14 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import torch
 from omegaconf import OmegaConf
 
 from verlflow import stopping
 from verlflow.backends.local import checkpoint as ckpt
 from verlflow.backends.local import run_record
-from verlflow.backends.local.metrics import last_logged_step
 from verlflow.backends.local.models import (
     apply_thread_count,
     build_optimizer_and_scheduler,
@@ -46,10 +44,10 @@ from verlflow.backends.local.settings import LocalSettings, read_settings
 from verlflow.backends.local.step import PHASES, grpo_step, timer, validate
 from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
-from verlflow.names import DETERMINISTIC_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG
+from verlflow.names import DETERMINISTIC_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG, TIMING_STEP
 from verlflow.out_of_memory import is_out_of_memory, out_of_memory_error
-from verlflow.outage.store_retry import retry_on_lock
 from verlflow.platforms import Device
+from verlflow.tracking.run_logger import RunLogger, logger_of
 from verlflow.util import first_line
 
 log = logging.getLogger(__name__)
@@ -74,20 +72,20 @@ class TrainResult:
 
 def train_local(
     cfg: Any, *, data_dir: str | Path | None = None, run_id: str | None = None, started_at: float | None = None,
-    on_step_end: StepCallback | None = None,
+    on_step_end: StepCallback | None = None, logger: RunLogger | None = None,
 ) -> TrainResult:
-    """Train with GRPO on one device inside the active MLflow run and return the final checkpoint.
+    """Train with GRPO on one device, logging into the run through ``logger``; return the final checkpoint.
 
     ``cfg`` is a ``verlflow.config.ComposedConfig``; ``data_dir`` holds ``train.parquet`` and
     ``test.parquet`` (default: ``data.train_files`` / ``data.val_files``). ``on_step_end(step, metrics)``
     runs after each step is logged and checkpointed (Optuna pruning; raising from it stops the run).
+    ``logger`` is the one the train step opened for run ``run_id``; without it, the active run's
+    (:func:`verlflow.tracking.run_logger.logger_of`: a caller outside the train step, a test or a bench).
     """
     started_at = time.time() if started_at is None else started_at
-    active = mlflow.active_run()
-    if active is None or (run_id is not None and active.info.run_id != run_id):
-        raise VerlflowError("train_local logs into the active MLflow run: call it inside tracking.tracked_run()")
-    cfg = with_run_folder(cfg, active.info.run_id)
-    trainer = LocalTrainer(cfg, read_settings(cfg), data_dir=data_dir, run_id=active.info.run_id)
+    logger = logger or logger_of(run_id)
+    cfg = with_run_folder(cfg, logger.run_id)
+    trainer = LocalTrainer(cfg, read_settings(cfg), data_dir=data_dir, logger=logger)
     try:
         trainer.setup()
         return trainer.train(on_step_end=on_step_end, started_at=started_at)
@@ -134,8 +132,9 @@ def with_run_folder(cfg: Any, run_id: str) -> Any:
 class LocalTrainer:
     """One GRPO run: setup → train → save → cleanup. Attributes hold the run's live state."""
 
-    def __init__(self, cfg: Any, settings: LocalSettings, *, data_dir: str | Path | None, run_id: str):
-        self.cfg, self.settings, self.data_dir, self.run_id = cfg, settings, data_dir, run_id
+    def __init__(self, cfg: Any, settings: LocalSettings, *, data_dir: str | Path | None, logger: RunLogger):
+        self.cfg, self.settings, self.data_dir = cfg, settings, data_dir
+        self.logger, self.run_id = logger, logger.run_id  # the run's only way in: every write goes through it
         self.global_step = 0
         self.logged_through = -1  # steps <= this are already in the run (a resumed run): not re-logged
         self.ref_model: Any = None
@@ -153,13 +152,13 @@ class LocalTrainer:
         from verlflow.models.model_path import resolve_model_path
 
         hf_logging.disable_progress_bar()  # one progress bar on the console: the trainer's
-        run_record.log_run_description(self.cfg, self.settings, self.run_id)
+        run_record.log_run_description(self.cfg, self.settings, self.logger)
         stopping.stop_point()  # set-up's safe points: between its phases (each bounded: a load, a store call)
         self.device = torch_device(self.settings.device)
         threads = apply_thread_count(self.cfg.profile.env)
         torch.manual_seed(self.settings.rollout_seed)
         deterministic = bool(self.cfg.verlflow.deterministic)
-        retry_on_lock(mlflow.set_tag, DETERMINISTIC_TAG, str(deterministic).lower())
+        self.logger.set_tags({DETERMINISTIC_TAG: str(deterministic).lower()})
         if deterministic:
             self.determinism_before = make_deterministic(self.settings.rollout_seed)
         elif self.device.type == Device.CPU.torch_type:  # the threads follow the cores other work leaves free
@@ -179,7 +178,7 @@ class LocalTrainer:
         stopping.stop_point()
         self.model = load_model(model_path, self.settings, self.device)
         stopping.stop_point()
-        retry_on_lock(mlflow.set_tag, MODEL_PARAMS_TAG, str(sum(p.numel() for p in self.model.parameters())))
+        self.logger.set_tags({MODEL_PARAMS_TAG: str(sum(p.numel() for p in self.model.parameters()))})
         if self.settings.use_ref:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer, self.scheduler = build_optimizer_and_scheduler(self.model, self.settings, self.total_steps)
@@ -207,7 +206,7 @@ class LocalTrainer:
         settings = self.settings
         candidates = ckpt.resume_candidates(settings.default_local_dir, settings.resume_mode,
                                             settings.resume_from_path)
-        self.logged_through = last_logged_step(self.run_id)
+        self.logged_through = self.logger.last_step(TIMING_STEP)
         if not candidates:
             return
         found, state, policy = self._read_checkpoint(candidates)
@@ -218,7 +217,7 @@ class LocalTrainer:
         ckpt.set_rng_state(state["rng"])
         self.global_step = int(state["global_step"])
         self.last_saved = ckpt.hf_dir(found)
-        retry_on_lock(mlflow.set_tag, RESUMED_FROM_TAG, str(Path(found).resolve()))
+        self.logger.set_tags({RESUMED_FROM_TAG: str(Path(found).resolve())})
         origin = state.get("run_id")
         other = f" (written by run {origin})" if origin and origin != self.run_id else ""
         log.warning("resuming from %s%s at step %d of %d", found, other, self.global_step, self.total_steps)
@@ -278,7 +277,7 @@ class LocalTrainer:
         if self.last_saved is None or ckpt.checkpoint_step(self.last_saved.parent.parent) != self.global_step:
             self._save()  # resumed at an already finished step: make sure the final checkpoint is there
         final = self.last_saved.resolve()
-        summaries = run_record.record_final(self.run_id, final, self.global_step, started_at)
+        summaries = run_record.record_final(self.logger, final, self.global_step, started_at)
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
 
@@ -292,7 +291,7 @@ class LocalTrainer:
         """:meth:`_train_step` under ``torch.profiler``; its Chrome trace and summary go to ``profile/step_<N>/``."""
         from torch.profiler import ProfilerActivity, profile
 
-        from verlflow.tracking.profiling import log_step_profile, summarize_trace
+        from verlflow.tracking.profiling import summarize_trace
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         with profile(activities=activities) as prof:
@@ -301,7 +300,7 @@ class LocalTrainer:
         folder.mkdir(parents=True, exist_ok=True)
         trace = folder / "trace.json.gz"  # torch gzips it (a tenth of the size)
         prof.export_chrome_trace(str(trace))
-        retry_on_lock(log_step_profile, step, [trace], summarize_trace(trace, PHASES))
+        run_record.log_step_profile(self.logger, step, trace, summarize_trace(trace, PHASES))
         return result
 
     def _batch_rows(self, step: int) -> list[int]:
@@ -328,27 +327,26 @@ class LocalTrainer:
         self.last_saved = ckpt.save_checkpoint(self.settings.default_local_dir, self.global_step, self.model,
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
         if self.global_step < self.total_steps:  # the last one becomes the run's final model, in train()
-            run_record.log_checkpoint(self.run_id, self.last_saved.resolve(), self.global_step)
+            self.logger.log_checkpoint_model(self.last_saved.resolve(), self.global_step)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
-        from verlflow.tracking import tracking
+        """Log a step's metrics under verl's sanitized names (``mean@1`` → ``mean_at_1``), as verl's logger."""
+        from verlflow.tracking.tracking import sanitize_metric_key
 
         if step <= self.logged_through:
             return  # this run already has this step from before it was interrupted
-        tracking.log_metrics(metrics, step)  # buffered by the train step; flushed before the summaries
+        self.logger.log_metrics({sanitize_metric_key(k): float(v) for k, v in metrics.items()}, step)
 
     def _log_samples(self, samples: dict[str, list], step: int) -> None:
         """Log a validation step's sample table; a tracking outage costs the table, never the training."""
         if step <= self.logged_through:
             return
-        run_record.log_samples(samples, step, run_id=self.run_id, traces=self.cfg.verlflow.rollout_traces)
+        run_record.log_samples(samples, step, logger=self.logger, traces=self.cfg.verlflow.rollout_traces)
 
     def cleanup(self) -> None:
         """Flush queued metrics (a failed run keeps every step it logged), close the progress bar and free
         the models (device memory on an accelerator)."""
-        from verlflow.tracking import tracking
-
-        tracking.flush_metrics()
+        self.logger.flush()
         if self.progress is not None:
             self.progress.close()
         self.model = self.ref_model = None

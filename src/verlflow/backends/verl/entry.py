@@ -14,6 +14,7 @@ from verlflow.backends.registry import TrainBackend, TrainLaunch, register_backe
 from verlflow.config import VERL_CPU_PROFILE, ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device
+from verlflow.tracking.run_logger import RunLogger
 
 
 @register_backend("verl")
@@ -34,13 +35,12 @@ class VerlBackend(TrainBackend):
 
     def prepare(self, cfg: ComposedConfig, launch: TrainLaunch, cluster: Any) -> Any:
         """A Ray cluster that is not there, too small, or unable to reach the store; a resume point."""
-        import mlflow
-
         from verlflow.backends.verl import ray_cluster
+        from verlflow.tracking.lookups import tracking_uri
 
         ray_cluster.check_ray_launch(device=cfg.profile.device, nnodes=cfg.resolved.trainer.nnodes,
                                      per_node=cfg.resolved.trainer.n_gpus_per_node, ray_address=launch.ray_address,
-                                     tracking_uri=mlflow.get_tracking_uri(), nodes=cluster,
+                                     tracking_uri=tracking_uri(), nodes=cluster,
                                      check_resources=not cfg.verlflow.skip_preflight)
         return _resume_point(launch.resume, cfg, launch.ray_address) if launch.resume and not launch.dry_run else None
 
@@ -49,8 +49,9 @@ class VerlBackend(TrainBackend):
         return not launch.dry_run
 
     def train(self, cfg: ComposedConfig, launch: TrainLaunch, *, run_id: str, started_at: float,
-              prepared: Any) -> Any:
-        """Point verl at the resume point, if any, and launch (:func:`.backend.train_verl`)."""
+              prepared: Any, logger: RunLogger | None = None) -> Any:
+        """Point verl at the resume point, if any, and launch (:func:`.backend.train_verl`); verl's own tracker
+        logs the run, so ``logger`` is not used."""
         from verlflow.backends.verl import backend as verl_backend
 
         if prepared is not None:
