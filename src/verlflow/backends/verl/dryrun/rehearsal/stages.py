@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -115,8 +116,37 @@ def _engine_ref(cfg: DictConfig) -> DictConfig:
     return ref
 
 
+# Files from which transformers' AutoTokenizer can load a tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def model_folder_problem(folder: str) -> Problem | None:
+    """A model folder without ``config.json`` or any tokenizer file, said as such.
+
+    verl fails on it in its own words (0.9 ``HFModelConfig``: transformers cannot build a tokenizer, or a
+    chat-template error; 0.5 ``hf_tokenizer`` in the start-up, its workers for ``config.json``), which do not
+    say what the folder lacks; this line does.
+    """
+    path = Path(folder)
+    missing = [] if (path / "config.json").is_file() else ["config.json"]
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        missing.append(f"a tokenizer file ({' or '.join(TOKENIZER_FILES)})")
+    if not missing:
+        return None
+    return Problem(f"{MODEL}.path", folder, f"the folder lacks {' and '.join(missing)}: give a Hugging Face "
+                                            "model folder (-P model=…)")
+
+
 def model_config(rehearsal: Rehearsal) -> bool:
-    """The model's ``HFModelConfig`` as verl >= 0.6 builds it (config and tokenizer); True when it builds."""
+    """The model's ``HFModelConfig`` as verl >= 0.6 builds it (config and tokenizer); True when it builds.
+
+    A folder that lacks the files verl reads is said first (:func:`model_folder_problem`), and nothing that
+    reads the model is rehearsed then.
+    """
+    lacking = model_folder_problem(str(rehearsal.folder))
+    if lacking is not None:
+        rehearsal.findings.problems.append(lacking)
+        return False
     hf_model_config = _verl_function("verl.workers.config", "HFModelConfig")
     if hf_model_config is None:
         rehearsal.findings.skipped.append("HFModelConfig: not in this verl (its tokenizer is loaded in the "
