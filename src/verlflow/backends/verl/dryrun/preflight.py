@@ -101,9 +101,6 @@ def size_problems(cfg: DictConfig) -> list[Problem]:
         divisors = [d for d in range(1, per_node + 1) if per_node % d == 0]
         problems.append(Problem(f"{ROLLOUT}.tensor_model_parallel_size", tp,
                                 f"must divide trainer.n_gpus_per_node={per_node}: use one of {divisors}"))
-    if devices and devices % sp:
-        problems.append(Problem(f"{ACTOR}.ulysses_sequence_parallel_size", sp,
-                                f"must divide the {devices} devices"))
     return problems
 
 
