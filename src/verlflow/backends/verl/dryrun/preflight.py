@@ -224,7 +224,6 @@ def _model(launch: Launch) -> Found:
 
 _rule("preflight.data_problems", ("files",), data_problems)
 _rule("startup_loads.reward_problems", ("files",), startup_loads.reward_problems)
-_rule("startup_loads.reward_manager_problems", ("config", "verl"), startup_loads.reward_manager_problems)
 _rule("startup_loads.startup_warnings", ("config", "verl"), lambda cfg: ([], startup_loads.startup_warnings(cfg)))
 
 

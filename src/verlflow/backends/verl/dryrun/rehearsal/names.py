@@ -6,11 +6,14 @@
   ``_ROLLOUT_REGISTRY``), or, in verls without one (0.5.x), its ``workers/rollout/<name>_rollout`` modules;
 - ``algorithm.adv_estimator``: ``core_algos.ADV_ESTIMATOR_REGISTRY``;
 - ``actor_rollout_ref.actor.loss_agg_mode``: the modes ``core_algos.agg_loss`` compares against;
-- ``trainer.logger``: ``verl.utils.tracking.Tracking.supported_backend``.
+- ``trainer.logger``: ``verl.utils.tracking.Tracking.supported_backend``;
+- the reward manager (0.5 ``reward_model.reward_manager``, 0.9 ``reward.reward_manager.name``): verl's own
+  lookup is called, and its registry listed when it refuses the name.
 
 This is the rehearsal's first stage: verl itself fails on these names later (the advantage estimator and the
 loss aggregation at the first step, :mod:`.first_step`; the rollout when a worker builds it; the logger when
-the trainer starts), with a message that names neither the key nor the valid names. The rehearsal keeps the
+the trainer starts; the reward manager when the start-up loads it, where the rehearsal reaches that only for
+a model on this machine), with a message that names neither the key nor the valid names. The rehearsal keeps the
 first line for a key (:func:`verlflow.backends.verl.dryrun.rehearsal.rehearse`), so this one, which says what
 would be valid, is the one shown.
 """
@@ -22,7 +25,7 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
 from verlflow.backends.verl.dryrun.startup_checks import compared_strings
@@ -83,7 +86,36 @@ def name_problems(cfg: DictConfig) -> list[Problem]:
     if unknown:
         problems.append(Problem("trainer.logger", loggers, f"{', '.join(map(str, unknown))} unknown to verl's "
                                                            f"Tracking: use some of {', '.join(names.loggers)}"))
-    return problems
+    return problems + reward_manager_problems(cfg)
 
 
-__all__ = ["VerlNames", "verl_names", "name_problems"]
+def reward_manager_problems(cfg: DictConfig) -> list[Problem]:
+    """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``).
+
+    verl 0.9 resolves it with ``reward.resolve_reward_manager_cls`` (its reward-loop registry), called here;
+    0.5 with ``workers.reward_manager.get_reward_manager_cls``. A manager loaded from a user's module
+    (``source: importlib``) is not executed here.
+    """
+    if OmegaConf.select(cfg, "reward.reward_manager.name") is not None:
+        if value_of(cfg, "reward.reward_manager.source", "register") != "register":
+            return []
+        from verl.trainer.ppo.reward import resolve_reward_manager_cls
+
+        key, registry = "reward.reward_manager.name", "verl.experimental.reward_loop.reward_manager.registry"
+        lookup = functools.partial(resolve_reward_manager_cls, cfg)
+    else:
+        from verl.workers.reward_manager.registry import get_reward_manager_cls
+
+        key, registry = "reward_model.reward_manager", "verl.workers.reward_manager.registry"
+        lookup = functools.partial(get_reward_manager_cls, value_of(cfg, key) or "naive")
+    try:
+        lookup()
+    except ValueError:
+        module = importlib.import_module(registry)
+        names = getattr(module, "REWARD_MANAGER", None) or getattr(module, "REWARD_MANAGER_REGISTRY", {})
+        return [Problem(key, value_of(cfg, key), f"unknown reward manager for the installed verl: use one of "
+                                             f"{', '.join(sorted(names))}")]
+    return []
+
+
+__all__ = ["VerlNames", "verl_names", "name_problems", "reward_manager_problems"]
