@@ -33,12 +33,11 @@ from omegaconf import DictConfig
 
 from verlflow.backends.verl.dryrun import checks, rehearsal, startup_checks, startup_loads
 from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
+from verlflow.backends.verl.dryrun.rehearsal.data_files import data_problems
 from verlflow.backends.verl.dryrun.rehearsal.names import VerlNames, name_problems, verl_names
 from verlflow.backends.verl.dryrun.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
 from verlflow.config import Device
-from verlflow.data.fix_commands import preprocess_command
 from verlflow.errors import Problem
-from verlflow.util import first_line
 
 # ``org/name`` as the Hugging Face hub spells repository ids.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -120,45 +119,6 @@ def model_problems(path: Any) -> tuple[list[Problem], list[str]]:
         return [], [f"{key}={text} is a hub id: it will be downloaded on the cluster (no local folder here)"]
     return [Problem(key, text, "no such folder and not a hub id (org/name): pass -P model=<a Hugging Face "
                                "folder or hub id>")], []
-
-
-def _files(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
-
-
-def data_problems(cfg: DictConfig) -> list[Problem]:
-    """Train/val files that are missing, not parquet, or lack the columns verl's dataset and reward read."""
-    import pyarrow.parquet as pq
-
-    wanted = [str(value_of(cfg, "data.prompt_key", "prompt")), str(value_of(cfg, "data.reward_fn_key", "data_source")),
-              "reward_model"]
-    problems = []
-    for key in ("data.train_files", "data.val_files"):
-        for path in _files(value_of(cfg, key)):
-            if "://" in path:
-                continue
-            if not Path(path).is_file():
-                problems.append(Problem(key, path, f"file not found: run `{preprocess_command('', Path(path).parent)}` "
-                                                   "or pass -P data_dir=<folder with train.parquet and test.parquet>"))
-                continue
-            try:
-                columns = set(pq.read_schema(path).names)
-            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, … for a file that is not parquet
-                problems.append(Problem(key, path, f"not a parquet file ({first_line(exc, 120)}): "
-                                                   f"run `{preprocess_command('', Path(path).parent)}`"))
-                continue
-            named = {wanted[0]: "data.prompt_key", wanted[1]: "data.reward_fn_key"}
-            for column in [c for c in wanted if c not in columns]:
-                if column in named:
-                    problems.append(Problem(named[column], column, (
-                        f"{path} has no column '{column}' (it has {', '.join(sorted(columns))}): name one of "
-                        f"its columns, or write the file with `{preprocess_command('', Path(path).parent)}`")))
-                else:
-                    problems.append(Problem(key, path, f"lacks verl's column {column}: write it with "
-                                                       f"`{preprocess_command('', Path(path).parent)}`"))
-    return problems
 
 
 @dataclass(frozen=True)
@@ -248,8 +208,10 @@ def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device
     and says what verl would say and where (``file:line``), where a rule restates verl's condition by hand and
     may drift from it. A rule still speaks for every key the rehearsal left alone: what it cannot reach here
     (the profile's devices and Ray, the cluster's files and image, a model that is not on this machine, whose
-    model stages it skips), and a mistake it saw only in another form. Where a rule said a mistake more exactly
-    (the valid names), that knowledge is the rehearsal's now (:mod:`.rehearsal.names`, :mod:`.rehearsal.raise_sites`).
+    model stages it skips), and a mistake it saw only in another form (under another key). Where a rule said a
+    mistake more exactly, that knowledge is the rehearsal's now, so both give the same line: the valid names
+    (:mod:`.rehearsal.names`), what a model folder lacks (``stages.model_config``), a data file's facts
+    (:mod:`.rehearsal.data_files`).
     """
     launch = Launch(cfg, check_files, device, stack)
     problems: list[Problem] = []
