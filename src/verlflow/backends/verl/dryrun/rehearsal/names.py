@@ -32,6 +32,9 @@ from verlflow.backends.verl.dryrun.startup_checks import compared_strings
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
 
+# Where each verl names its reward manager (0.5 the top level's reward_model, 0.9 the reward section).
+REWARD_MANAGER_KEYS = ("reward_model.reward_manager", "reward.reward_manager.name")
+
 
 @dataclass(frozen=True)
 class VerlNames:
@@ -101,12 +104,12 @@ def reward_manager_problems(cfg: DictConfig) -> list[Problem]:
             return []
         from verl.trainer.ppo.reward import resolve_reward_manager_cls
 
-        key, registry = "reward.reward_manager.name", "verl.experimental.reward_loop.reward_manager.registry"
+        key, registry = REWARD_MANAGER_KEYS[1], "verl.experimental.reward_loop.reward_manager.registry"
         lookup = functools.partial(resolve_reward_manager_cls, cfg)
     else:
         from verl.workers.reward_manager.registry import get_reward_manager_cls
 
-        key, registry = "reward_model.reward_manager", "verl.workers.reward_manager.registry"
+        key, registry = REWARD_MANAGER_KEYS[0], "verl.workers.reward_manager.registry"
         lookup = functools.partial(get_reward_manager_cls, value_of(cfg, key) or "naive")
     try:
         lookup()
@@ -118,4 +121,4 @@ def reward_manager_problems(cfg: DictConfig) -> list[Problem]:
     return []
 
 
-__all__ = ["VerlNames", "verl_names", "name_problems", "reward_manager_problems"]
+__all__ = ["REWARD_MANAGER_KEYS", "VerlNames", "verl_names", "name_problems", "reward_manager_problems"]

@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL, REF, ROLLOUT
-from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine
+from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine, names
 from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.dryrun.rehearsal.state import Reached, Rehearsal, quiet
 from verlflow.compat import verl as compat_verl
@@ -235,6 +235,8 @@ def reward_call(rehearsal: Rehearsal) -> None:
         return
     load = _verl_function("verl.trainer.ppo.reward", "load_reward_manager")
     manager = getattr(trainer, "reward_fn", None)  # verl 0.5 loads it in TaskRunner.run
+    if any(problem.key in names.REWARD_MANAGER_KEYS for problem in rehearsal.findings.problems):
+        return  # the names stage refused the manager: verl would fail loading it, said there with the valid names
     if manager is None and load is not None:
         ok, manager = rehearsal.attempt("reward", lambda: load(cfg, rehearsal.tokenizer))
         if not ok:
