@@ -12,7 +12,7 @@ exactly one registered check (``tests/test_preflight_doc.py``). What a check nee
 - ``cluster``: the profile's cluster image (its verl and packages, ``config/stacks/``).
 
 Two groups run in registration order: ``launch`` (:func:`verlflow.backends.verl.dryrun.preflight.launch_problems`
-runs them, the rehearsal among them) and ``rehearsal`` (its stages, run by
+runs them, the rehearsal first) and ``rehearsal`` (its stages, run by
 :func:`verlflow.backends.verl.dryrun.rehearsal.rehearse` on one shared :class:`~.rehearsal.state.Rehearsal`).
 """
 

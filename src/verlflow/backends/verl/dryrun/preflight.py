@@ -3,33 +3,27 @@
     verlflow train --device npu --dry_run true --overrides "actor_rollout_ref.rollout.name=vlm"
 
 The dry run and the real launch both run :func:`launch_problems`; what it finds would otherwise surface on
-the cluster only after Ray and the model have started. The names are asked of the *installed* verl, never
-a list kept here:
+the cluster only after Ray and the model have started. First verl's own start-up is rehearsed with the
+installed verl's code (:mod:`verlflow.backends.verl.dryrun.rehearsal`): the names it resolves, its validation
+and dataclasses, the model's config, the datasets, the reward, the resume branch. Then the rules below speak
+for what the rehearsal cannot reach, or reaches only where the model and data are on this machine:
 
-- ``actor_rollout_ref.rollout.name``: verl's rollout registry (``workers/rollout/base.py``
-  ``_ROLLOUT_REGISTRY``), or, in verls without one (0.5.x), its ``workers/rollout/<name>_rollout`` modules;
-- ``algorithm.adv_estimator``: ``core_algos.ADV_ESTIMATOR_REGISTRY``;
-- ``actor_rollout_ref.actor.loss_agg_mode``: the modes ``core_algos.agg_loss`` compares against;
-- ``trainer.logger``: ``verl.utils.tracking.Tracking.supported_backend``.
-
-Sizes must be whole numbers >= 1 and divide the way verl's trainer and workers assert (``ray_trainer`` /
-``utils/config.validate_config``, ``fsdp_workers``): ``train_batch_size × rollout.n`` by the number of
-devices, ``ppo_mini_batch_size × rollout.n`` at least one per data-parallel rank, the rollout's tensor
-parallel size dividing the devices per node. The model is a folder with ``config.json`` and a tokenizer, or
-a hub id (downloaded on the cluster); the data files exist and carry the columns verl reads. Last, verl's own
-start-up is rehearsed (:mod:`verlflow.backends.verl.dryrun.rehearsal`): its validation and dataclasses, the model's
-config, the datasets, the reward, the resume branch.
+- sizes: whole numbers >= 1, and the divisions verl asserts for the profile's devices (``train_batch_size ×
+  rollout.n`` by the devices, ``ppo_mini_batch_size × rollout.n`` at least one per data-parallel rank, the
+  rollout's tensor parallel size dividing the devices per node);
+- the model: a folder with ``config.json`` and a tokenizer, or a hub id (downloaded on the cluster, so the
+  rehearsal skips what reads it); the data files exist and carry the columns verl reads;
+- :mod:`.startup_checks` and :mod:`.startup_loads`: micro-batches, the engine's bounds, loss names, the
+  strategy's packages, the devices Ray is asked for, the reward file, the warnings.
 
 Each of these is a check registered in the ``launch`` group of :mod:`.checks` (below, in the order they run),
-with what it needs; :func:`launch_problems` runs them.
+with what it needs; :func:`launch_problems` runs them and says which line wins when two name the same key.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import math
-import pkgutil
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,77 +33,16 @@ from omegaconf import DictConfig
 
 from verlflow.backends.verl.dryrun import checks, rehearsal, startup_checks, startup_loads
 from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
+from verlflow.backends.verl.dryrun.rehearsal.data_files import data_problems
+from verlflow.backends.verl.dryrun.rehearsal.names import VerlNames, name_problems, verl_names
 from verlflow.backends.verl.dryrun.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
-from verlflow.backends.verl.dryrun.startup_checks import compared_strings as _compared_strings
-from verlflow.compat import verl as compat_verl
 from verlflow.config import Device
-from verlflow.data.fix_commands import preprocess_command
 from verlflow.errors import Problem
-from verlflow.util import first_line
 
-# Files from which transformers' AutoTokenizer can load a tokenizer.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # ``org/name`` as the Hugging Face hub spells repository ids.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # Sections verl turns into its config dataclasses at start-up (their __post_init__ checks run there).
 DATACLASS_SECTIONS = ("algorithm", ACTOR, ROLLOUT)
-
-
-@dataclass(frozen=True)
-class VerlNames:
-    """The names the installed verl accepts, asked of its registries."""
-
-    rollout_engines: tuple[str, ...]
-    adv_estimators: tuple[str, ...]
-    loss_agg_modes: tuple[str, ...]
-    loggers: tuple[str, ...]
-
-
-@functools.lru_cache(maxsize=1)
-def verl_names() -> VerlNames:
-    """Read the accepted names from the installed verl (imports its core_algos: a few seconds, once)."""
-    from verl.trainer.ppo import core_algos
-    from verl.utils.tracking import Tracking
-
-    return VerlNames(
-        rollout_engines=_rollout_engines(),
-        adv_estimators=tuple(sorted(getattr(core_algos, "ADV_ESTIMATOR_REGISTRY", {}))),
-        loss_agg_modes=_compared_strings(core_algos.agg_loss, "loss_agg_mode"),
-        loggers=tuple(Tracking.supported_backend),
-    )
-
-
-def _rollout_engines() -> tuple[str, ...]:
-    registry = compat_verl.rollout_registry()
-    if registry:
-        return tuple(sorted({key[0] if isinstance(key, tuple) else key for key in registry}))
-    package = importlib.import_module("verl.workers.rollout")
-    return tuple(sorted(m.name.removesuffix("_rollout") for m in pkgutil.iter_modules(package.__path__)
-                        if m.name.endswith("_rollout")))
-
-
-
-def name_problems(cfg: DictConfig) -> list[Problem]:
-    """Engine, estimator, aggregation mode and logger names the installed verl does not know."""
-    names = verl_names()
-    checks = [
-        (f"{ROLLOUT}.name", names.rollout_engines, "rollout engine"),
-        ("algorithm.adv_estimator", names.adv_estimators, "advantage estimator"),
-        (f"{ACTOR}.loss_agg_mode", names.loss_agg_modes, "loss aggregation mode"),
-    ]
-    problems = []
-    for key, valid, what in checks:
-        value = value_of(cfg, key)
-        if valid and str(value) not in valid:
-            fix = f"unknown {what} for the installed verl: use one of {', '.join(valid)}"
-            problems.append(Problem(key, value, fix))
-    loggers = value_of(cfg, "trainer.logger", [])
-    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
-    unknown = [name for name in loggers if name not in names.loggers]
-    if unknown:
-        problems.append(Problem("trainer.logger", loggers, f"{', '.join(map(str, unknown))} unknown to verl's "
-                                                           f"Tracking: use some of {', '.join(names.loggers)}"))
-    return problems
 
 
 # Sizes that must be whole numbers >= 1 (None allowed where verl allows it: those with a False flag).
@@ -167,26 +100,18 @@ def size_problems(cfg: DictConfig) -> list[Problem]:
         divisors = [d for d in range(1, per_node + 1) if per_node % d == 0]
         problems.append(Problem(f"{ROLLOUT}.tensor_model_parallel_size", tp,
                                 f"must divide trainer.n_gpus_per_node={per_node}: use one of {divisors}"))
-    if devices and devices % sp:
-        problems.append(Problem(f"{ACTOR}.ulysses_sequence_parallel_size", sp,
-                                f"must divide the {devices} devices"))
     return problems
 
 
 def model_problems(path: Any) -> tuple[list[Problem], list[str]]:
-    """A model that is neither a usable local folder nor a hub id; a note when it will be downloaded."""
+    """A model that is not on this machine: a note when it is a hub id or remote, else a problem.
+
+    A local folder is the rehearsal's (``stages.model_config`` says what it lacks, then verl reads it); a
+    model that is not here is what the rehearsal cannot reach, and skips.
+    """
     key = "actor_rollout_ref.model.path"
     text = str(path or "")
-    folder = Path(text).expanduser()
-    if folder.is_dir():
-        missing = []
-        if not (folder / "config.json").is_file():
-            missing.append("config.json")
-        if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-            missing.append(f"a tokenizer file ({' or '.join(TOKENIZER_FILES)})")
-        if missing:
-            return [Problem(key, text, f"the folder lacks {' and '.join(missing)}: give a Hugging Face "
-                                       "model folder (-P model=…)")], []
+    if Path(text).expanduser().is_dir():
         return [], []
     if "://" in text:
         return [], [f"{key}={text} is remote: verl reads it on the cluster"]
@@ -194,45 +119,6 @@ def model_problems(path: Any) -> tuple[list[Problem], list[str]]:
         return [], [f"{key}={text} is a hub id: it will be downloaded on the cluster (no local folder here)"]
     return [Problem(key, text, "no such folder and not a hub id (org/name): pass -P model=<a Hugging Face "
                                "folder or hub id>")], []
-
-
-def _files(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
-
-
-def data_problems(cfg: DictConfig) -> list[Problem]:
-    """Train/val files that are missing, not parquet, or lack the columns verl's dataset and reward read."""
-    import pyarrow.parquet as pq
-
-    wanted = [str(value_of(cfg, "data.prompt_key", "prompt")), str(value_of(cfg, "data.reward_fn_key", "data_source")),
-              "reward_model"]
-    problems = []
-    for key in ("data.train_files", "data.val_files"):
-        for path in _files(value_of(cfg, key)):
-            if "://" in path:
-                continue
-            if not Path(path).is_file():
-                problems.append(Problem(key, path, f"file not found: run `{preprocess_command('', Path(path).parent)}` "
-                                                   "or pass -P data_dir=<folder with train.parquet and test.parquet>"))
-                continue
-            try:
-                columns = set(pq.read_schema(path).names)
-            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, … for a file that is not parquet
-                problems.append(Problem(key, path, f"not a parquet file ({first_line(exc, 120)}): "
-                                                   f"run `{preprocess_command('', Path(path).parent)}`"))
-                continue
-            named = {wanted[0]: "data.prompt_key", wanted[1]: "data.reward_fn_key"}
-            for column in [c for c in wanted if c not in columns]:
-                if column in named:
-                    problems.append(Problem(named[column], column, (
-                        f"{path} has no column '{column}' (it has {', '.join(sorted(columns))}): name one of "
-                        f"its columns, or write the file with `{preprocess_command('', Path(path).parent)}`")))
-                else:
-                    problems.append(Problem(key, path, f"lacks verl's column {column}: write it with "
-                                                       f"`{preprocess_command('', Path(path).parent)}`"))
-    return problems
 
 
 @dataclass(frozen=True)
@@ -268,7 +154,15 @@ def _rule(name: str, needs: tuple[str, ...], function: Any) -> None:
     launch_check(name, needs=needs)(run)
 
 
-_rule("preflight.name_problems", ("config", "verl"), name_problems)
+REHEARSAL = "rehearsal.rehearse"
+
+
+@launch_check(REHEARSAL, needs=("config", "verl", "devices", "cluster"))
+def _rehearsal(launch: Launch) -> Found:
+    found = rehearsal.rehearse(launch.cfg, stack=launch.stack, check_files=launch.check_files)
+    return Found(found.problems, found.warnings, [f"not rehearsed: {what}" for what in found.skipped])
+
+
 _rule("preflight.size_problems", ("config",), size_problems)
 _rule("startup_checks.micro_batch_problems", ("config", "verl", "devices"), startup_checks.micro_batch_problems)
 _rule("startup_checks.parallel_problems", ("config",), startup_checks.parallel_problems)
@@ -290,50 +184,52 @@ def _model(launch: Launch) -> Found:
 
 _rule("preflight.data_problems", ("files",), data_problems)
 _rule("startup_loads.reward_problems", ("files",), startup_loads.reward_problems)
-_rule("startup_loads.reward_manager_problems", ("config", "verl"), startup_loads.reward_manager_problems)
-REHEARSAL = "rehearsal.rehearse"
-
-
-@launch_check(REHEARSAL, needs=("config", "verl", "devices", "cluster"))
-def _rehearsal(launch: Launch) -> Found:
-    found = rehearsal.rehearse(launch.cfg, stack=launch.stack, check_files=launch.check_files)
-    return Found(found.problems, found.warnings, [f"not rehearsed: {what}" for what in found.skipped])
-
-
 _rule("startup_loads.startup_warnings", ("config", "verl"), lambda cfg: ([], startup_loads.startup_warnings(cfg)))
+
+
+def merged(problems: list[Problem], found: list[Problem]) -> list[Problem]:
+    """``problems`` with the lines of ``found`` whose key no earlier check named: one line per key, the first
+    check's (see :func:`launch_problems` for why the first)."""
+    reported = {problem.key for problem in problems}
+    return problems + [p for p in found if p.key not in reported]
 
 
 def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device | None = None,
                     stack: str = "") -> tuple[list[Problem], list[str]]:
     """Every problem of a launch's resolved config, and notes (a model to download, warnings, what was skipped).
 
-    Runs the checks registered in the ``launch`` group (:mod:`.checks`) in order; a problem whose key an
-    earlier check already reported is left out (the rules run before the rehearsal and say it more exactly).
-    ``check_files=False`` leaves out the checks that need files (a stand-in launcher brings its own; a Ray
-    job's files are the cluster's). Each rule is then judged for the verl the cluster runs (:mod:`.versions`).
+    Runs the checks registered in the ``launch`` group (:mod:`.checks`) in order: the rehearsal of verl's
+    start-up first, then the rules for what it cannot reach. ``check_files=False`` leaves out the checks that
+    need files (a stand-in launcher brings its own; a Ray job's files are the cluster's). Each line is then
+    judged for the verl the cluster runs (:mod:`.versions`).
+
+    **When two checks name the same key, the first one's line is kept** (:func:`merged`), so the rehearsal's
+    wins over a rule's: it ran the installed verl's own code (its registries, validation, datasets, reward),
+    and says what verl would say and where (``file:line``), where a rule restates verl's condition by hand and
+    may drift from it. A rule still speaks for every key the rehearsal left alone: what it cannot reach here
+    (the profile's devices and Ray, the cluster's files and image, a model that is not on this machine, whose
+    model stages it skips), and a mistake it saw only in another form (under another key). Where a rule said a
+    mistake more exactly, that knowledge is the rehearsal's now, so both give the same line: the valid names
+    (:mod:`.rehearsal.names`), what a model folder lacks (``stages.model_config``), a data file's facts
+    (:mod:`.rehearsal.data_files`).
     """
     launch = Launch(cfg, check_files, device, stack)
     problems: list[Problem] = []
-    # The rules' warnings print before the versions' judgement, the rehearsal's and later ones after it.
-    rule_warnings: list[str] = []
-    later_warnings: list[str] = []
+    warnings: list[str] = []
     notes: list[str] = []
-    rehearsed = False
+    not_rehearsed: list[str] = []  # said after the rules' notes (a hub id to download says why first)
     for check in checks.registered("launch"):
         if "files" in check.needs and not check_files:
             continue
         found = check.run(launch)
-        reported = {problem.key for problem in problems}
-        problems += [p for p in found.problems if p.key not in reported]
-        rehearsed |= check.name == REHEARSAL
-        (later_warnings if rehearsed else rule_warnings).extend(found.warnings)
-        notes += found.notes
+        problems = merged(problems, found.problems)
+        warnings += found.warnings
+        (not_rehearsed if check.name == REHEARSAL else notes).extend(found.notes)
     versions = verl_versions(stack)
     problems, judged = judge(problems, versions)
     judged += legacy_reward_warnings(value_of(cfg, "custom_reward_function.path"), judged, versions)
-    shown = rule_warnings + judged + later_warnings
-    return problems, versions_note(versions) + notes + [f"warning: {w}" for w in shown]
+    return problems, versions_note(versions) + notes + not_rehearsed + [f"warning: {w}" for w in judged + warnings]
 
 
 __all__ = ["VerlNames", "verl_names", "name_problems", "size_problems", "model_problems", "data_problems",
-           "launch_problems", "Launch", "Found"]
+           "launch_problems", "merged", "Launch", "Found"]

@@ -11,7 +11,6 @@ Rows of ``docs/preflight.md`` that depend on the installed packages or on a file
 - ``custom_reward_function.path`` / ``.name``: verl loads the file and reads the function from it
   (0.5.0 ``reward.get_custom_reward_fn``, 0.9 ``import_utils.load_extern_object``): the file must exist,
   parse, and define the name. The file is read here, never executed.
-- The reward manager's name: verl's own ``get_reward_manager_cls`` is called.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
 from verlflow.backends.verl.dryrun.startup_checks import FSDP, GRPO_LR_RANGE, STRATEGY_PACKAGES
@@ -130,35 +129,6 @@ def _top_level_names(tree: ast.Module) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
     return names
-
-
-def reward_manager_problems(cfg: DictConfig) -> list[Problem]:
-    """A reward manager name unknown to verl (0.5: ``reward_model.reward_manager``, 0.9: ``reward.reward_manager``).
-
-    verl 0.9 resolves it with ``reward.resolve_reward_manager_cls`` (its reward-loop registry), called here;
-    0.5 with ``workers.reward_manager.get_reward_manager_cls``. A manager loaded from a user's module
-    (``source: importlib``) is not executed here.
-    """
-    if OmegaConf.select(cfg, "reward.reward_manager.name") is not None:
-        if value_of(cfg, "reward.reward_manager.source", "register") != "register":
-            return []
-        from verl.trainer.ppo.reward import resolve_reward_manager_cls
-
-        key, registry = "reward.reward_manager.name", "verl.experimental.reward_loop.reward_manager.registry"
-        lookup = functools.partial(resolve_reward_manager_cls, cfg)
-    else:
-        from verl.workers.reward_manager.registry import get_reward_manager_cls
-
-        key, registry = "reward_model.reward_manager", "verl.workers.reward_manager.registry"
-        lookup = functools.partial(get_reward_manager_cls, value_of(cfg, key) or "naive")
-    try:
-        lookup()
-    except ValueError:
-        module = importlib.import_module(registry)
-        names = getattr(module, "REWARD_MANAGER", None) or getattr(module, "REWARD_MANAGER_REGISTRY", {})
-        return [Problem(key, value_of(cfg, key), f"unknown reward manager for the installed verl: use one of "
-                                             f"{', '.join(sorted(names))}")]
-    return []
 
 
 # GRPO_LR_RANGE is what fine-tuning pretrained LLMs uses; all of them are at least this wide (Qwen3-0.6B: 1024).

@@ -36,9 +36,11 @@ from verlflow.backends.verl.dryrun import checks
 from verlflow.backends.verl.dryrun.keys import MODEL
 from verlflow.backends.verl.dryrun.rehearsal import (
     checkpoint,
+    data_files,
     engine,
     first_step,
     mesh,
+    names,
     rollout_side,
     stages,
     vllm_args,
@@ -46,6 +48,7 @@ from verlflow.backends.verl.dryrun.rehearsal import (
 )
 from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.dryrun.rehearsal.state import Findings, Rehearsal, quiet
+from verlflow.errors import Problem
 from verlflow.util import environ_restored, first_line
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -91,6 +94,11 @@ def _offline() -> Iterator[None]:
 
 
 stage = functools.partial(checks.register, group="rehearsal")
+
+
+@stage("names.name_problems", needs=("config", "verl"))
+def _names(rehearsal: Rehearsal) -> None:
+    rehearsal.add(names.name_problems(rehearsal.cfg))
 
 
 @stage("stages.worker_configs", needs=("config", "verl"))
@@ -222,7 +230,25 @@ def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True)
     with _offline():
         for check in checks.registered("rehearsal"):
             _run(rehearsal, check)
+    findings.problems = first_per_key(findings.problems)
+    if check_files:  # verl's own words on a data file name neither the column it lacks nor the fix
+        findings.problems = data_files.exact_data_lines(findings.problems, cfg)
     return findings
 
 
-__all__ = ["Findings", "rehearse", "local_model_folder", "stack_packages"]
+def first_per_key(problems: list[Problem]) -> list[Problem]:
+    """One line per key: the first stage to name a key speaks for it.
+
+    The stages run in the order verl reaches them, so the first line for a key is where verl would stop; the
+    names stage runs before all of them because it lists the valid names, which verl's own failure does not.
+    """
+    seen: set[str] = set()
+    kept = []
+    for problem in problems:
+        if problem.key not in seen:
+            seen.add(problem.key)
+            kept.append(problem)
+    return kept
+
+
+__all__ = ["Findings", "rehearse", "first_per_key", "local_model_folder", "stack_packages"]

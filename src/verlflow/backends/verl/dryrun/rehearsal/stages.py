@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL, REF, ROLLOUT
-from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine
+from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine, names
 from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.dryrun.rehearsal.state import Reached, Rehearsal, quiet
 from verlflow.compat import verl as compat_verl
@@ -115,8 +116,37 @@ def _engine_ref(cfg: DictConfig) -> DictConfig:
     return ref
 
 
+# Files from which transformers' AutoTokenizer can load a tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def model_folder_problem(folder: str) -> Problem | None:
+    """A model folder without ``config.json`` or any tokenizer file, said as such.
+
+    verl fails on it in its own words (0.9 ``HFModelConfig``: transformers cannot build a tokenizer, or a
+    chat-template error; 0.5 ``hf_tokenizer`` in the start-up, its workers for ``config.json``), which do not
+    say what the folder lacks; this line does.
+    """
+    path = Path(folder)
+    missing = [] if (path / "config.json").is_file() else ["config.json"]
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        missing.append(f"a tokenizer file ({' or '.join(TOKENIZER_FILES)})")
+    if not missing:
+        return None
+    return Problem(f"{MODEL}.path", folder, f"the folder lacks {' and '.join(missing)}: give a Hugging Face "
+                                            "model folder (-P model=…)")
+
+
 def model_config(rehearsal: Rehearsal) -> bool:
-    """The model's ``HFModelConfig`` as verl >= 0.6 builds it (config and tokenizer); True when it builds."""
+    """The model's ``HFModelConfig`` as verl >= 0.6 builds it (config and tokenizer); True when it builds.
+
+    A folder that lacks the files verl reads is said first (:func:`model_folder_problem`), and nothing that
+    reads the model is rehearsed then.
+    """
+    lacking = model_folder_problem(str(rehearsal.folder))
+    if lacking is not None:
+        rehearsal.findings.problems.append(lacking)
+        return False
     hf_model_config = _verl_function("verl.workers.config", "HFModelConfig")
     if hf_model_config is None:
         rehearsal.findings.skipped.append("HFModelConfig: not in this verl (its tokenizer is loaded in the "
@@ -205,6 +235,8 @@ def reward_call(rehearsal: Rehearsal) -> None:
         return
     load = _verl_function("verl.trainer.ppo.reward", "load_reward_manager")
     manager = getattr(trainer, "reward_fn", None)  # verl 0.5 loads it in TaskRunner.run
+    if any(problem.key in names.REWARD_MANAGER_KEYS for problem in rehearsal.findings.problems):
+        return  # the names stage refused the manager: verl would fail loading it, said there with the valid names
     if manager is None and load is not None:
         ok, manager = rehearsal.attempt("reward", lambda: load(cfg, rehearsal.tokenizer))
         if not ok:
