@@ -54,7 +54,7 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, s
         assert [w.returncode for w in workers] == [0, 0], [o[-2000:] for o in outputs]
 
         study = optuna.load_study(study_name="pg", storage=storage)
-        assert sorted(t.state.name for t in study.trials) == ["COMPLETE", "COMPLETE"]
+        assert sorted(t.state.name for t in study.trials) == ["COMPLETE", "COMPLETE"], [o[-3000:] for o in outputs]
         client = MlflowClient(tracking_uri=url)
         experiments = [e.experiment_id for e in client.search_experiments()]
         runs = client.search_runs(experiments, max_results=1000)
