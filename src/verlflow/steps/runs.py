@@ -1,9 +1,9 @@
-"""``verlflow runs``: list RUNNING runs with whether their process lives; ``--reap`` ends the dead ones.
+"""``verlflow runs``: list RUNNING runs with whether their process lives; ``--reap`` ends the dead ones;
+``upload-spill`` writes a spill file into its runs.
 
     verlflow runs                    # RUNNING runs of every experiment, alive or dead
     verlflow runs --reap             # mark the dead ones FAILED (tag verlflow.reaped says why)
     verlflow runs upload-spill FILE  # write a spill file (what a tracking outage kept) into its runs
-
 
 A plain command, not an MLflow entry point: it looks after runs and must not open one itself (under
 ``mlflow run`` it would be a RUNNING run of its own in the list it is cleaning). ``upload-spill`` is the upload
