@@ -182,3 +182,29 @@ def test_a_sigterm_during_a_long_log_batch_loop_ends_the_run_killed_without_trac
     other = sqlite3.connect(db, timeout=0)  # no lock left behind: another writer gets in at once
     other.execute("BEGIN IMMEDIATE")
     other.rollback()
+
+
+CHILD_STARTED = textwrap.dedent(
+    """
+    import multiprocessing, os, signal
+    from verlflow import stopping
+
+    with stopping.installed():
+        child = multiprocessing.get_context("spawn").Process(target=stopping.ignore_held_sigint)
+        stopping.start_child(child)  # the first spawn of this process: the resource tracker starts too
+        os.kill(child.pid, signal.SIGINT)  # lands while the child's interpreter starts
+        child.join(60)
+        print("child exit code", child.exitcode)
+        with stopping.sigint_held_for_children():
+            os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while a child is being started
+        print("stop seen", stopping.STOP.wait(60))
+    """
+)
+
+
+def test_a_ctrl_c_while_a_child_starts_neither_kills_the_child_nor_is_lost_to_the_step():
+    """The metric writer's start: a Ctrl-C to the group killed a starting writer with a traceback, and once the
+    step ignored SIGINT while starting it, the step's own Ctrl-C was lost (it trained on until SIGTERM)."""
+    done = subprocess.run([sys.executable, "-c", CHILD_STARTED], capture_output=True, text=True, timeout=180, env=ENV)
+    assert done.stdout.splitlines() == ["child exit code 0", "stop seen True"], done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -110,17 +110,40 @@ def handlers_kept() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def sigint_ignored_by_children() -> Iterator[None]:
-    """Children started in the block ignore SIGINT from their first instruction (an ignored signal stays ignored
-    across exec, and Python then installs no KeyboardInterrupt handler): a Ctrl-C to the process group while a
-    metric writer's interpreter was starting killed it with a traceback. A Ctrl-C to this process in the block is
-    ignored too (the block only starts a process). Only the main thread may change a handler; elsewhere a no-op."""
-    previous = {signal.SIGINT: signal.getsignal(signal.SIGINT)}
-    set_handlers({signal.SIGINT: signal.SIG_IGN})
+def sigint_held_for_children() -> Iterator[None]:
+    """Children started in the block begin with SIGINT blocked: a Ctrl-C to the process group while a child's
+    interpreter starts stays pending in it until the child sets its own disposition (:func:`ignore_held_sigint`)
+    instead of killing it with a traceback. This thread holds SIGINT only until the block ends, so a Ctrl-C
+    meanwhile still reaches the step's handler (an ignored one was lost: the step trained on until the launcher's
+    SIGTERM). A helper process that the start itself launches and that unblocks SIGINT as it does
+    (multiprocessing's resource tracker) must be running before the block. No-op where there is no signal mask."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        set_handlers(previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def start_child(process) -> None:
+    """Start the multiprocessing ``process`` with SIGINT held (:func:`sigint_held_for_children`); its target calls
+    :func:`ignore_held_sigint` first. multiprocessing's resource tracker is started before the block: the first
+    spawn starts it, and it unblocks SIGINT in this thread as it does."""
+    import multiprocessing.resource_tracker
+
+    multiprocessing.resource_tracker.ensure_running()
+    with sigint_held_for_children():
+        process.start()
+
+
+def ignore_held_sigint() -> None:
+    """A child of :func:`sigint_held_for_children` ignores SIGINT from here on, a Ctrl-C held since its start
+    included (setting SIG_IGN discards a pending one), and stops holding it."""
+    set_handlers({signal.SIGINT: signal.SIG_IGN})
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def reset() -> None:

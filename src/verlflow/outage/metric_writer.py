@@ -92,7 +92,7 @@ def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: 
                         write_every_s: float) -> None:
     """The writer process: gather, write, and on failure spill and retry, until the stream ends."""
     # A Ctrl-C to the terminal's process group is the trainer's to handle: it ends its run, then closes the stream.
-    stopping.set_handlers({signal.SIGINT: signal.SIG_IGN})
+    stopping.ignore_held_sigint()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     known_warnings.install()  # MLflow's traceback per SQLite lock retry: the writer waits it out (retry_on_lock)
     cap_http(WRITER_HTTP_KNOBS)

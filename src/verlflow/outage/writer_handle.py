@@ -86,8 +86,8 @@ class MetricBuffer:
             target=write_until_closed, name=f"verlflow-metrics-{self.run_id[:8]}", daemon=True,
             args=(steps_in, acks_out, self.run_id, self.tracking_uri, str(self.spill_path), self.retry_s,
                   self.write_every_s))
-        with _main_module_hidden(), stopping.sigint_ignored_by_children():
-            self._process.start()
+        with _main_module_hidden():
+            stopping.start_child(self._process)
         steps_in.close()  # the writer's ends are the writer's alone: its death closes them
         acks_out.close()
         self.writers_started += 1
