@@ -36,6 +36,8 @@ def postgres(tmp_path_factory):
 
 
 def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, smoke_store, monkeypatch):
+    # No worker dies here: a grace period of 120 s, not the 3 s a killed worker's test needs (under CI's load a
+    # heartbeat thread starved past 3 s, and the other worker failed a trial that was still training).
     # psycopg2 (dev extra) named explicitly: SQLAlchemy 2.1 would pick psycopg 3 for plain postgresql://.
     tracking_db = f"postgresql+psycopg2://postgres@/tracking?host={postgres}"
     storage = f"postgresql+psycopg2://postgres@/optuna?host={postgres}"
@@ -47,7 +49,7 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, s
         env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(smoke_store.cache)})
         args = ["search", "--recipe", "tiny", "--device", "cpu", "--n_trials", "1", "--study_name", "pg",
                 "--storage", storage, "--pruner", "none", "--data_dir", str(smoke_store.data_dir),
-                "--search_config", str(_short_search_config(tmp_path))]
+                "--search_config", str(_short_search_config(tmp_path, grace_period=120))]
         workers = [subprocess.Popen([sys.executable, "-m", "verlflow.cli", *args], cwd=tmp_path, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
         outputs = [w.communicate(timeout=900)[0] for w in workers]

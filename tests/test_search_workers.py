@@ -38,11 +38,11 @@ DEFAULT = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read
 pytestmark = pytest.mark.slow
 
 
-def _short_search_config(tmp_path: Path, steps: int = 2, **pruner) -> Path:
+def _short_search_config(tmp_path: Path, steps: int = 2, grace_period: int = 3, **pruner) -> Path:
     data = yaml.safe_load(yaml.safe_dump(DEFAULT))
     overrides = {"trainer.total_training_steps": steps, "trainer.total_epochs": steps, "trainer.test_freq": 1}
     data["trial"] = {"overrides": overrides, "poll_interval": 1, "stop_timeout": 300}
-    data["storage"] = {"heartbeat_interval": 1, "grace_period": 3, "max_retry": 2}
+    data["storage"] = {"heartbeat_interval": 1, "grace_period": grace_period, "max_retry": 2}
     data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
     data["pruner"]["median"] = pruner or data["pruner"]["median"]
     path = tmp_path / "short.yaml"
