@@ -4,12 +4,12 @@
 
 The smoke recipe's step (8 prompts x 8 samples of <= 48 tokens, one PPO mini-batch) on the untrained tiny model
 (its warm start takes minutes; untrained, every response runs to 48 tokens, so a step is a little heavier).
-Each figure is one fresh process (``verlflow.project_entry`` sets OpenMP's wait policy before torch loads, as a
-step's process does) training the smoke recipe's steps with the local trainer, timed from its first step's start
-to its last step's end (validation, checkpoints and sample tables off). "shared" runs the same beside two Python
-busy loops (one per core of a 2-core machine). Rounds alternate quiet / shared so that a drift of the machine's
-other load favours neither; the median of each is printed with the ratio and the load average around it.
-``--threads 2 --wait-policy ACTIVE`` gives the settings before the trainer chose them (a fixed two, spinning).
+Each figure is one fresh process training the smoke recipe's steps with the local trainer, timed from its first
+step's start to its last step's end (validation, checkpoints and sample tables off). "shared" runs the same beside
+two Python busy loops (one per core of a 2-core machine). Rounds alternate quiet / shared so that a drift of the
+machine's other load favours neither; the median of each is printed with the ratio and the load average around it.
+``--threads 2`` gives the settings before the trainer followed the free cores (a fixed two);
+``--wait-policy PASSIVE`` the wait policy the step forced before it left it to OpenMP.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from pathlib import Path
 
 CHILD = """
 import json, sys, time
-from verlflow.project_entry import prepare_process
-prepare_process()
 import mlflow
 from verlflow import config
 from verlflow.backends.local.trainer import train_local
@@ -96,7 +94,7 @@ def main() -> None:
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "verlflow-cpu-shared"))
     parser.add_argument("--threads", default="auto",
                         help="auto (the trainer follows the free cores) or a count kept fixed throughout")
-    parser.add_argument("--wait-policy", default=None, help="OMP_WAIT_POLICY to force (default: the entry's)")
+    parser.add_argument("--wait-policy", default=None, help="OMP_WAIT_POLICY to force (default: OpenMP's own)")
     parser.add_argument("--busy", type=int, default=2, help="busy loops beside the shared runs")
     parser.add_argument("--nice", type=int, default=0,
                         help="niceness of the trainer and the loops (negative, as root: a host shared with other "
@@ -114,7 +112,7 @@ def main() -> None:
             print(f"{name:6s} {result['train_s']:6.1f} s  threads {result['threads']}  "
                   f"load {before:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
     quiet, shared = statistics.median(figures["quiet"]), statistics.median(figures["shared"])
-    print(f"{args.steps} steps, threads={args.threads}, wait policy={args.wait_policy or 'entry default'}: "
+    print(f"{args.steps} steps, threads={args.threads}, wait policy={args.wait_policy or 'OpenMP default'}: "
           f"quiet {quiet:.1f} s, beside {args.busy} busy loops {shared:.1f} s = {shared / quiet:.2f}x quiet")
 
 

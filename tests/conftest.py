@@ -48,9 +48,10 @@ def pytest_configure(config: pytest.Config) -> None:
     machine, is made here once, before the workers start, so that two first clusters cannot write two tokens.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    # OpenMP threads that sleep when idle instead of spinning: the suite runs trainers, writers and servers side by
-    # side on 2 cores, where spinning threads take the cores the others wait for (a smoke train beside two busy
-    # loops: 83 s of GRPO spinning, 48 s passive). Read by libgomp when torch loads, so set before any test runs.
+    # OpenMP threads that sleep when idle instead of spinning: the suite runs trainers, writers, servers and verl's
+    # processes side by side on 2 cores all the time, and not every torch call in it follows the free cores as the
+    # trainer's steps do (a step alone leaves the policy to OpenMP: verlflow.device.cpu_share). Read by libgomp
+    # when torch loads, so set before any test runs.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.pop("RAY_ADDRESS", None)
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"vfray-{worker}-", dir="/tmp")  # short: Ray's socket paths

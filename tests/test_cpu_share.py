@@ -37,11 +37,3 @@ def test_busy_loops_on_every_core_leave_the_trainer_one_thread(monkeypatch):
         os.sched_setaffinity(0, original)
         torch.set_num_threads(threads)
 
-
-def test_a_wait_policy_the_user_chose_is_kept():
-    chosen = {"OMP_WAIT_POLICY": "ACTIVE"}
-    cpu_share.prefer_passive_wait(chosen)
-    assert chosen["OMP_WAIT_POLICY"] == "ACTIVE"
-    unset: dict[str, str] = {}
-    cpu_share.prefer_passive_wait(unset)
-    assert unset["OMP_WAIT_POLICY"] == "PASSIVE"

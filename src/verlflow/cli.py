@@ -20,7 +20,6 @@ import sys
 from collections.abc import Sequence
 
 from verlflow import fatal_watch, stopping
-from verlflow.device.cpu_share import prefer_passive_wait
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
 from verlflow.out_of_memory import OutOfMemory, hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.outage.deadline import TrackingDeadline, server_failure
@@ -92,7 +91,6 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
     so a watcher (:mod:`verlflow.fatal_watch`) is left to report a hard death; a caller running steps inside a
     longer-lived process (a test) gets none."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    prefer_passive_wait()  # before any step loads torch: OpenMP reads it once
     hold_reserve()  # memory for the line if the step runs out of it
     with gc_paused():
         args = build_parser().parse_args(argv)

@@ -23,16 +23,8 @@ def main(argv: list[str]) -> None:
 
     try:
         with raising_while_loading():
-            prepare_process()
             from verlflow.cli import main as cli_main
     except KeyboardInterrupt as exc:
         stop_interrupted(argv[0], exc)
     cli_main(argv, own_process=True)
 
-
-def prepare_process() -> None:
-    """Process-wide settings that must precede torch's import: OpenMP threads that sleep while they wait
-    (:func:`verlflow.device.cpu_share.prefer_passive_wait`), so CPU training shares the machine with other work."""
-    from verlflow.device.cpu_share import prefer_passive_wait
-
-    prefer_passive_wait()

@@ -1,37 +1,28 @@
-"""CPU training on a machine it shares: torch threads that wait passively, as many as the cores others leave free.
+"""CPU training on a machine it shares: as many torch threads as the cores others leave free.
 
     python -c "from verlflow.device.cpu_share import free_cores; print(free_cores(0.5))"
 
 torch's CPU kernels run on an OpenMP pool whose threads meet at a barrier after every parallel region. Alone, two
-threads on two cores are fastest; beside other work a thread waits for a core at each barrier, and OpenMP's
-default of spinning there takes cycles from the thread it waits for: 40 smoke steps took 12 s alone and 83 s
-beside two busy loops. Two settings fix it:
+threads on two cores are fastest; beside other work a thread waits for a core at each barrier, and a fixed two
+threads took 3.9x as long beside two busy loops as alone (40 smoke steps, ``bench/cpu_shared_speed.py --threads 2``).
+:class:`ThreadGovernor` (the local trainer, between steps; the CPU verl plugin once per worker) sets torch's thread
+count to the cores the other processes leave free (read from ``/proc/stat`` minus this process's own CPU time,
+``os.getloadavg`` where there is no ``/proc``), never above the profile's ``OMP_NUM_THREADS``.
 
-- :func:`prefer_passive_wait` (the entry, before torch loads: OpenMP reads it once): ``OMP_WAIT_POLICY=PASSIVE``,
-  a waiting thread sleeps instead of spinning, unless the user chose a policy;
-- :class:`ThreadGovernor` (the local trainer, between steps; the CPU verl plugin once per worker): torch's
-  thread count follows the cores the other processes leave free (read from ``/proc/stat`` minus this process's
-  own CPU time, ``os.getloadavg`` where there is no ``/proc``), never above the profile's ``OMP_NUM_THREADS``.
+OpenMP's wait policy is left to OpenMP (unless the user set ``OMP_WAIT_POLICY``): libgomp's default spins a few
+milliseconds at a barrier, then sleeps. Both forced policies lost on the bench: ``PASSIVE`` (sleep at once) made
+training alone 1.3x slower (up to 2x at hours when the host wakes sleepers late), ``ACTIVE`` (spin without end)
+kept an idle pool thread spinning beside one working thread, 1.4x slower beside the busy loops.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import MutableMapping
 from pathlib import Path
 
-WAIT_POLICY = "PASSIVE"
 # Seconds between two looks at the machine's load during training (a look is two small /proc reads).
 RECHECK_S = 2.0
-
-
-def prefer_passive_wait(environ: MutableMapping[str, str] | None = None) -> None:
-    """OpenMP threads sleep rather than spin while they wait (a choice already in the environment stays).
-
-    Must run before torch is imported in this process: OpenMP reads the variable when it loads."""
-    environ = os.environ if environ is None else environ
-    environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
 
 
 def usable_cores() -> list[int]:
