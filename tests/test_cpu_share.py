@@ -36,4 +36,3 @@ def test_busy_loops_on_every_core_leave_the_trainer_one_thread(monkeypatch):
             loop.wait()
         os.sched_setaffinity(0, original)
         torch.set_num_threads(threads)
-

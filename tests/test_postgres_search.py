@@ -37,7 +37,7 @@ def postgres(tmp_path_factory):
 
 def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, smoke_store, monkeypatch):
     # No worker dies here: a grace period of 120 s, not the 3 s a killed worker's test needs (under CI's load a
-    # heartbeat thread starved past 3 s, and the other worker failed a trial that was still training).
+    # heartbeat thread can starve past 3 s, and the other worker then fails a trial that is still training).
     # psycopg2 (dev extra) named explicitly: SQLAlchemy 2.1 would pick psycopg 3 for plain postgresql://.
     tracking_db = f"postgresql+psycopg2://postgres@/tracking?host={postgres}"
     storage = f"postgresql+psycopg2://postgres@/optuna?host={postgres}"

@@ -4,7 +4,7 @@
 
 torch's CPU kernels run on an OpenMP pool whose threads meet at a barrier after every parallel region. Alone, two
 threads on two cores are fastest; beside other work a thread waits for a core at each barrier, and a fixed two
-threads took 3.9x as long beside two busy loops as alone (40 smoke steps, ``bench/cpu_shared_speed.py --threads 2``).
+threads took 3.7-5.8x as long beside two busy loops as alone (40 smoke steps, `bench/cpu_shared_speed.py --threads 2`).
 :class:`ThreadGovernor` (the local trainer, between steps; the CPU verl plugin once per worker) sets torch's thread
 count to the cores the other processes leave free (read from ``/proc/stat`` minus this process's own CPU time,
 ``os.getloadavg`` where there is no ``/proc``), never above the profile's ``OMP_NUM_THREADS``.
