@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
 import os
 import shutil
@@ -37,6 +38,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--time-record DIR``: where the time goes, by file, fixture set-up and subprocess (bench/test_time.py)."""
+    parser.addoption("--time-record", metavar="DIR", default=None,
+                     help="write wall and CPU seconds by test file, fixture set-up and subprocess to DIR/<worker>.jsonl")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Give this test process (an xdist worker, or the one process without xdist) a Ray of its own, and OpenMP
     threads that yield the cores they do not use.
@@ -48,6 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
     machine, is made here once, before the workers start, so that two first clusters cannot write two tokens.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    if config.getoption("--time-record"):
+        from time_record import TimeRecorder
+
+        config.pluginmanager.register(TimeRecorder(Path(config.getoption("--time-record"))), "time-record")
     # OpenMP threads that sleep when idle instead of spinning: the suite runs trainers, writers, servers and verl's
     # processes side by side on 2 cores all the time, and not every torch call in it follows the free cores as the
     # trainer's steps do (a step alone leaves the policy to OpenMP: verlflow.device.cpu_share). Read by libgomp
@@ -83,15 +94,33 @@ def _imports_mlflow(item: pytest.Item) -> bool:
     return "import mlflow" in body or "from mlflow" in body
 
 
+def slow_setup(func):
+    """Mark a fixture as a set-up as slow as a slow test (a training, a session of steps on a server, a pip install):
+    every test that uses it, directly or through another fixture, is marked ``slow`` at collection, so the
+    change-by-change run (``-m "not slow"``) never pays for it. Put it under ``@pytest.fixture``."""
+    func.slow_setup = True
+    return func
+
+
+def _is_slow_setup(fixturedef) -> bool:
+    func = fixturedef.func
+    return bool(getattr(func, "slow_setup", False) or getattr(getattr(func, "__wrapped__", None), "slow_setup", False))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``mlflow_api`` each test that reaches MLflow's API: its module uses mlflow, or a fixture it uses opens a
-    tracking store. scripts/test_lowest_mlflow.sh runs these again at the lowest MLflow verlflow supports."""
+    tracking store. scripts/test_lowest_mlflow.sh runs these again at the lowest MLflow verlflow supports.
+
+    Mark ``slow`` each test that uses a :func:`slow_setup` fixture: the marker follows the set-up's cost, not only
+    the test body's."""
     for item in items:
         fixturedefs = [d for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs] \
             if hasattr(item, "_fixtureinfo") else []
         if _imports_mlflow(item) or any(_opens_a_store(d) for d in fixturedefs):
             item.add_marker(pytest.mark.mlflow_api)
+        if any(_is_slow_setup(d) for d in fixturedefs) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -354,6 +383,60 @@ def tracking_uri(tmp_path, monkeypatch) -> str:
 
 
 @dataclass
+class CliResult:
+    """What a ``verlflow`` command did: its exit status and what it printed (as ``subprocess.run`` reports it)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_in_process(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> CliResult:
+    """``verlflow ARGV`` run by ``cli.main`` in this process, as a new process would run it, without its start-up.
+
+    For the tests of what a step does, not of the process around it (a signal, a hard death, ``mlflow run``'s
+    launcher keep their real process): a new Python process costs seconds of imports (torch, verl, MLflow) on a
+    busy 2-core host, this call milliseconds. ``env`` is the whole environment of the call (as ``subprocess.run``
+    takes it; default: this process's), ``cwd`` its working directory; both, MLflow's tracking URI and active
+    experiment are put back afterwards, and a run the step left active is ended. An exception no step turned
+    into its line is printed as the process would (a traceback on stderr, exit 1).
+    """
+    import traceback
+
+    import mlflow.tracking.fluent as fluent
+
+    from verlflow import cli
+
+    saved_env, saved_cwd, saved_experiment = dict(os.environ), os.getcwd(), fluent._active_experiment_id
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI"))
+        fluent._active_experiment_id = None
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                cli.main(list(argv))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        while mlflow.active_run():
+            mlflow.end_run()
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        mlflow.set_tracking_uri(saved_env.get("MLFLOW_TRACKING_URI"))
+        fluent._active_experiment_id = saved_experiment
+    return CliResult(code, stdout.getvalue(), stderr.getvalue())
+
+
+@dataclass
 class SmokeStore:
     """A tracking store holding two real tiny-recipe train runs that differ only in their CPU thread count."""
 
@@ -446,6 +529,18 @@ def tiny_workdir(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "tiny-workdir", build)
 
 
+def _served_store(path: Path) -> str:
+    """The SQLite store a server in the tests starts on: a copy of the session's empty store (its tables made by
+    MLflow's own migrations once), its Default experiment's artifacts where a server with proxied artifacts puts
+    them. A server on a new file would run every migration at start, seconds on a busy host, for every server."""
+    template = _TEMPLATE.get("db")
+    if template is not None and not path.exists():
+        shutil.copyfile(template, path)
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE experiments SET artifact_location = 'mlflow-artifacts:/0' WHERE experiment_id = 0")
+    return f"sqlite:///{path}"
+
+
 class MlflowServer:
     """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifacts, requests logged to ``log``) in its
     own process group, that can be stopped and started again on the same port and store.
@@ -455,7 +550,7 @@ class MlflowServer:
 
     def __init__(self, root: Path, backend_store_uri: str | None = None):
         self.root, self.port = root, free_port()
-        self.backend_store_uri = backend_store_uri or f"sqlite:///{root / 'server.db'}"
+        self.backend_store_uri = backend_store_uri or _served_store(root / "server.db")
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / "server.log"
         self.proc: subprocess.Popen | None = None

@@ -80,7 +80,15 @@ def test_ci_also_runs_the_fast_tests_at_the_lowest_mlflow_pyproject_admits():
     assert _readme_block("ci:test").endswith(" && bash scripts/test_lowest_mlflow.sh")
     assert " && python -m pytest -n 2 " in _readme_block("ci:test")  # the main suite first, on both cores
     script = (REPO / "scripts/test_lowest_mlflow.sh").read_text()
-    assert "set -euo pipefail" in script and "-c constraints-mlflow-lowest.txt" in script
+    assert "set -euo pipefail" in script
+    assert "scripts/pins_that_differ.py constraints.txt constraints-mlflow-lowest.txt" in script
+    # What that venv installs over the main one: MLflow at the floor, and nothing the lowest pins leave equal.
+    changed = subprocess.run([sys.executable, "scripts/pins_that_differ.py", "constraints.txt",
+                              "constraints-mlflow-lowest.txt"], cwd=REPO, capture_output=True, text=True, check=True)
+    installed = dict(line.split("==") for line in changed.stdout.split())
+    assert installed["mlflow"] == installed["mlflow-skinny"] == floor
+    assert all(newest_pin != installed.get(name) for name, newest_pin in _pins(
+        (REPO / "constraints.txt").read_text()).items())
 
 
 def test_the_cluster_install_takes_no_constraints():
