@@ -76,7 +76,7 @@ def by_subprocess(events: list[dict], top: int) -> str:
     totals: dict[str, list] = defaultdict(lambda: [0.0, 0.0, 0, set()])
     for e in events:
         if e["kind"] == "subprocess":
-            row = totals[e["args"]]
+            row = totals[" ".join(e["args"].split())[:100]]
             row[0] += e["wall"]
             row[1] += e["cpu"]
             row[2] += 1
@@ -97,7 +97,7 @@ def summary(events: list[dict]) -> str:
         f"tests: {len(tests)} ({len(tests) - len(fast)} slow); summed over workers: "
         f"wall {sum(e['wall'] for e in tests):.0f} s, CPU {sum(e['cpu'] for e in tests):.0f} s",
         f"not-slow tests: wall {sum(e['wall'] for e in fast):.0f} s, CPU {sum(e['cpu'] for e in fast):.0f} s",
-        f"collection per worker: " + ", ".join(f"{e['wall']:.0f} s wall / {e['cpu']:.0f} s CPU" for e in collection),
+        "collection per worker: " + ", ".join(f"{e['wall']:.0f} s wall / {e['cpu']:.0f} s CPU" for e in collection),
         f"subprocesses: {len(launched)} launches, {sum(e['cpu'] for e in launched):.0f} CPU s",
     ])
 

@@ -41,7 +41,7 @@ FIXTURES = REPO_ROOT / "tests" / "fixtures"
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--time-record DIR``: where the time goes, by file, fixture set-up and subprocess (bench/test_time.py)."""
     parser.addoption("--time-record", metavar="DIR", default=None,
-                     help="write wall and CPU seconds by test file, fixture set-up and subprocess to DIR/<worker>.jsonl")
+                     help="write wall and CPU seconds by file, fixture set-up and subprocess to DIR/<worker>.jsonl")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -455,6 +455,7 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
 
 
 @pytest.fixture(scope="session")
+@slow_setup
 def smoke_store(tmp_path_factory, tiny_workdir) -> SmokeStore:
     """Preprocess synthetic data, then train the tiny recipe twice on the cpu profile (1 and 2 threads).
 
@@ -481,6 +482,7 @@ def smoke_store(tmp_path_factory, tiny_workdir) -> SmokeStore:
 
 
 @pytest.fixture(scope="session")
+@slow_setup
 def warm_model_cache(tmp_path_factory) -> Path:
     """A verlflow cache holding the smoke recipe's warm-started tiny Qwen3, built once per test session.
 

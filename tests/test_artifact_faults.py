@@ -69,6 +69,7 @@ def _upload(path: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env={**env, "PYTHONPATH": str(ROOT / "src")})
 
 
+@pytest.mark.slow
 def test_a_refused_artifact_is_kept_apart_while_the_metrics_go_on(server, tmp_path, capfd):
     with logging_while_artifacts_are_refused(server, tmp_path) as (client, run_id, path, buffer):
         buffer.log_record({"kind": "table", "artifact_file": "samples/step_1.json",

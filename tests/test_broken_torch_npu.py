@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -15,6 +16,7 @@ from verlflow.models.model_path import resolve_model_path
 BROKEN_TORCH_NPU = 'raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")\n'
 
 
+@pytest.mark.slow
 def test_evaluate_with_a_torch_npu_that_fails_to_import_prints_one_line(tmp_path, tracking_uri):
     fake_site = tmp_path / "site"
     (fake_site / "torch_npu").mkdir(parents=True)

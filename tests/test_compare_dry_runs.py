@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import CliResult, cli_in_process
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
 
 
-def _cli(args: list[str], cwd, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verlflow.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+def _cli(args: list[str], cwd, env) -> CliResult:
+    return cli_in_process([*args], env=env, cwd=cwd)
 
 
 def _train_runs(client: MlflowClient) -> list:

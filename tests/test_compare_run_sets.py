@@ -15,7 +15,7 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
-from conftest import fresh_store
+from conftest import fresh_store, slow_setup
 from mlflow.tracking import MlflowClient
 from scipy.stats import t, ttest_ind
 
@@ -41,6 +41,7 @@ def _train(profile: str, data_dir: Path, overrides: str) -> str:
 
 
 @pytest.fixture(scope="module")
+@slow_setup
 def runs(tmp_path_factory, tiny_workdir):
     """Run ids: cpu seeds 1 and 2, cpu-b seeds 1 and 2, and two deterministic runs of seed 1 on cpu."""
     root = tmp_path_factory.mktemp("run-sets")

@@ -7,12 +7,11 @@ silently ignored and a value gets its declared type or one clear line.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import cli_in_process
 
 from verlflow.config import SEARCH_DIR, VerlflowBlock, compose, list_recipes, load_recipe
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
@@ -153,8 +152,7 @@ def test_the_cli_prints_the_typo_in_one_line_and_exits_2(tmp_path, tracking_uri,
                                                            .read_text()),
                                           "verlflow": {"model_name": "x", "skip_prefligth": True}}))
         args += ["--recipe", str(recipe)]
-    result = subprocess.run([sys.executable, "-m", "verlflow.cli", "train", *args], capture_output=True,
-                            text=True, timeout=180, cwd=tmp_path)
+    result = cli_in_process(["train", *args], cwd=tmp_path)
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr

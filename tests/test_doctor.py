@@ -7,11 +7,10 @@ the profiles and the guide's stacks are the shipped ones.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_in_process
 
 from verlflow.device.detect import NPU_SMI_INFO, NVIDIA_SMI, NVIDIA_SMI_QUERY, Probe
 from verlflow.device.doctor import diagnose, render
@@ -82,8 +81,7 @@ def test_an_h20_node_and_a_partial_one():
 
 @pytest.mark.parametrize("device", ["npu", "gpu"])
 def test_on_this_cpu_machine_doctor_exits_2_naming_the_missing_device(device):
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", device],
-                          capture_output=True, text=True, timeout=300)
+    done = cli_in_process(["doctor", "--device", device])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     word = "NPU" if device == "npu" else "GPU"
     assert f"verlflow doctor: error: the launch cannot proceed: {word}s visible: 0 (no {word} on this machine" \
@@ -178,8 +176,7 @@ FAKES = Path(__file__).parent / "fakes"
 def test_doctor_on_a_recorded_npu_smi_says_what_the_node_is(profile, fake_env, expected):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_NPU_SMI")},
            "PATH": f"{FAKES}:{os.environ['PATH']}", **fake_env}
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", "npu", "--profile", profile],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = cli_in_process(["doctor", "--device", "npu", "--profile", profile], env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("verlflow doctor: error: the launch cannot proceed: "), lines
@@ -190,7 +187,6 @@ def test_doctor_auto_on_an_a2_node_checks_the_a2_profile():
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_NPU_SMI")},
            "PATH": f"{FAKES}:{os.environ['PATH']}",
            "FAKE_NPU_SMI_INFO": str(FIXTURES / "npu-smi-info-910b2-8npu.txt")}
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", "npu"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = cli_in_process(["doctor", "--device", "npu"], env=env)
     assert "verlflow doctor: note: this node has 8 × Ascend910B2 (A2): Ascend 910B2 (354 TFLOPS fp16)" in done.stdout
     assert "the a2 profile fits it" in done.stdout and "NPUs visible" not in done.stderr, done.stderr

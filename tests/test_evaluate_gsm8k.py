@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import isolated_store
+from conftest import cli_in_process, isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import names as metrics
@@ -148,12 +146,9 @@ def test_bad_model_uri_is_one_line_and_opens_no_run(store, synthetic_data, uri, 
 
 
 def test_cli_reports_missing_model_in_one_line(store, synthetic_data):
-    proc = subprocess.run(
-        [sys.executable, "-m", "verlflow.cli", "evaluate", "--model_uri", "models:/nope@champion",
-         "--data_dir", str(synthetic_data), "--limit", "2"],
-        capture_output=True, text=True, cwd=store["root"], env={**_env(), "MLFLOW_TRACKING_URI": store["uri"]},
-        timeout=300,
-    )
+    proc = cli_in_process(["evaluate", "--model_uri", "models:/nope@champion", "--data_dir", str(synthetic_data),
+                           "--limit", "2"],
+                          env={**_env(), "MLFLOW_TRACKING_URI": store["uri"]}, cwd=store["root"])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("verlflow evaluate: error: no registered model 'nope'")
     assert "Traceback" not in proc.stderr

@@ -10,13 +10,11 @@ The machines are the recorded listings of tests/fixtures/device (see its README)
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import fresh_store
+from conftest import CliResult, cli_in_process, fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import config
@@ -124,13 +122,13 @@ def test_a_machine_that_lists_nothing_keeps_the_device_default_and_refuses_nothi
 
 # -- the command line, on the recorded H100 x 8 (tests/fakes/nvidia-smi) ------------------------------------------
 
-def _train(root: Path, uri: str, profile: str, *extra: str) -> subprocess.CompletedProcess:
+def _train(root: Path, uri: str, profile: str, *extra: str) -> CliResult:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "MLFLOW_RUN_ID"))},
            "PATH": f"{FAKES}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": uri,
            "FAKE_NVIDIA_SMI_QUERY": str(DEVICE / RECORDINGS["H100x8"][1])}
-    return subprocess.run([sys.executable, "-m", "verlflow.cli", "train", "--device", "gpu", "--profile", profile,
-                           "--dry_run", "true", "--data_dir", str(root / "data"), *extra],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    return cli_in_process(["train", "--device", "gpu", "--profile", profile, "--dry_run", "true",
+                           "--data_dir", str(root / "data"), *extra],
+                          env=env, cwd=root)
 
 
 def test_profile_h20_on_the_h100_recording_is_one_line_and_leaves_no_run(tmp_path):

@@ -8,12 +8,10 @@ and on two made-up nodes whose profile and stack exist only under tests/fixtures
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import fresh_store
+from conftest import CliResult, cli_in_process, fresh_store
 from mlflow.tracking import MlflowClient
 
 from verlflow import config
@@ -95,11 +93,10 @@ def test_doctor_on_another_node_names_the_mismatch_and_the_profile_that_fits(pro
         f"the {other} profile fits it (-P profile={other})")
 
 
-def _doctor(device: str, profile: str, **fake: str) -> subprocess.CompletedProcess:
+def _doctor(device: str, profile: str, **fake: str) -> CliResult:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FAKE_")},
            "PATH": f"{FAKES}:{os.environ['PATH']}", **fake}
-    return subprocess.run([sys.executable, "-m", "verlflow.cli", "doctor", "--device", device, "--profile", profile],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return cli_in_process(["doctor", "--device", device, "--profile", profile], env=env)
 
 
 def _table(stdout: str) -> dict[str, list[str]]:
@@ -161,10 +158,8 @@ def made_up_runs(tmp_path_factory):
     for device, (path, fake, overrides, _) in MADE_UP.items():
         env = {**{k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "MLFLOW_RUN_ID"))},
                "PATH": f"{FAKES}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": uri, **fake}
-        done = subprocess.run(
-            [sys.executable, "-m", "verlflow.cli", "train", "--device", device, "--profile", str(path),
-             "--dry_run", "true", "--data_dir", str(root / "data"), "--overrides", overrides],
-            cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        done = cli_in_process(["train", "--device", device, "--profile", str(path), "--dry_run", "true",
+                               "--data_dir", str(root / "data"), "--overrides", overrides], env=env, cwd=root)
         assert done.returncode == 0, done.stderr[-2000:]
         client = MlflowClient(uri)
         every = [e.experiment_id for e in client.search_experiments()]

@@ -7,13 +7,12 @@ then ``register`` and ``evaluate`` through the CLI, and what a user of the MLflo
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 import pytest
+from conftest import CliResult, cli_in_process, slow_setup
 from mlflow.tracking import MlflowClient
 
 MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
@@ -32,14 +31,14 @@ class TrainedRun:
     experiment_id: str
 
 
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=900)
+def _cli(args: list[str], env: dict[str, str], cwd: Path) -> CliResult:
+    done = cli_in_process([*args], env=env, cwd=cwd)
     assert done.returncode == 0, f"verlflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
 
 @pytest.fixture(scope="module")
+@slow_setup
 def trained(tmp_path_factory) -> TrainedRun:
     workdir = tmp_path_factory.mktemp("logged_models")
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}

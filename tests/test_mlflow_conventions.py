@@ -14,6 +14,7 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
+from conftest import cli_in_process
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
@@ -273,15 +274,12 @@ def test_a_refusal_under_mlflow_run_leaves_a_run_named_for_its_step_and_reason(t
     """`mlflow run` opens the run before the step starts (MLFLOW_RUN_ID); a step that refuses its input leaves it
     named for the step and why, never as `skittish-sow-161`."""
     import os
-    import subprocess
-    import sys
 
     run = MlflowClient().create_run("0")  # as mlflow run creates it: no name given, MLflow makes one up
     assert is_generated_name(run.info.run_name)
     (tmp_path / "empty").mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu", "--data_dir", "empty"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id})
+    done = cli_in_process(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", "empty"],
+                          env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id}, cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     named = MlflowClient().get_run(run.info.run_id)
     assert named.info.run_name == "train · refused: data_dir 'empty' has no train.parquet"

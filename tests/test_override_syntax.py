@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import every_experiment
+from conftest import cli_in_process, every_experiment
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -43,9 +43,8 @@ def test_an_override_syntax_error_is_one_line_naming_it(overrides, expected):
 
 
 def test_the_cli_refuses_an_unbalanced_quote_in_one_line_with_no_run(tmp_path, tracking_uri):
-    argv = [sys.executable, "-m", "verlflow.cli", "train", "--device", "cpu", "--backend", "local",
-            "--data_dir", str(tmp_path / "data"), "--overrides", "trainer.experiment_name='my run"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    done = cli_in_process(["train", "--device", "cpu", "--backend", "local", "--data_dir", str(tmp_path / "data"),
+                           "--overrides", "trainer.experiment_name='my run"], cwd=tmp_path)
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr

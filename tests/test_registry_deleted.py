@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import mlflow
 import pytest
-from conftest import isolated_store
+from conftest import CliResult, cli_in_process, isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
@@ -44,10 +42,9 @@ def _running() -> int:
     return len(mlflow.search_runs(search_all_experiments=True, filter_string="attributes.status = 'RUNNING'"))
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str) -> CliResult:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}
-    return subprocess.run([sys.executable, "-m", "verlflow.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return cli_in_process([*args], env=env)
 
 
 def test_deleted_versions_and_models_are_named_by_promote_evaluate_and_register(store, train_run, capsys):

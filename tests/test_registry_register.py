@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from conftest import isolated_store
+from conftest import cli_in_process, isolated_store
 from mlflow.tracking import MlflowClient
 
 from verlflow.errors import VerlflowError
@@ -125,10 +125,7 @@ def test_a_checkpoint_folder_that_is_gone_is_refused(store, tmp_path):
 
 def test_cli_refuses_a_run_id_that_does_not_exist(store, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_RUN_ID"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "verlflow.cli", "register", "--run_id", "0123456789abcdef0123456789abcdef"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
-    )
+    proc = cli_in_process(["register", "--run_id", "0123456789abcdef0123456789abcdef"], env=env, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         f"verlflow register: error: no run with id or name '0123456789abcdef0123456789abcdef' in the tracking "

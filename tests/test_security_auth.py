@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import MlflowServer, stop_process_group, wait_for_http
+from conftest import MlflowServer, cli_in_process, stop_process_group, wait_for_http
 
 ADMIN, ADMIN_PASSWORD = "admin", "Adm1n-Sturdy-Pw-42"
 READER, READER_PASSWORD = "reader", "Reader-Sturdy-Pw-42"
@@ -60,9 +60,9 @@ def _preprocess_as(server: AuthServer, tmp_path: Path, user: str, password: str)
     env = {**os.environ, "MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_USERNAME": user,
            "MLFLOW_TRACKING_PASSWORD": password}
     env.pop("MLFLOW_RUN_ID", None)
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "preprocess", "--source", "synthetic",
-                           "--output_dir", str(tmp_path / "data"), "--limit", "8"],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = cli_in_process(["preprocess", "--source", "synthetic", "--output_dir", str(tmp_path / "data"),
+                           "--limit", "8"],
+                          env=env, cwd=tmp_path)
     return done.returncode, done.stdout + done.stderr
 
 

@@ -4,10 +4,9 @@ anything is prepared (it wrote its journal and trial checkpoints outside the pro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import cli_in_process
 
 from verlflow.errors import VerlflowError
 from verlflow.util import check_name_inside
@@ -29,9 +28,9 @@ def test_search_with_an_escaping_study_name_is_one_line_and_writes_nothing(tmp_p
     work.mkdir(parents=True)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     env.pop("MLFLOW_RUN_ID", None)
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "search", "--device", "cpu", "--recipe", "tiny",
-                           "--n_trials", "1", "--study_name", "../../escaped"], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = cli_in_process(["search", "--device", "cpu", "--recipe", "tiny", "--n_trials", "1",
+                           "--study_name", "../../escaped"],
+                          env=env, cwd=work)
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("verlflow search: error:")]
     assert done.returncode == 2 and len(errors) == 1, done.stderr[-2000:]
     assert "study_name '../../escaped'" in errors[0] and "Traceback" not in done.stderr

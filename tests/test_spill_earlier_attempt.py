@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 from conftest import wait_until
 from mlflow.tracking import MlflowClient
 from test_artifact_faults import artifacts_refused
@@ -28,6 +29,7 @@ def _buffer(run_id: str, path) -> MetricBuffer:
     return MetricBuffer(run_id, path, retry_s=0.3, write_every_s=0.1)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_writes_what_its_earlier_attempt_left_in_the_spill_file(proxied_server, tmp_path, capsys):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

@@ -65,6 +65,7 @@ def _spilled_records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_full_spill_disk_keeps_the_points_in_memory_and_writes_them_all_when_the_server_is_back(
         proxied_server, small_folder, tmp_path):
     folder, small = small_folder
@@ -114,6 +115,7 @@ def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(p
     assert steps == set(range(1, max(steps) + 1))  # what was kept is the first steps, whole
 
 
+@pytest.mark.slow
 def test_the_end_waits_for_a_replay_that_goes_on_past_the_window(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

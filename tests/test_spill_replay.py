@@ -42,6 +42,7 @@ def _model(client: MlflowClient, run_id: str, name: str, step: int, status=Logge
     return model.model_id
 
 
+@pytest.mark.slow
 def test_the_ends_replay_links_and_summarises_without_reading_a_history(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
@@ -116,6 +117,7 @@ def _traces(client: MlflowClient, run_id: str) -> list[tuple[str, str]]:
     return sorted((t.info.tags["step"], t.info.tags["sample_index"]) for t in traces)
 
 
+@pytest.mark.slow
 def test_rollout_traces_of_an_outage_are_sent_on_replay_and_by_the_upload(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from verlflow.outage import spill
@@ -28,6 +29,7 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
+@pytest.mark.slow
 def test_a_damaged_spill_file_is_uploaded_once_with_its_final_status(tracking_uri, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

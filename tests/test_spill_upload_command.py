@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+from conftest import CliResult, cli_in_process
 from mlflow.tracking import MlflowClient
 
 from verlflow.outage import metric_buffer
@@ -27,6 +28,7 @@ def _bash(command: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], env=BARE_ENV, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_printed_command_uploads_the_outage_once_and_then_says_it_was_done(proxied_server, tmp_path, capsys):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
@@ -54,9 +56,8 @@ def test_the_printed_command_uploads_the_outage_once_and_then_says_it_was_done(p
     assert len(client.get_metric_history(run_id, "loss")) == 2
 
 
-def _upload_spill(path: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verlflow.cli", "runs", "upload-spill", str(path)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **BARE_ENV})
+def _upload_spill(path: Path, cwd: Path) -> CliResult:
+    return cli_in_process(["runs", "upload-spill", str(path)], env={**os.environ, **BARE_ENV}, cwd=cwd)
 
 
 def test_a_path_that_is_not_a_spill_file_is_one_line_and_left_as_it_is(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import fresh_store
+from conftest import cli_in_process, fresh_store
 from mlflow.tracking import MlflowClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,8 +57,7 @@ def _all_runs(uri: str):
 ])
 def test_missing_hub_data_exits_2_with_the_command_before_any_run(tmp_path, step):
     uri = fresh_store(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", *step], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env=_env(MLFLOW_TRACKING_URI=uri))
+    done = cli_in_process([*step], env=_env(MLFLOW_TRACKING_URI=uri), cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     (line,) = [line for line in done.stderr.splitlines() if line.startswith(f"verlflow {step[0]}: error:")]
@@ -71,9 +70,8 @@ def test_missing_hub_data_exits_2_with_the_command_before_any_run(tmp_path, step
 def test_an_explicit_data_dir_without_splits_is_refused_before_the_run(tmp_path):
     uri = fresh_store(tmp_path)
     (tmp_path / "empty").mkdir()
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "cpu",
-                           "--data_dir", "empty"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=_env(MLFLOW_TRACKING_URI=uri))
+    done = cli_in_process(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", "empty"],
+                          env=_env(MLFLOW_TRACKING_URI=uri), cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     assert ("data_dir 'empty' has no train.parquet: run `mlflow run . --env-manager local --experiment-name "
             "verlflow/data -e preprocess -P source=synthetic -P output_dir=empty` first") in done.stderr

@@ -46,6 +46,7 @@ def held_lock(tracking_uri, tmp_path):
 
 @pytest.mark.parametrize("command", [["runs"], ["preprocess", "--source", "synthetic", "--limit", "8"]],
                          ids=["verlflow runs", "a step"])
+@pytest.mark.slow
 def test_a_locked_store_is_waited_for_with_one_line(held_lock, tmp_path, command):
     err = tmp_path / "stderr.txt"
     with open(err, "w") as stderr:

@@ -39,6 +39,7 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
+@pytest.mark.slow
 def test_points_logged_during_an_outage_are_replayed_with_their_step_and_time(server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
@@ -63,6 +64,7 @@ def test_points_logged_during_an_outage_are_replayed_with_their_step_and_time(se
     assert not (tmp_path / "spill.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_server_still_down_at_the_end_leaves_a_spill_file_and_its_upload_command(server, tmp_path, capsys):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id
@@ -105,6 +107,7 @@ _ORPHANING_TRAINER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_an_orphaned_writer_spills_what_it_holds_and_exits_while_the_server_is_away(server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

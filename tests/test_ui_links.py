@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import MlflowServer
+from conftest import MlflowServer, slow_setup
 from mlflow.tracking import MlflowClient
 
 from verlflow.step_requests import (
@@ -49,6 +49,7 @@ def _short_search(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+@slow_setup
 def printed(tmp_path_factory, tiny_workdir):
     """(server, {step: what it printed}) after each step ran once against the server."""
     from verlflow.steps.compare import run_compare

@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 from conftest import wait_until
 from test_artifact_faults import logging_while_artifacts_are_refused, server  # noqa: F401  (the server fixture)
 
 from verlflow.outage import spill
 
 
+@pytest.mark.slow
 def test_a_replacement_writer_keeps_and_writes_the_dead_writers_parked_artifact(server, tmp_path):  # noqa: F811
     with logging_while_artifacts_are_refused(server, tmp_path) as (client, run_id, path, buffer):
         buffer.log_record({"kind": "table", "artifact_file": "samples/step_1.json",

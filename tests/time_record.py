@@ -34,7 +34,7 @@ def _short_args(args) -> str:
     """A launch's command line in a few words: the program and what it was asked to do."""
     words = [str(a) for a in args] if isinstance(args, list | tuple) else str(args).split()
     names = [Path(w).name if "/" in w and not w.startswith("-") else w for w in words]
-    return " ".join(names[:6])[:120]
+    return " ".join(" ".join(names[:6]).split())[:100]  # a `python -c` program's lines on one line
 
 
 class TimeRecorder:
