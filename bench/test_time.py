@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -71,12 +72,18 @@ def by_fixture(events: list[dict], top: int) -> str:
                   ("fixture", "scope", "wall s", "CPU s", "set-ups", "first for"))
 
 
+def _command_kind(args: str) -> str:
+    """A launch's command with what differs between launches of the same kind (ports, run ids) left out."""
+    words = " ".join(args.split())
+    return re.sub(r"\b[0-9a-f]{32}\b|\b\d{4,5}\b|\bm-[0-9a-f]{32}\b", "…", words)[:100]
+
+
 def by_subprocess(events: list[dict], top: int) -> str:
     """The subprocesses tests launched, grouped by command, most CPU first."""
     totals: dict[str, list] = defaultdict(lambda: [0.0, 0.0, 0, set()])
     for e in events:
         if e["kind"] == "subprocess":
-            row = totals[" ".join(e["args"].split())[:100]]
+            row = totals[_command_kind(e["args"])]
             row[0] += e["wall"]
             row[1] += e["cpu"]
             row[2] += 1

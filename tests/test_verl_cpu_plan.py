@@ -33,7 +33,6 @@ def test_backend_verl_on_the_cpu_picks_the_cpu_verl_profile_and_local_keeps_cpu(
     assert choose_train_setup("auto", "cpu", "auto", "auto") == ("smoke", "cpu", "cpu", "local")
 
 
-@pytest.mark.slow
 def test_only_the_cpu_verl_launch_loads_the_plugin(tmp_path):
     _, cpu = _plan("smoke", "cpu-verl", tmp_path)
     script = cpu.script()
