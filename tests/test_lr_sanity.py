@@ -20,8 +20,11 @@ def _lr_warnings(recipe: str, model_path, *overrides: str) -> list[str]:
     return [w for w in startup_warnings(composed.resolved) if w.startswith(LR_KEY)]
 
 
-@pytest.mark.parametrize(("recipe", "sentinel", "cache"), [("tiny", TINY_SENTINEL, "tiny_workdir"),
-                                                           ("smoke", SFT_SENTINEL, "warm_model_cache")])
+@pytest.mark.parametrize(("recipe", "sentinel", "cache"), [
+    ("tiny", TINY_SENTINEL, "tiny_workdir"),
+    # the warm-started model is a minute's build when no slow test built it first
+    pytest.param("smoke", SFT_SENTINEL, "warm_model_cache", marks=pytest.mark.slow),
+])
 def test_the_shipped_tiny_recipes_are_within_the_lr_range_for_their_models_width(recipe, sentinel, cache, request):
     root = request.getfixturevalue(cache)
     model = resolve_model_path(sentinel, root / "cache" if cache == "tiny_workdir" else root)

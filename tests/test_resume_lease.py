@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import fresh_store, wait_until
 from mlflow.tracking import MlflowClient
 
@@ -22,7 +23,7 @@ from verlflow.process import lease
 ROOT = Path(__file__).resolve().parents[1]
 TAKER = textwrap.dedent(
     """
-    import pathlib, sys, time
+    import pathlib, signal, sys, time
     from verlflow.errors import VerlflowError
     from verlflow.process import lease
     go = pathlib.Path(sys.argv[2])
@@ -34,12 +35,12 @@ TAKER = textwrap.dedent(
         print("refused", exc)
         sys.exit(2)
     print("took", flush=True)
-    while True:  # hold the lease until the test kills this holder
-        time.sleep(0.1)
+    signal.pause()  # hold the lease until the test kills this holder
     """
 )
 
 
+@pytest.mark.slow
 def test_of_four_takers_at_once_exactly_one_wins(tmp_path):
     uri = fresh_store(tmp_path)
     client = MlflowClient(uri)

@@ -17,12 +17,12 @@ from verlflow.tracking.tracking import tracked_run
 
 SLEEPER = textwrap.dedent(
     """
-    import time, mlflow
+    import signal, mlflow
     from verlflow.tracking.tracking import tracked_run
     with tracked_run(run_name="doomed") as run:
         mlflow.log_metric("timing_s/step", 2.0, step=1)
         print(run.info.run_id, flush=True)
-        time.sleep(300)
+        signal.pause()  # until the test's SIGKILL
     """
 )
 

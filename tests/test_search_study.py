@@ -182,7 +182,7 @@ def test_journal_path_that_is_a_folder_is_refused(tmp_path: Path):
 
 
 KILLED_WORKER = textwrap.dedent("""
-    import sys, time
+    import signal, sys
     from optuna.pruners import NopPruner
     from verlflow.search.study import TrialSeededSampler, open_storage, open_study
     study = open_study(study_name="s", storage=open_storage(sys.argv[1], "s", 1, 600, 2), direction="maximize",
@@ -190,8 +190,7 @@ KILLED_WORKER = textwrap.dedent("""
     def objective(trial):
         trial.suggest_float("x", 0.0, 1.0)
         trial.suggest_float("y", 1e-4, 1e-1, log=True)
-        while True:  # until SIGKILLed
-            time.sleep(0.1)
+        signal.pause()  # until SIGKILLed
     study.optimize(objective, n_trials=1)
 """)
 

@@ -62,6 +62,7 @@ TABLE = {"kind": "table", "artifact_file": "samples/step_1.json",
          "data": {"prompt": ["1+1?"], "response": ["2"], "reward": [1.0]}}
 
 
+@pytest.mark.slow
 def test_an_earlier_attempts_table_the_artifact_store_refuses_is_kept_for_the_upload(
         proxied_server, module_server, tmp_path, capsys):
     client = MlflowClient()
@@ -85,6 +86,7 @@ def test_an_earlier_attempts_table_the_artifact_store_refuses_is_kept_for_the_up
     assert [a.path for a in client.list_artifacts(run_id, "samples")] == ["samples/step_1.json"]
 
 
+@pytest.mark.slow
 def test_a_writer_killed_in_an_outage_leaves_its_points_written_once_and_no_file(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

@@ -88,6 +88,7 @@ def test_a_full_spill_disk_keeps_the_points_in_memory_and_writes_them_all_when_t
     assert not (folder / "metrics.spill.jsonl").exists()  # all written: nothing left to upload
 
 
+@pytest.mark.slow
 def test_a_spill_disk_full_at_the_end_keeps_what_it_holds_and_the_final_status(proxied_server, small_folder, capfd):
     folder, small = small_folder
     client = MlflowClient()

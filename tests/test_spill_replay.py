@@ -72,6 +72,7 @@ def test_the_ends_replay_links_and_summarises_without_reading_a_history(proxied_
     assert not (tmp_path / "metrics.spill.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_the_final_models_link_reads_the_run_once_and_no_model_is_left_unfinished(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

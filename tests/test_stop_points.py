@@ -26,18 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 STEP = textwrap.dedent(
     """
-    import os, signal, threading, time
+    import os, signal, threading
     from verlflow import stopping
 
     class Slow:
         def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next instruction: here, where Python cannot raise
             landed.set()
-            time.sleep(0.5)  # the SIGTERM is handled here, where Python cannot raise
 
     landed = threading.Event()
     try:
         with stopping.installed():
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
             slow = Slow()
             del slow
             assert landed.is_set()
@@ -59,7 +58,7 @@ def test_a_sigterm_handled_inside_a_finalizer_still_stops_the_step():
 
 LOGGED = textwrap.dedent(
     """
-    import logging, os, signal, threading, time
+    import logging, os, signal
     logging.basicConfig(level=logging.INFO)
     from verlflow import stopping
 
@@ -67,8 +66,8 @@ LOGGED = textwrap.dedent(
 
     def library_call():  # what SQLAlchemy's pool does around its work: log what it catches, raise it on
         try:
-            for _ in range(20):
-                time.sleep(0.05)  # the SIGINT comes here
+            os.kill(os.getpid(), signal.SIGINT)  # handled at the next instruction: inside the library's work
+            sum(range(1000))
         except BaseException:
             pool.error("Exception during reset or similar", exc_info=True)
             try:
@@ -79,7 +78,6 @@ LOGGED = textwrap.dedent(
 
     try:
         with stopping.installed():
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
             library_call()
             for _ in range(600):
                 stopping.STOP.wait(0.05)
@@ -101,7 +99,7 @@ def test_a_library_logging_what_it_catches_prints_no_traceback_of_the_stop():
 
 IN_A_WRITE = textwrap.dedent(
     """
-    import os, signal, sqlite3, sys, time
+    import os, signal, sqlite3, sys
     from mlflow.tracking import MlflowClient
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -116,8 +114,8 @@ IN_A_WRITE = textwrap.dedent(
     def signal_mid_write(conn, cursor, statement, *args):
         if not sent and statement.lstrip().upper().startswith("INSERT INTO TAGS"):
             sent.append(True)
-            os.kill(os.getpid(), signal.SIGINT)  # handled here, inside SQLAlchemy's session, with a write open
-            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)  # handled at the next instruction: inside SQLAlchemy's session,
+            sent.append(True)                     # with a write open
 
     try:
         with stopping.installed():

@@ -22,8 +22,8 @@ logs two steps of verl-named metrics (one with ``@``), then acts as ``VERLFLOW_S
 from __future__ import annotations
 
 import os
+import signal
 import sys
-import time
 from pathlib import Path
 
 STEPS = 2
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     if mode == "hang":
         print(f"{WAITING} pid={os.getpid()}", flush=True)
         while True:
-            time.sleep(1)
+            signal.pause()
     sys.path.insert(0, str(Path(__file__).parent))
     from fsdp_checkpoint import save_fsdp_checkpoint
 
