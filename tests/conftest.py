@@ -102,9 +102,20 @@ def slow_setup(func):
     return func
 
 
+# What a fixture calls to start a server (an ``mlflow server``, PostgreSQL): a set-up of seconds to tens of seconds.
+_SERVER_STARTERS = ("serving(", "MlflowServer(", "pgserver.", "AuthServer(")
+
+
 def _is_slow_setup(fixturedef) -> bool:
+    """A fixture marked :func:`slow_setup`, or one that starts a server."""
     func = fixturedef.func
-    return bool(getattr(func, "slow_setup", False) or getattr(getattr(func, "__wrapped__", None), "slow_setup", False))
+    if getattr(func, "slow_setup", False) or getattr(getattr(func, "__wrapped__", None), "slow_setup", False):
+        return True
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):  # a fixture of pytest's own
+        return False
+    return any(starter in source for starter in _SERVER_STARTERS)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -112,8 +123,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark ``mlflow_api`` each test that reaches MLflow's API: its module uses mlflow, or a fixture it uses opens a
     tracking store. scripts/test_lowest_mlflow.sh runs these again at the lowest MLflow verlflow supports.
 
-    Mark ``slow`` each test that uses a :func:`slow_setup` fixture: the marker follows the set-up's cost, not only
-    the test body's."""
+    Mark ``slow`` each test that uses a :func:`slow_setup` fixture or a fixture that starts a server: the marker
+    follows the set-up's cost, not only the test body's."""
     for item in items:
         fixturedefs = [d for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs] \
             if hasattr(item, "_fixtureinfo") else []

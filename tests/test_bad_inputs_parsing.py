@@ -129,6 +129,7 @@ def test_unusable_tracking_uri_is_one_line_exit_2(case, bad, capsys, monkeypatch
     assert "s3cret" not in line and "abc123" not in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["VERLFLOW_METRICS_WRITE_S", "VERLFLOW_METRICS_NICE", "VERLFLOW_HEARTBEAT_S"])
 def test_unusable_numeric_setting_is_one_line_at_start(setting, bad):
     """Read when a module is imported, so a fresh process is needed: it must not die in the import."""

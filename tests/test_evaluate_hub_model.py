@@ -42,6 +42,7 @@ def _evaluate(tmp_path: Path, data_dir: Path, hf_home: Path) -> subprocess.Compl
     )
 
 
+@pytest.mark.slow
 def test_hub_id_offline_and_not_cached_is_one_line_and_exit_2(tracking_uri, tmp_path, synthetic_data):
     proc = _evaluate(tmp_path, synthetic_data, tmp_path / "empty-hf-home")
     assert proc.returncode == 2, proc.stderr[-2000:]

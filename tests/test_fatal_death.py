@@ -16,6 +16,8 @@ import pytest
 from conftest import wait_until
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.slow  # each test is a real step process that dies
+
 
 def _step(argv: list[str], cwd, fault: str, *, stderr_file=None, address_space: int | None = None, env=None):
     """Run ``python -m verlflow.cli <argv>`` with the fault; returns (returncode, stderr). Waits for stderr's end,

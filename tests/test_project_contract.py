@@ -74,6 +74,7 @@ def test_every_step_names_a_function_that_exists():
         assert callable(step.run) and step.run.__module__ == f"verlflow.steps.{name}", name
 
 
+@pytest.mark.slow
 def test_bad_cli_input_is_one_line_and_exit_2(tracking_uri):
     result = subprocess.run(
         [sys.executable, "-m", "verlflow.cli", "train", "--device", "tpu"],

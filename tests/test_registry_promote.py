@@ -169,6 +169,7 @@ def test_other_metrics_come_from_the_source_run(client):
     assert _holder(client, "best-train-score") == v2
 
 
+@pytest.mark.slow
 def test_racing_promotion_never_leaves_champion_on_the_worse_version(client):
     """Our promotion decides on v1 from an old view; another process promotes v2 before our write lands."""
     v1 = _version(client, 0.2)

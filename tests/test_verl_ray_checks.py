@@ -10,11 +10,9 @@ unreachable address is a closed port, and "no cluster" is a Ray temp folder of t
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
-from conftest import every_experiment
+from conftest import CliResult, cli_in_process, every_experiment
 from mlflow.tracking import MlflowClient
 
 from verlflow.backends.verl.ray_cluster import (
@@ -29,13 +27,12 @@ from verlflow.errors import EXIT_BAD_INPUT
 CLOSED_PORT = "http://127.0.0.1:1"
 
 
-def _train(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "verlflow.cli", "train", "--device", "gpu", "--backend", "verl",
-            "--data_dir", str(tmp_path / "data"), "--dry_run", "true", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+def _train(tmp_path, *args: str, env: dict[str, str] | None = None) -> CliResult:
+    return cli_in_process(["train", "--device", "gpu", "--backend", "verl", "--data_dir", str(tmp_path / "data"),
+                           "--dry_run", "true", *args], env=env, cwd=tmp_path)
 
 
-def _one_line_no_run(done: subprocess.CompletedProcess) -> str:
+def _one_line_no_run(done: CliResult) -> str:
     assert done.returncode == EXIT_BAD_INPUT, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
