@@ -83,8 +83,9 @@ def test_dry_run_logs_the_guides_launch_and_verl_composes_it(tmp_path, dev):
     resolved = yaml.safe_load(Path(client.download_artifacts(run.info.run_id, "config/resolved.yaml",
                                                              str(tmp_path))).read_text())
     assert resolved["trainer"]["n_gpus_per_node"] == want["job"]["n_gpus_per_node"]
-    assert run.data.params.keys() == {"recipe", "device", "profile", "data_dir", "model", "overrides",
-                                      "backend", "dry_run", "ray_address", "resume"}  # mlflow run's own; none of verl's
+    # mlflow run's own and the digest that vouches for the run's arguments on a resume; none of verl's
+    assert run.data.params.keys() == {"recipe", "device", "profile", "data_dir", "model", "overrides", "backend",
+                                      "dry_run", "ray_address", "resume", "verlflow.train_args_sha256"}
     if dev == "npu":
         assert run.data.tags["verlflow.jemalloc"] == "missing"
         assert "Running without jemalloc" in done.stdout

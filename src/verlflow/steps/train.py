@@ -23,7 +23,7 @@ from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG, DRY_RUN_TAG, MODEL_NAME_TAG, STEP_TAG
 from verlflow.step_requests import TrainRequest
 from verlflow.tracking import naming as run_names
-from verlflow.tracking import tracking, ui_links
+from verlflow.tracking import tracking, ui_links, writes
 from verlflow.tracking.run_logger import RunLogging
 
 log = logging.getLogger(__name__)
@@ -78,14 +78,15 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
     run_logging = backend.run_logging(cfg)
     check_writable_folders(cfg, run_logging.folders)
     # Every train run says whether it trained, so a filter can leave dry runs out: tags.verlflow.dry_run = 'false'.
-    run_tags = {**_lineage_tags(cfg, data_dir), **resuming.args_tag(request),
-                DRY_RUN_TAG: str(request.dry_run).lower()}
+    # The record a later --resume trusts is the first attempt's: a resume neither rewrites nor re-logs it.
+    record_tags, record_params = resuming.args_record(request) if not resume else ({}, {})
+    run_tags = {**_lineage_tags(cfg, data_dir), **record_tags, DRY_RUN_TAG: str(request.dry_run).lower()}
     prepared = backend.prepare(cfg, launch, cluster)
     tags = tracking.standard_tags(backend=backend.name, recipe=recipe, profile=profile)
     with _train_run(cfg, {**tags, **run_tags}, recipe, profile, started_at,
                     interval if backend.samples_system_metrics(launch) else None,
                     run_logging=run_logging, overrides=overrides, data_dir=data_dir,
-                    run_id=run_id, dry_run=request.dry_run) as (run, since, logger):
+                    run_id=run_id, dry_run=request.dry_run, params=record_params) as (run, since, logger):
         result = backend.train(cfg, launch, run_id=run.info.run_id, started_at=since, prepared=prepared,
                                logger=logger)
     if tracking.parent_run_id(run) is None:  # a nested run (main's, a search trial's): its parent links it
@@ -98,7 +99,8 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
 
 @contextlib.contextmanager
 def _train_run(cfg, tags, recipe, profile, started_at, interval, *, run_logging: RunLogging,
-               overrides="", data_dir="", run_id: str | None = None, dry_run: bool = False):
+               overrides="", data_dir="", run_id: str | None = None, dry_run: bool = False,
+               params: dict[str, str] | None = None):
     """The train run, in its recipe's experiment, named for the UI, with its data splits as dataset inputs,
     timed across resumed attempts, with system metrics sampled while it trains.
 
@@ -114,6 +116,8 @@ def _train_run(cfg, tags, recipe, profile, started_at, interval, *, run_logging:
                               run_id=run_id) as run, \
             run_logging.open(run.info.run_id) as logger, \
             resuming.attempt_clock(run.info.run_id, started_at, logger) as since:
+        if params:
+            writes.log_params(params)
         run_names.name_train_run_or_warn(run.info.run_id, recipe, profile, overrides, dry_run=dry_run)
         if data_dir:
             log_split_inputs(data_dir, TRAIN_INPUT_CONTEXTS)

@@ -2,11 +2,12 @@
 
     verlflow train --resume <run_id>                 # same as: mlflow run . -e train -P resume=<run_id>
 
-A train run records the arguments it was started with (tag ``verlflow.train_args``); resuming reuses
-them for every argument the user leaves at its default, attaches to that run (by its id), and
-the trainer continues from the run's newest checkpoint (its checkpoint folder is keyed by run id); a verl
-run, from its newest checkpoint whose step reached the run (:mod:`verlflow.backends.verl.resume`), logged
-as ``attempt/resumed_from_step``.
+A train run records the arguments it was started with (tag ``verlflow.train_args``, vouched for by the digest
+its first attempt logged as an immutable param, ``verlflow.train_args_sha256``: a tag rewritten on the server
+is refused, never run); resuming reuses them for every argument the user leaves at its default, attaches to
+that run (by its id), and the trainer continues from the run's newest checkpoint (its checkpoint folder is
+keyed by run id); a verl run, from its newest checkpoint whose step reached the run
+(:mod:`verlflow.backends.verl.resume`), logged as ``attempt/resumed_from_step``.
 Each attempt's wall time is logged as ``attempt/e2e_s`` (step = attempt number) and ``timing_s/e2e``
 sums every attempt. An attempt that could not log its own time (SIGKILL, the OOM killer) is timed on
 resume from its start (tag ``verlflow.attempt``) to its last step. Launched through ``mlflow run``, the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import shlex
@@ -35,16 +37,45 @@ from verlflow.secrets import MASK, mask_text
 from verlflow.tracking.run_logger import DirectLogger, RunLogger
 
 ATTEMPT_METRIC = "attempt/e2e_s"
+ARGS_DIGEST_PARAM = "verlflow.train_args_sha256"  # the digest of the train_args tag, logged once at the run's start
 # The training step an attempt continued after (0 = from the start); step = attempt number.
 RESUMED_FROM_STEP_METRIC = "attempt/resumed_from_step"
 CHECKPOINT_PARAM = "trainer/default_local_dir"  # as verl's logger flattens trainer.default_local_dir
 LIFE_SIGN_METRIC = "timing_s/step"  # logged at the end of every step, by both backends
 
 
-def args_tag(request: Any) -> dict[str, str]:
-    """The tag that lets ``--resume`` restart a run with the arguments (a train request) it was started with."""
+def args_record(request: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """What lets ``--resume`` restart a run with the arguments (a train request) it was started with: a tag holding
+    them, and a param holding the tag's digest (:data:`ARGS_DIGEST_PARAM`).
+
+    Anyone with EDIT on the experiment can rewrite a tag; a param, once logged, cannot be changed. The resume runs
+    what the tag says only while it still matches the param logged at the run's start (:func:`vouched_args`).
+    """
     recorded = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.name != "resume"}
-    return {TRAIN_ARGS_TAG: mask_text(json.dumps(recorded, sort_keys=True))}  # a secret is given again on resume
+    text = mask_text(json.dumps(recorded, sort_keys=True))  # a secret is given again on resume
+    return {TRAIN_ARGS_TAG: text}, {ARGS_DIGEST_PARAM: _digest(text)}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def vouched_args(run_id: str, tags: dict[str, str], params: dict[str, str]) -> dict[str, Any]:
+    """The arguments run ``run_id`` was started with, from its tag, when the param logged at its start vouches for
+    it; refused in one line when the tag was rewritten or cannot be vouched for. A run with neither resumes with
+    the arguments the user gives now."""
+    text, digest = tags.get(TRAIN_ARGS_TAG), params.get(ARGS_DIGEST_PARAM)
+    if text is None and digest is None:
+        return {}
+    if text is None or digest is None:
+        raise VerlflowError(f"resume: run {run_id}'s tag {TRAIN_ARGS_TAG} cannot be vouched for (it has no param "
+                            f"{ARGS_DIGEST_PARAM} logged at its start): nothing it says is run; start a new run with "
+                            "its arguments")
+    if _digest(text) != digest:
+        raise VerlflowError(f"resume: run {run_id}'s tag {TRAIN_ARGS_TAG} was changed after the run started (it no "
+                            f"longer matches the param {ARGS_DIGEST_PARAM} logged then): nothing it says is run; "
+                            "start a new run, and find out who edited this one")
+    return json.loads(text)
 
 
 def prepare_resume(request: Any) -> Any:
@@ -73,7 +104,7 @@ def prepare_resume(request: Any) -> Any:
             raise VerlflowError(f"resume: run {run_id} is still RUNNING (process {tags.get(PID_TAG, '?')} "
                                 f"on {tags.get(HOST_TAG, '?')}): stop it first, or reap it if it is dead")
         lifecycle.reap([run.info.experiment_id], client=client)
-    recorded = json.loads(tags.get(TRAIN_ARGS_TAG, "{}"))
+    recorded = vouched_args(run_id, tags, run.data.params)
     if MASK in str(recorded.get("overrides") or "") and not request.overrides:
         raise VerlflowError(f"resume: run {run_id} was started with secrets in its overrides, recorded masked "
                             f"({recorded['overrides'][:200]}): give the same overrides again with --overrides")
