@@ -48,8 +48,9 @@ LOCATION_PARAMS = (
 # verlflow's verl launcher forces (a save_freq that saves the final checkpoint, the V0 trainer, traces) and keys verl
 # fills in while it runs (total_training_steps copied into the optimizers, the reward pool sized like the
 # trainer's). They are reported with the launch, not as a recipe difference.
-# verlflow's own bookkeeping of a run's attempts (a resume's lease): how it ran, never what it trained.
-ATTEMPT_PARAM_PREFIXES = ("verlflow.lease.",)
+# verlflow's own bookkeeping of a run's attempts (a resume's lease, the digest that vouches for the arguments a
+# resume reruns): how it ran, never what it trained.
+ATTEMPT_PARAM_PREFIXES = ("verlflow.lease.", "verlflow.train_args")
 BACKEND_PARAMS = (
     "trainer/save_freq",
     "trainer/use_v1",
