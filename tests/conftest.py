@@ -408,7 +408,8 @@ def cli_in_process(argv: list[str], env: dict[str, str] | None = None, cwd: Path
     For the tests of what a step does, not of the process around it (a signal, a hard death, ``mlflow run``'s
     launcher keep their real process): a new Python process costs seconds of imports (torch, verl, MLflow) on a
     busy 2-core host, this call milliseconds. ``env`` is the whole environment of the call (as ``subprocess.run``
-    takes it; default: this process's), ``cwd`` its working directory; both, MLflow's tracking URI and active
+    takes it; default: this process's), ``cwd`` its working directory (default: a new empty folder, so a step
+    that falls back on ``./mlflow.db`` never writes one into the checkout); both, MLflow's tracking URI and active
     experiment are put back afterwards, and a run the step left active is ended. An exception no step turned
     into its line is printed as the process would (a traceback on stderr, exit 1).
     """
@@ -424,8 +425,7 @@ def cli_in_process(argv: list[str], env: dict[str, str] | None = None, cwd: Path
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
-        if cwd is not None:
-            os.chdir(cwd)
+        os.chdir(cwd if cwd is not None else tempfile.mkdtemp(prefix="verlflow-cli-"))
         mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI"))
         fluent._active_experiment_id = None
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
