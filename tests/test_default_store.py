@@ -5,15 +5,16 @@ longer supports and verlflow refuses; scripts/test_lowest_mlflow.sh runs this at
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-from conftest import cli_in_process
 from mlflow.tracking import MlflowClient
 
 
 def test_a_step_with_no_tracking_uri_tracks_into_mlflow_db_in_its_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = cli_in_process(["preprocess", "--source", "synthetic", "--limit", "4", "--output_dir", "data"],
-                          env=env, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "preprocess", "--source", "synthetic", "--limit", "4",
+                           "--output_dir", "data"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "data" / "train.parquet").is_file()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
