@@ -189,13 +189,17 @@ def fresh_store(root: Path) -> str:
     (tens under load), for every test. The store here is a file copy of one created that way once per session,
     with its Default experiment's artifacts in ``root / "mlruns"``: the same empty store, made in milliseconds.
     """
-    target = root / "mlflow.db"
+    return _store_copy(root / "mlflow.db", str(root / "mlruns" / "0"))
+
+
+def _store_copy(target: Path, default_artifacts: str) -> str:
+    """The session's empty store copied to ``target`` (unless it exists), its Default experiment's artifacts at
+    ``default_artifacts``; returns its tracking URI."""
     template = _TEMPLATE.get("db")
     if template is not None and not target.exists():
         shutil.copyfile(template, target)
         with contextlib.closing(sqlite3.connect(target)) as db, db:
-            db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
-                       (str(root / "mlruns" / "0"),))
+            db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (default_artifacts,))
     return f"sqlite:///{target}"
 
 
@@ -546,12 +550,7 @@ def _served_store(path: Path) -> str:
     """The SQLite store a server in the tests starts on: a copy of the session's empty store (its tables made by
     MLflow's own migrations once), its Default experiment's artifacts where a server with proxied artifacts puts
     them. A server on a new file would run every migration at start, seconds on a busy host, for every server."""
-    template = _TEMPLATE.get("db")
-    if template is not None and not path.exists():
-        shutil.copyfile(template, path)
-        with contextlib.closing(sqlite3.connect(path)) as db, db:
-            db.execute("UPDATE experiments SET artifact_location = 'mlflow-artifacts:/0' WHERE experiment_id = 0")
-    return f"sqlite:///{path}"
+    return _store_copy(path, "mlflow-artifacts:/0")
 
 
 class MlflowServer:

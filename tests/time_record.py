@@ -53,7 +53,7 @@ class TimeRecorder:
 
     def _watch_subprocesses(self) -> None:
         """Record each child a ``subprocess.Popen`` started: its command, wall seconds, CPU seconds when reaped."""
-        recorder, real_init, real_waitpid = self, subprocess.Popen.__init__, os.waitpid
+        recorder, real_init = self, subprocess.Popen.__init__
 
         def init(popen, *args, **kwargs):
             real_init(popen, *args, **kwargs)
@@ -76,7 +76,6 @@ class TimeRecorder:
         if "_waitpid" in names:
             defaults[names.index("_waitpid") - first_default] = waitpid
             poll.__defaults__ = tuple(defaults)
-        self._real_waitpid = real_waitpid
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_collection(self, session):
