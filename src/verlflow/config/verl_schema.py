@@ -11,6 +11,7 @@ key, a ``+key`` verl already has, a ``~key`` it lacks, a word for a number — e
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import importlib.util
@@ -144,7 +145,8 @@ def key_problems(overrides: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _compose_verl(overrides: tuple[str, ...]) -> DictConfig:
+def _compose_fully(overrides: tuple[str, ...]) -> DictConfig:
+    """verl's ppo_trainer composed by Hydra from the installed verl's files, ``overrides`` applied."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -152,6 +154,27 @@ def _compose_verl(overrides: tuple[str, ...]) -> DictConfig:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=verl_config_dir(), version_base=None):
         return hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+@functools.lru_cache(maxsize=2)
+def _composed_defaults(config_dir: str) -> DictConfig:
+    return _compose_fully(())
+
+
+def _compose_verl(overrides: tuple[str, ...]) -> DictConfig:
+    """What :func:`_compose_fully` gives, from a copy of the defaults composed once per process where the
+    overrides only set values (compat.hydra says why and when)."""
+    from verlflow.compat import hydra as hydra_compat
+
+    parsed = hydra_compat.value_overrides(list(overrides))
+    if parsed is None:
+        return _compose_fully(overrides)
+    cfg = copy.deepcopy(_composed_defaults(verl_config_dir()))
+    try:
+        hydra_compat.apply_value_overrides(parsed, cfg)
+    except AttributeError:
+        return _compose_fully(overrides)
+    return cfg
 
 
 def validate_against_verl(overrides: dict[str, Any]) -> DictConfig:
