@@ -21,6 +21,7 @@ lists every place the filter is applied.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -78,10 +79,16 @@ def remember(value: str) -> None:
 def known_values(environ: Mapping[str, str] | None = None) -> set[str]:
     """Values marked secret: remembered ones and those of secret-named environment variables."""
     environ = os.environ if environ is None else environ
+    return set(_secret_env_values(frozenset(environ.items()))) | _remembered
+
+
+@functools.lru_cache(maxsize=16)
+def _secret_env_values(environ_items: frozenset[tuple[str, str]]) -> frozenset[str]:
+    # Judged once per environment: a config tree is masked value by value, thousands of calls with one environment.
     # A secret-named variable that holds a path (SSL_CERT_FILE, XAUTHORITY) names where a secret is kept: masking
     # that path by value would blank every file name under it.
-    found = {v for k, v in environ.items() if looks_secret(k) and len(v) >= MIN_SECRET_LEN and not os.path.exists(v)}
-    return found | _remembered
+    return frozenset(v for k, v in environ_items
+                     if looks_secret(k) and len(v) >= MIN_SECRET_LEN and not os.path.exists(v))
 
 
 def mask_text(text: str, *, known: set[str] | None = None) -> str:
