@@ -6,6 +6,7 @@ import re
 
 import pytest
 import rehearsal_rows
+from conftest import built_once, fresh_store
 
 # Warnings about this machine (a package the cluster image has), allowed on a row that must pass.
 MACHINE_WARNING = "is not installed on this machine"
@@ -32,3 +33,15 @@ def check_row(row: str, which: str, results: dict) -> None:
         assert any(ln.startswith(f"verlflow: warning: {key}=") for ln in warnings), got["stdout"][-2000:]
     else:
         assert [w for w in warnings if MACHINE_WARNING not in w] == [], warnings
+
+
+def newest_results(tmp_path_factory: pytest.TempPathFactory, share: str) -> dict:
+    """The dry runs of one share of the table (rehearsal_rows.NEWEST_SHARES) on the installed verl, by row name.
+
+    The model is built once per test session; each share has its own folders and store.
+    """
+    model = built_once(tmp_path_factory, "rehearsal-model", rehearsal_rows.build_model)
+    tmp = tmp_path_factory.mktemp(f"newest-{share}")
+    folders = rehearsal_rows.build_folders(model, tmp / "folders")
+    return rehearsal_rows.run_rows("newest", rehearsal_rows.newest_rows(share), folders, tmp, fresh_store(tmp), None)
+

@@ -361,6 +361,21 @@ def guide_rows() -> list[str]:
             kinds.add(row.kind)
     return chosen
 
+# The newest verl's table in three files, so the suite's workers share it: each file one share of the row kinds.
+NEWEST_SHARES = {
+    "settings": ("names", "sizes", "device meshes", "rollout engine", "vLLM arguments", "vLLM engine", "the machine",
+                 "imports"),
+    "inputs": ("model folder", "data", "reward", "first step", "rollout side", "engine", "resume", "LoRA",
+               "verl versions"),
+    "clean": ("legal", "warnings"),
+}
+
+
+def newest_rows(share: str) -> list[str]:
+    """The rows whose kind is in ``share`` of :data:`NEWEST_SHARES`, in the table's order."""
+    return [name for name, row in ROWS.items() if row.kind in NEWEST_SHARES[share]]
+
+
 # Runs every row in one process against one verl (in-process ``cli.main``), reporting exit code, output and
 # the status of the run each row left.
 DRIVER = textwrap.dedent(
@@ -474,10 +489,11 @@ def _drop_tokenizer(folder: Path) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
-def run_rows(which: str, folders: dict[str, str], tmp: Path, uri: str, guide_verl: Path | None) -> dict:
-    """Every row's dry run on one verl (``guide_verl`` first on the path, or the installed newest)."""
+def run_rows(which: str, names: list[str], folders: dict[str, str], tmp: Path, uri: str,
+             guide_verl: Path | None) -> dict:
+    """The dry runs of the rows ``names`` on one verl (``guide_verl`` first on the path, or the installed newest)."""
     jobs = {}
-    for name in guide_rows() if which == "guide" else ROWS:
+    for name in names:
         row = ROWS[name]
         if row.expected(which)[0] == "skip":
             continue

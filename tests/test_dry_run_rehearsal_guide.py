@@ -1,6 +1,6 @@
 """The dry run's table on verl 0.5.0, the guide's: every row where the two verls differ, and a row of each
 kind (tests/rehearsal_rows.guide_rows): the rest expect the same on both and run on the newest only
-(tests/test_dry_run_rehearsal_newest.py). Rows 0.5.0 lacks (a key or a code path) are not parametrized here.
+(tests/test_dry_run_rehearsal_newest_*.py). Rows 0.5.0 lacks (a key or a code path) are not parametrized here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def results(tmp_path_factory, guide_verl) -> dict:
     model = built_once(tmp_path_factory, "rehearsal-model", rehearsal_rows.build_model)
     tmp = tmp_path_factory.mktemp(WHICH)
     folders = rehearsal_rows.build_folders(model, tmp / "folders")
-    return rehearsal_rows.run_rows(WHICH, folders, tmp, fresh_store(tmp), guide_verl)
+    return rehearsal_rows.run_rows(WHICH, rehearsal_rows.guide_rows(), folders, tmp, fresh_store(tmp), guide_verl)
 
 
 @pytest.mark.slow

@@ -1,30 +1,28 @@
-"""Every row of the dry run's table on the installed (newest) verl: mistakes named, legal variations clean.
+"""The dry run's table on the installed (newest) verl, rows about settings: names verl resolves, sizes and
+batch arithmetic, device meshes, the rollout and vLLM engines, imports, the machine.
 
-The table and its folders are in tests/rehearsal_rows.py; tests/test_dry_run_rehearsal_guide.py runs the same
-rows on verl 0.5.0. The rows run in one subprocess (one ``cli.main`` each, a real SQLite store), computed
-once for the module.
+The table, its folders and its shares are in tests/rehearsal_rows.py: one file a share of the row kinds, so the
+suite's workers split the table (the other shares: the other test_dry_run_rehearsal_newest_*.py files);
+tests/test_dry_run_rehearsal_guide.py runs rows on verl 0.5.0. A share's rows run in one subprocess (one
+``cli.main`` each, a real SQLite store), computed once for the module.
 """
 
 from __future__ import annotations
 
 import pytest
 import rehearsal_rows
-from conftest import built_once, fresh_store
-from rehearsal_checks import check_row
+from rehearsal_checks import check_row, newest_results
 
-WHICH = "newest"
+SHARE = "settings"
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    model = built_once(tmp_path_factory, "rehearsal-model", rehearsal_rows.build_model)
-    tmp = tmp_path_factory.mktemp(WHICH)
-    folders = rehearsal_rows.build_folders(model, tmp / "folders")
-    return rehearsal_rows.run_rows(WHICH, folders, tmp, fresh_store(tmp), None)
+    return newest_results(tmp_path_factory, SHARE)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # the first row waits for the whole table (a few seconds a row, more on a busy machine)
-@pytest.mark.parametrize("row", list(rehearsal_rows.ROWS))
+@pytest.mark.timeout(1800)  # the first row waits for the whole share (a second or two a row, more on a busy machine)
+@pytest.mark.parametrize("row", rehearsal_rows.newest_rows(SHARE))
 def test_row(row, results):
-    check_row(row, WHICH, results)
+    check_row(row, "newest", results)
