@@ -509,6 +509,17 @@ def warm_model_cache(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "verlflow-cache", lambda cache: resolve_model_path(SFT_SENTINEL, cache))
 
 
+@pytest.fixture(scope="session")
+@slow_setup
+def tiny_chain(tmp_path_factory, tiny_workdir):
+    """The tiny recipe's main → train → search → compare → register → evaluate → promote, run once per session on
+    a real server that stays up (tests/tiny_chain.py); the tests of links, data defaults and conventions read it."""
+    from tiny_chain import served_tiny_chain
+
+    with served_tiny_chain(tmp_path_factory.mktemp("tiny-chain"), tiny_workdir / "cache") as chain:
+        yield chain
+
+
 # The verl the reference guide ran (its §6.1 stacks); the newest is the one installed in this environment.
 GUIDE_VERL = "0.5.0"
 
