@@ -463,8 +463,7 @@ class SmokeStore:
 
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd,
-                            capture_output=True, text=True, timeout=900)
+    result = cli_in_process(args, env=env, cwd=cwd)
     if result.returncode != 0:
         raise RuntimeError(f"verlflow {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
 
@@ -474,26 +473,34 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path) -> None:
 def smoke_store(tmp_path_factory, tiny_workdir) -> SmokeStore:
     """Preprocess synthetic data, then train the tiny recipe twice on the cpu profile (1 and 2 threads).
 
-    Built once per test session through the real CLI in subprocesses (about a minute on 2 cores) and
-    shared by the tests that need finished train runs: registry, evaluate, compare.
+    Built once per test session for both workers (:func:`built_once`; the CLI in process, half a minute on 2 cores)
+    and shared by the tests that need finished train runs: registry, evaluate, compare. They only read it; a test
+    that writes into a store works on a copy.
     """
-    workdir = tmp_path_factory.mktemp("smoke_store")
-    uri = fresh_store(workdir)
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-    env["MLFLOW_TRACKING_URI"] = uri
-    env["VERLFLOW_CACHE"] = str(tiny_workdir / "cache")
-    data_dir = workdir / "data"
-    _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "64"], env, workdir)
-    for threads in (1, 2):
-        overrides = f"profile.env.OMP_NUM_THREADS={threads}"
-        _cli(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(data_dir), "--overrides", overrides],
-             env, workdir)
+    def build(marker: Path) -> None:
+        # The store's paths (artifacts, data) are absolute: it is built where it stays, not in built_once's
+        # staging folder; the marker folder (made last) says it is complete.
+        workdir = marker.parent / "smoke-store"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir()
+        env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
+        env["MLFLOW_TRACKING_URI"] = fresh_store(workdir)
+        env["VERLFLOW_CACHE"] = str(tiny_workdir / "cache")
+        data_dir = workdir / "data"
+        _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "64"], env, workdir)
+        for threads in (1, 2):
+            overrides = f"profile.env.OMP_NUM_THREADS={threads}"
+            _cli(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(data_dir),
+                  "--overrides", overrides], env, workdir)
+
+    workdir = built_once(tmp_path_factory, "smoke-store-built", build).parent / "smoke-store"
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               filter_string="tags.`verlflow.step` = 'train'", order_by=["attributes.start_time ASC"])
     assert [r.info.status for r in runs] == ["FINISHED", "FINISHED"]
-    return SmokeStore(tracking_uri=uri, run_ids=[r.info.run_id for r in runs], data_dir=data_dir, workdir=workdir,
-                      cache=tiny_workdir / "cache")
+    return SmokeStore(tracking_uri=uri, run_ids=[r.info.run_id for r in runs], data_dir=workdir / "data",
+                      workdir=workdir, cache=tiny_workdir / "cache")
 
 
 @pytest.fixture(scope="session")
@@ -507,6 +514,17 @@ def warm_model_cache(tmp_path_factory) -> Path:
     from verlflow.models.model_path import SFT_SENTINEL, resolve_model_path
 
     return built_once(tmp_path_factory, "verlflow-cache", lambda cache: resolve_model_path(SFT_SENTINEL, cache))
+
+
+@pytest.fixture(scope="session")
+@slow_setup
+def tiny_chain(tmp_path_factory, tiny_workdir):
+    """The tiny recipe's main → train → search → compare → register → evaluate → promote, run once per session on
+    a real server that stays up (tests/tiny_chain.py); the tests of links, data defaults and conventions read it."""
+    from tiny_chain import served_tiny_chain
+
+    with served_tiny_chain(tmp_path_factory.mktemp("tiny-chain"), tiny_workdir / "cache") as chain:
+        yield chain
 
 
 # The verl the reference guide ran (its §6.1 stacks); the newest is the one installed in this environment.

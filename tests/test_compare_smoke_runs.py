@@ -3,10 +3,16 @@
 Both ran on the one cpu profile, so it is a run-vs-run comparison without a parity verdict (issue 36).
 
 Uses the shared ``smoke_store`` fixture of tests/conftest.py: two FINISHED local train runs of the smoke
-recipe on the cpu profile, with profile.env.OMP_NUM_THREADS 1 and 2.
+recipe on the cpu profile, with profile.env.OMP_NUM_THREADS 1 and 2. The comparison runs once, in a copy of it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sqlite3
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -17,16 +23,33 @@ from verlflow.compare.comparison import compare_runs
 GUIDE_KEYS = ["timing_s/e2e", "timing_s_mean/gen", "timing_s_mean/update_actor", "timing_s_mean/step"]
 
 
-@pytest.fixture
-def compared(smoke_store, tmp_path, monkeypatch, capsys):
-    """The comparison of the two smoke runs; its run is deleted afterwards (the store is shared)."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", smoke_store.tracking_uri)
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    mlflow.set_tracking_uri(smoke_store.tracking_uri)
-    baseline, candidate = smoke_store.run_ids
-    result = compare_runs(baseline, candidate, str(tmp_path / "out"))
-    yield result, capsys.readouterr().out, tmp_path / "out"
-    MlflowClient().delete_run(result.run_id)
+def _store_copy(workdir: Path, target: Path) -> str:
+    """A copy of the store in ``workdir`` (SQLite file and artifacts) in ``target``, its artifact paths moved there;
+    returns its tracking URI. The shared store stays as it is for the tests that read it."""
+    shutil.copytree(workdir / "mlruns", target / "mlruns")
+    shutil.copyfile(workdir / "mlflow.db", target / "mlflow.db")
+    with contextlib.closing(sqlite3.connect(target / "mlflow.db")) as db, db:
+        for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                              ("logged_models", "artifact_location")):
+            db.execute(f"UPDATE {table} SET {column} = replace({column}, ?, ?)", (str(workdir), str(target)))
+    return f"sqlite:///{target / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def compared(smoke_store, tmp_path_factory):
+    """The comparison of the two smoke runs (in a copy of the shared store), what it printed and its folder."""
+    root = tmp_path_factory.mktemp("compare-smoke")
+    uri = _store_copy(smoke_store.workdir, root / "store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.delenv("MLFLOW_RUN_ID", raising=False)
+        mlflow.set_tracking_uri(uri)
+        baseline, candidate = smoke_store.run_ids
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            result = compare_runs(baseline, candidate, str(root / "out"))
+        yield result, printed.getvalue(), root / "out"
+        mlflow.set_tracking_uri(None)
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Runs read like MLflow's own: a named training experiment, dataset inputs, telling names, a tidy registry.
 
 `main` twice on the tiny recipe (the second reuses preprocess, the base evaluation and train) and a 2-trial
-search, all in process on one SQLite store, then what a user opening the MLflow UI would see.
+search, in process on one real server (the session's tiny chain, tests/tiny_chain.py), then what a user opening
+the MLflow UI would see.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import mlflow
 import pytest
-import yaml
 from conftest import cli_in_process
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
@@ -21,12 +21,10 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from verlflow.compat import mlflow as compat_mlflow
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import check_alias
-from verlflow.step_requests import MainRequest
 from verlflow.steps import main as pipeline
 from verlflow.tracking import experiments, naming
 from verlflow.tracking.naming import is_generated_name, short_overrides, train_run_description, train_run_name
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "tiny-qwen3-gsm8k-tiny"  # the tiny recipe's verlflow.model_name
 
 
@@ -44,28 +42,10 @@ def _inputs(run) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _search_config(tmp_path: Path) -> Path:
-    data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
-    data["trial"] = {"overrides": {"trainer.total_training_steps": 2, "trainer.total_epochs": 2,
-                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 300}
-    data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
-    path = tmp_path / "short.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tracking_uri, tmp_path, monkeypatch,
-                                                                               tiny_workdir):
-    from verlflow.step_requests import SearchRequest
-    from verlflow.steps.search import run_search
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
-    client = MlflowClient()
-    first = pipeline.run_main(MainRequest("tiny", "cpu", "", "", "data.seed=2"))
-    second = pipeline.run_main(MainRequest("tiny", "cpu", "", "", "data.seed=2"))
+def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tiny_chain):
+    first, second = tiny_chain.results["main"], tiny_chain.results["main_again"]
+    client = MlflowClient(tiny_chain.server.url)
 
     # One experiment, the recipe's, opened by the UI in its model-training view.
     experiment = client.get_experiment_by_name("verlflow/tiny")
@@ -88,10 +68,11 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tr
     for evaluation in (runs[pipeline.BASE_EVAL], runs["evaluate"]):
         assert _inputs(evaluation) == {"gsm8k-test": ("evaluation", produced["gsm8k-test"][1])}
 
-    # The rerun reused the train run, so its registration is the same version, not a copy.
+    # The rerun reused the train run, so its registration is the same version, not a copy (the registry as the
+    # two mains left it, before the chain's later steps registered more).
     assert second.reused["train"] == train.info.run_id
     assert second.model_version == first.model_version
-    versions = client.search_model_versions(f"name='{MODEL_NAME}'")
+    versions = tiny_chain.versions_after_mains
     assert [str(v.version) for v in versions] == [first.model_version]
     assert versions[0].tags["source_run_id"] == train.info.run_id
     # ... made from the train run's own LoggedModel, whose evaluation metrics are linked to it.
@@ -102,12 +83,9 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(tr
     assert ("eval/gsm8k/accuracy", runs["evaluate"].info.run_id) in linked
 
     # A search evaluates its best trial, registers it under its own alias and leaves main's aliases alone.
-    aliases_before = dict(client.get_registered_model(MODEL_NAME).aliases)
-    result = run_search(SearchRequest("tiny", "cpu", 2, study_name="conv", storage=str(tmp_path / "study.journal"),
-                                      pruner="none", search_config=str(_search_config(tmp_path)),
-                                      data_dir=str(preprocess.data.tags["verlflow.data_dir"])))
-    model = client.get_registered_model(MODEL_NAME)
-    assert {a: v for a, v in model.aliases.items() if a != "search-best"} == aliases_before
+    result = tiny_chain.results["search"]
+    aliases_after = tiny_chain.aliases_after_search
+    assert {a: v for a, v in aliases_after.items() if a != "search-best"} == tiny_chain.aliases_before_search
     best = client.get_model_version_by_alias(MODEL_NAME, "search-best")
     assert best.tags["source_run_id"] == result.best_run_id and "eval.gsm8k.accuracy" in best.tags
     (search_eval,) = _all_runs(client, f"tags.`mlflow.parentRunId` = '{result.parent_run_id}' "

@@ -22,7 +22,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import process_running, wait_until
+from conftest import cli_in_process, process_running, wait_until
 from mlflow.tracking import MlflowClient
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -118,8 +118,10 @@ def test_parallel_workers_share_a_study_and_a_killed_workers_trial_is_retried(tm
     wait_until(lambda: not any(process_running(pid) for pid in training), 60, "A's training to stop")
 
     assert worker_b.wait(timeout=500) == 0
-    worker_c = _mlflow_worker(project, env, **params)  # grace period (3 s) long over: retries A's trial
-    assert worker_c.wait(timeout=500) == 0
+    # Worker C in this process (its own process is not what is tested: B's is): the grace period (3 s) is long over,
+    # so it retries A's trial.
+    worker_c = cli_in_process(["search", *cli_args], env=env, cwd=project)
+    assert worker_c.returncode == 0, worker_c.stderr[-3000:]
 
     study = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(journal))))
     trials = sorted(study.trials, key=lambda t: t.number)

@@ -1,9 +1,10 @@
 """Every step finds its recipe's data with no data_dir: where `main` put it, or made on the spot when it can be.
 
 `main` preprocesses a recipe's data into data/<data_source> (the smoke recipe's into data/synthetic-easy, the
-tiny one's into data/synthetic); `-e train`, `-e search` and `-e evaluate` run after it in the same folder
-must use that data without being told. A recipe whose data
-comes from the hub and is not there must stop before any run exists, naming the command that fixes it.
+tiny one's into data/synthetic); train, search and evaluate run after it in the same folder must use that data
+without being told (the session's tiny chain, tests/tiny_chain.py, runs them in process), and `-e train` in
+another folder reuses it. A recipe whose data comes from the hub and is not there must stop before any run
+exists, naming the command that fixes it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import cli_in_process, fresh_store
 from mlflow.tracking import MlflowClient
 
@@ -98,49 +98,39 @@ def test_a_step_prepares_its_synthetic_data_and_another_folder_reuses_it(tmp_pat
     second = _mlflow_run(_project(tmp_path / "b"), env, "-e", "train", "-P", "recipe=tiny",
                          "-P", "overrides=trainer.total_training_steps=1")
     assert f"data: using {tmp_path / 'a' / 'data' / 'synthetic'}" in second.stdout
+    # `-e evaluate` of that train run, as a user starts it (the entry point's `mlflow run`): the run's own data.
+    (latest,) = client.search_runs(["0"], "tags.`verlflow.step` = 'train'", max_results=1,
+                                   order_by=["attributes.start_time DESC"])
+    evaluate = _mlflow_run(tmp_path / "b", env, "-e", "evaluate", "-P", f"model_uri=runs:/{latest.info.run_id}",
+                           "-P", "limit=16")
+    assert "preparing the recipe's data" not in evaluate.stdout
+    (evaluation,) = client.search_runs(["0"], "tags.`verlflow.step` = 'evaluate'")
+    assert evaluation.info.status == "FINISHED" and evaluation.data.metrics["eval/gsm8k/num_samples"] == 16
     assert not (tmp_path / "b" / "data").exists()
     assert len(client.search_runs(["0"], "tags.`verlflow.step` = 'preprocess'")) == 1
 
 
-def _short_search_config(tmp_path: Path) -> Path:
-    data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
-    data["trial"].update(overrides={"trainer.total_training_steps": 2, "trainer.test_freq": 2}, poll_interval=1)
-    data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]  # group sizes the tiny recipe's batch takes
-    path = tmp_path / "short.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(3600)
-def test_train_search_and_evaluate_after_main_find_mains_data(tmp_path, tiny_workdir):
-    # The tiny recipe (an untrained model, 4 steps): the same chain as the smoke one, minus the warm start.
-    work = _project(tmp_path / "project")
-    env = _env(VERLFLOW_CACHE=str(tiny_workdir / "cache"))
-    _mlflow_run(work, env, "-P", "recipe=tiny")  # main: the tiny recipe's data into data/synthetic
-    data = work / "data" / "synthetic"
+def test_train_search_and_evaluate_after_main_find_mains_data(tiny_chain):
+    # The session's tiny chain (tests/tiny_chain.py): main, then train, search and evaluate in main's folder, none
+    # told where the data is. The same chain as the smoke one, minus the warm start.
+    data = tiny_chain.root / "data" / "synthetic"  # main: the tiny recipe's data into data/synthetic
     assert (data / "train.parquet").is_file()
-    client = MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+    for step in ("train", "search", "evaluate"):
+        assert "preparing the recipe's data" not in tiny_chain.printed[step], step
 
-    train = _mlflow_run(work, env, "-e", "train", "-P", "recipe=tiny",
-                        "-P", "overrides=trainer.total_training_steps=2")
-    search = _mlflow_run(work, env, "-e", "search", "-P", "recipe=tiny", "-P", "n_trials=2",
-                         "-P", f"search_config={_short_search_config(tmp_path)}")
-    evaluate = _mlflow_run(work, env, "-e", "evaluate", "-P", f"model_uri=models:/{MODEL_NAME}@champion",
-                           "-P", "limit=16")
-    for done in (train, search, evaluate):
-        assert "preparing the recipe's data" not in done.stdout
-
-    runs = client.search_runs(["0"], max_results=1000)
+    client = MlflowClient(tracking_uri=tiny_chain.server.url)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000)
     by_step: dict[str, list] = {}
     for run in runs:
         by_step.setdefault(run.data.tags.get("verlflow.step", ""), []).append(run)
-    assert len(by_step["preprocess"]) == 1  # main's; no step made data again
+    assert len(by_step["preprocess"]) == 1  # main's (reused by the second main); no step made data again
     trains = by_step["train"]  # main's, the standalone one and the two trials
     assert len(trains) == 4 and {r.info.status for r in trains} == {"FINISHED"}
     assert {r.data.params["data/train_files"] for r in trains} == {str(data / "train.parquet")}
-    standalone_eval = [r for r in by_step["evaluate"] if r.data.params.get("model_uri", "").endswith("@champion")]
+    standalone_eval = [r for r in by_step["evaluate"] if "mlflow.parentRunId" not in r.data.tags]
     assert len(standalone_eval) == 1 and standalone_eval[0].info.status == "FINISHED"
+    assert standalone_eval[0].data.tags["verlflow.model_uri"] == f"models:/{MODEL_NAME}@challenger"
     assert standalone_eval[0].data.metrics["eval/gsm8k/num_samples"] == 16
     (search_run,) = by_step["search"]
     assert search_run.info.status == "FINISHED"

@@ -1,16 +1,14 @@
 """Every link a step prints opens its page in the Model-training view: main, train, search, compare, register,
 evaluate and promote on a real `mlflow server`.
 
-One module-scoped session on a real server (the tiny recipe: main, a standalone train, a 2-trial search, a
-compare of two train runs, a register, an evaluate of its version and a promote) collects what each step
-printed; each URL is then fetched (the UI answers it on the served port) and the run, experiment or model
-version its route names is read back from the same server.
+The session's tiny chain (tests/tiny_chain.py: main, a standalone train, a 2-trial search, a compare of two train
+runs, a register, an evaluate of its version and a promote, in process on one real server) kept what each step
+printed; each URL is then fetched (the UI answers it on the served port) and the run, experiment or model version
+its route names is read back from the same server.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import urllib.parse
@@ -18,91 +16,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import MlflowServer, slow_setup
 from mlflow.tracking import MlflowClient
 
-from verlflow.step_requests import (
-    CompareRequest,
-    EvaluateRequest,
-    MainRequest,
-    PromoteRequest,
-    RegisterRequest,
-    SearchRequest,
-    TrainRequest,
-)
 from verlflow.tracking import ui_links
 
-REPO = Path(__file__).resolve().parents[1]
 STEPS = ("main", "train", "search", "compare", "register", "evaluate", "promote")
 URL = re.compile(r"http://127\.0\.0\.1:\d+/#\S+")
 
 
-def _short_search(tmp_path: Path) -> Path:
-    data = yaml.safe_load((REPO / "src/verlflow/config/search/default.yaml").read_text())
-    data["trial"] = {"overrides": {"trainer.total_training_steps": 2, "trainer.total_epochs": 2,
-                                   "trainer.test_freq": 1}, "poll_interval": 1, "stop_timeout": 300}
-    data["space"]["actor_rollout_ref.rollout.n"]["choices"] = [2, 4]
-    path = tmp_path / "short.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-@pytest.fixture(scope="module")
-@slow_setup
-def printed(tmp_path_factory, tiny_workdir):
-    """(server, {step: what it printed}) after each step ran once against the server."""
-    from verlflow.steps.compare import run_compare
-    from verlflow.steps.evaluate import run_evaluate
-    from verlflow.steps.main import run_main
-    from verlflow.steps.promote import run_promote
-    from verlflow.steps.register import run_register
-    from verlflow.steps.search import run_search
-    from verlflow.steps.train import run_train
-
-    root = tmp_path_factory.mktemp("ui-links")
-    server = MlflowServer(root)
-    server.start()
-    out: dict[str, str] = {}
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.chdir(root)
-            patch.setenv("MLFLOW_TRACKING_URI", server.url)
-            patch.setenv("VERLFLOW_CACHE", str(tiny_workdir / "cache"))
-            patch.setenv(ui_links.MLFLOW_LINKS_OFF, "true")  # as every step started by the CLI does
-            for name in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID"):
-                patch.delenv(name, raising=False)
-            import mlflow
-
-            mlflow.set_tracking_uri(server.url)
-
-            def capture(step: str, call) -> object:
-                buffer = io.StringIO()
-                with contextlib.redirect_stdout(buffer):
-                    value = call()
-                out[step] = buffer.getvalue()
-                return value
-
-            pipeline = capture("main", lambda: run_main(MainRequest("tiny", "cpu", "", "", "")))
-            data_dir = str(root / "data" / "synthetic")
-            capture("train", lambda: run_train(TrainRequest("tiny", "cpu", data_dir=data_dir,
-                                                            overrides="trainer.total_training_steps=2")))
-            capture("search", lambda: run_search(SearchRequest(
-                "tiny", "cpu", 2, data_dir=data_dir, study_name="links", storage=str(root / "study.journal"),
-                pruner="none", search_config=str(_short_search(root)))))
-            client = MlflowClient()
-            trains = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                        "tags.`verlflow.step` = 'train'")
-            (standalone,) = [r for r in trains if "mlflow.parentRunId" not in r.data.tags]
-            capture("compare", lambda: run_compare(CompareRequest(pipeline.step_run_ids["train"],
-                                                                  standalone.info.run_id)))
-            version = capture("register", lambda: run_register(RegisterRequest(run_id=standalone.info.run_id)))
-            capture("evaluate", lambda: run_evaluate(EvaluateRequest(
-                f"models:/{version.name}@challenger", limit=16)))
-            capture("promote", lambda: run_promote(PromoteRequest(version.name)))
-        yield server, out
-    finally:
-        server.stop()
+@pytest.fixture
+def printed(tiny_chain):
+    """(server, {step: what it printed}) after each step of the session's tiny chain ran once against the server."""
+    return tiny_chain.server, tiny_chain.printed
 
 
 def _check_route(client: MlflowClient, route: str) -> str:
@@ -238,11 +163,11 @@ def test_the_search_run_shows_its_best_models_full_evaluation(printed):
     assert "test problems; registered as tiny-qwen3-gsm8k-tiny version" in search.data.tags["mlflow.note.content"]
 
 
-def test_the_local_trainers_completions_are_traces_of_its_run(printed):
+def test_the_local_trainers_completions_are_traces_of_its_run(printed, tiny_chain):
     """The default trainer fills the run's Traces tab, as verl >= 0.9 does: prompt in, response and reward out."""
     server, _ = printed
     client = MlflowClient(server.url)
-    train = _main_train_run(client)
+    train = client.get_run(_first_main(client, tiny_chain).data.tags["verlflow.run_id.train"])
     traces = client.search_traces(locations=[train.info.experiment_id], run_id=train.info.run_id)
     # verlflow.rollout_traces (2) per step that logged its samples table.
     logged = sorted(a.path.removeprefix("samples/step_").removesuffix(".json")
@@ -252,17 +177,17 @@ def test_the_local_trainers_completions_are_traces_of_its_run(printed):
     assert set(span.inputs) == {"prompt"} and set(span.outputs) == {"response", "reward"}
 
 
-def _main_train_run(client: MlflowClient):
-    (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                 "tags.`verlflow.step` = 'main'")
-    return client.get_run(main.data.tags["verlflow.run_id.train"])
+def _first_main(client: MlflowClient, tiny_chain):
+    """The chain's first ``main`` run (the one that trained and registered; the second reused it), read back."""
+    mains = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`verlflow.step` = 'main'")
+    (first,) = [run for run in mains if run.info.run_id == tiny_chain.results["main"].parent_run_id]
+    return first
 
 
-def test_main_and_its_model_version_describe_their_result_in_one_line(printed):
+def test_main_and_its_model_version_describe_their_result_in_one_line(printed, tiny_chain):
     server, _ = printed
     client = MlflowClient(server.url)
-    (main,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                 "tags.`verlflow.step` = 'main'")
+    main = _first_main(client, tiny_chain)
     note = main.data.tags["mlflow.note.content"]
     assert note.startswith("tiny-qwen3-gsm8k-tiny v1: accuracy ") and "champion = version 1 (" in note
     assert "device cpu, recipe tiny" in note
