@@ -72,3 +72,8 @@ def test_a_key_whose_last_word_names_no_secret_is_left_alone(key):
 def test_an_environment_variable_named_by_a_last_word_is_a_secret(monkeypatch):
     monkeypatch.setenv("DB_PASS2", "Hunter6xyz")
     assert secrets.looks_secret("DB_PASS2") and mask_text("connected with Hunter6xyz") == "connected with ***"
+
+
+def test_a_long_chain_of_assignments_is_read_without_recursion():
+    chained = "a:" * 5000 + "b pass=" + "c=" * 5000 + "d"
+    assert mask_text(chained, known=set()) == "a:" * 5000 + "b pass=***"

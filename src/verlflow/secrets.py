@@ -116,20 +116,26 @@ def mask_text(text: str, *, known: set[str] | None = None) -> str:
     text = _PEM_PRIVATE.sub(MASK, text)
     text = _BEARER.sub(rf"\1{MASK}", text)
     text = TOKEN_FORMATS.sub(MASK, text)
-    text = _ASSIGNMENT.sub(_masked_assignment, text)
+    text = _mask_assignments(text)
     for value in sorted(known if known is not None else known_values(), key=len, reverse=True):
         if value in text:
             text = text.replace(value, MASK)
     return text
 
 
-def _masked_assignment(match: re.Match) -> str:
-    head, key, quote, value = match.groups()
-    if value == MASK or value.lower() in ("bearer", "basic"):  # _BEARER masks what follows
-        return match.group(0)
-    if not key_names_secret(key):  # the value may hold one itself: ``output_dir=/x/pass=…``
-        return head + quote + _ASSIGNMENT.sub(_masked_assignment, value)
-    return head + quote + MASK
+def _mask_assignments(text: str) -> str:
+    """``text`` with the value of every ``key=value`` whose key names a secret masked; a value under another key is
+    read again, as it may hold one itself (``output_dir=/x/pass=…``)."""
+    kept, pos = [], 0
+    while (match := _ASSIGNMENT.search(text, pos)) is not None:
+        head, key, quote, value = match.groups()
+        if key_names_secret(key) and value != MASK and value.lower() not in ("bearer", "basic"):  # _BEARER: after
+            kept.append(text[pos:match.start()] + head + quote + MASK)
+            pos = match.end()
+        else:
+            kept.append(text[pos:match.start(4)])
+            pos = match.start(4)
+    return "".join(kept) + text[pos:]
 
 
 def carries_secret(value: Any) -> bool:
