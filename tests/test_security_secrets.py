@@ -1,9 +1,11 @@
 """A run given secrets everywhere a user can put one leaves none of them in any byte, while verl still gets them.
 
 Planted: under override keys (``+trainer.wandb_password``, an AWS secret key with ``/`` under
-``+trainer.aws_secret_access_key``), in an override value (``postgresql://bob:<pw>@…``), in the profile's
-environment (``WANDB_API_KEY``, a dashboard URL with ``?token=``), and in this process's environment (an
-allowlisted ``VLLM_`` URL with ``?api_key=``, ``HF_TOKEN``). The launch is verl's command line run by the stand-in
+``+trainer.aws_secret_access_key``, and keys named by their last word: ``dbPassword``, ``wandb_pass``,
+``ssh_passphrase``, ``hmac_key``, ``session_cookie``, ``pw``), in override values (``postgresql://bob:<pw>@…``, a
+JWT under a plain key, a URL with ``?session=``), in the profile's environment (``WANDB_API_KEY``, ``DB_PASS2``, a
+dashboard URL with ``?token=``), and in this process's environment (an allowlisted ``VLLM_`` URL with
+``?api_key=``, ``HF_TOKEN``). The launch is verl's command line run by the stand-in
 (tests/standins/verl_main_standin.py), which logs its params through verl's real ``Tracking`` and prints its
 resolved config as verl's main_ppo does. Scanned: the SQLite store, every artifact and output file, the console,
 and the launched process's command line as ``ps`` shows it.
@@ -29,6 +31,16 @@ SECRETS = {
     "profile env url": "RayTok3nValue",
     "process env url": "VllmKey9876",
     "process env token": "hf_" + "Zq3xK9pL2mN8vB4cR7tY1wE6uI0oPaSd",
+    # Named by a key's last word, or by the value's shape (round 3).
+    "camelCase key": "CamelPw0rdValue",
+    "pass key": "ShortPass77",
+    "passphrase key": "open-sesame-42",
+    "hmac key": "HmacK3yMaterial",
+    "cookie key": "C00kieJarValue",
+    "pw key": "PwOnlyValue9",
+    "jwt value": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ2aWN0aW0ifQ.c2lnbmF0dXJlLXZhbHVl",
+    "profile env pass2": "ProfilePass2Value",
+    "session query": "S3ssionTok3n",
 }
 
 
@@ -47,7 +59,12 @@ def _overrides(tmp_path: Path) -> str:
             f"+trainer.aws_secret_access_key={SECRETS['aws key with /']} "
             f"+trainer.db_url=postgresql://bob:{SECRETS['override value url']}@db.example/x "
             f"profile.env.WANDB_API_KEY={SECRETS['profile env']} "
-            f"profile.env.RAY_DASHBOARD_URL=http://head:8265/?token={SECRETS['profile env url']}")
+            f"profile.env.RAY_DASHBOARD_URL=http://head:8265/?token={SECRETS['profile env url']} "
+            f"+trainer.dbPassword={SECRETS['camelCase key']} +trainer.wandb_pass={SECRETS['pass key']} "
+            f"+trainer.ssh_passphrase={SECRETS['passphrase key']} +trainer.hmac_key={SECRETS['hmac key']} "
+            f"+trainer.session_cookie={SECRETS['cookie key']} +trainer.pw={SECRETS['pw key']} "
+            f"+trainer.note={SECRETS['jwt value']} profile.env.DB_PASS2={SECRETS['profile env pass2']} "
+            f"+trainer.board=https://board.example/x?session={SECRETS['session query']}")
 
 
 def _found(data: bytes) -> list[str]:
@@ -72,6 +89,8 @@ def test_planted_secrets_reach_verl_and_nothing_else(tracking_uri, tmp_path, tin
     assert trainer["wandb_password"] == SECRETS["override key"]
     assert trainer["aws_secret_access_key"] == SECRETS["aws key with /"]
     assert trainer["db_url"] == f"postgresql://bob:{SECRETS['override value url']}@db.example/x"
+    assert (trainer["dbPassword"], trainer["note"]) == (SECRETS["camelCase key"], SECRETS["jwt value"])
+    assert got["env"]["DB_PASS2"] == SECRETS["profile env pass2"]
     assert got["env"]["WANDB_API_KEY"] == SECRETS["profile env"]
     assert got["env"]["RAY_DASHBOARD_URL"].endswith(SECRETS["profile env url"])
     assert got["env"]["HF_TOKEN"] == SECRETS["process env token"]

@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
             name_refused_run(args.step, message, "failed" if isinstance(exc, OutOfMemory) else "refused")
         sys.exit(EXIT_BAD_INPUT)
     except TrackingDeadline as exc:
-        print(f"verlflow {args.step}: error: {exc}", file=sys.stderr)
+        print(f"verlflow {args.step}: error: {mask_text(str(exc))}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except Exception as exc:
         memory = is_out_of_memory(exc)
@@ -122,6 +122,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
             line = str(out_of_memory_error(f"in {args.step}", {}))
         elif (line := server_failure(exc) or store_write_failure(exc)) is None:
             raise
+        line = mask_text(line)
         print(f"verlflow {args.step}: error: {line}", file=sys.stderr)
         if memory and args.step != "runs":
             from verlflow.tracking.naming import name_refused_run

@@ -113,10 +113,11 @@ def _end_failed(step: str, runs: list, line: str, death: Death) -> None:
     from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, REAPED_TAG
     from verlflow.outage.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
     from verlflow.outage.store_retry import LockRetryingClient
+    from verlflow.secrets import mask_text
     from verlflow.tracking.naming import name_refused_run
     from verlflow.tracking.writes import end_failed
 
-    reason = f"{death.name}: {line}"[:5000]
+    reason = mask_text(f"{death.name}: {line}")[:5000]
     with bounded_http(WRITER_HTTP_KNOBS):
         client = LockRetryingClient()
         for run in runs:

@@ -4,13 +4,15 @@
 
 A value is a secret when
 
-- its **key names one**: an override, config or parameter key whose last segment ends in password, passwd,
-  secret, token, api_key, access_key, credential(s), auth or private_key (``trainer.wandb_password``,
-  ``aws_secret_access_key``; not ``max_token_len``); an environment variable whose name holds TOKEN, KEY,
-  SECRET, PASSWORD, AUTH, … (:func:`looks_secret`);
+- its **key names one**: an override, config, parameter or variable key whose last word (split at ``_ -`` and
+  camelCase) is password, pass, pw, passphrase, secret, token, bearer, cookie, session, jwt, credential(s),
+  auth(orization), or ``key`` after api, hmac, private, access, secret, ssh, … (``trainer.wandb_password``,
+  ``dbPassword``, ``aws_secret_access_key``, ``DB_PASS2``; not ``max_token_len`` nor ``prompt_key``); an
+  environment variable whose name holds TOKEN, KEY, SECRET, PASSWORD, AUTH, … (:func:`looks_secret`); the same
+  rule finds ``key=value`` in free text (a path's ``pass=…``, an exception's message);
 - it **carries one**: a URL's ``user:password@``, a query parameter such as ``?token=``, ``?api_key=``,
-  ``?sig=``, ``?X-Amz-Signature=``, or a known key format (AWS access key ids, Hugging Face ``hf_…``, W&B,
-  OpenAI, GitHub, GitLab and Slack tokens);
+  ``?session=``, ``?sig=``, ``?X-Amz-Signature=``, ``Bearer …``, a PEM private key block, or a known key
+  format (JWTs, AWS access key ids, Hugging Face ``hf_…``, W&B, OpenAI, GitHub, GitLab and Slack tokens);
 - it **equals a value marked secret**: the value of a secret-named environment variable, or one
   :func:`remember` was given (the profile's secret environment, secret overrides).
 
@@ -32,23 +34,33 @@ MASK = "***"
 # An environment variable whose name contains one of these words holds a secret.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PWD", "CREDENTIAL", "AUTH",
                 "COOKIE", "HEADER", "PRIVATE", "CERT")
-# The last segment of a config/override/param key that names a secret (``wandb_password``, ``hf_token``).
-_SECRET_KEY_WORDS = r"(?:password|passwd|pwd|secret|token|api_?key|apikey|access_?key|secret_?key|private_?key" \
-                    r"|credentials?|auth|authorization)"
-_SECRET_KEY = re.compile(rf"(?:^|[_\-]){_SECRET_KEY_WORDS}$", re.IGNORECASE)
-# ``key=value`` in free text (an override list, a description) whose key names a secret.
-_SECRET_ASSIGNMENT = re.compile(rf"((?<![\w])[\w.+~/-]*{_SECRET_KEY_WORDS}\s*[=:]\s*)(?!(?:true|false|none|null)\b)"
-                                r"(['\"]?)([^\s'\"&,;\]}]+)", re.IGNORECASE)
+# A key names a secret by its last word (``dbPassword``, ``wandb_pass``, ``DB_PASS2``, ``ssh_passphrase``), or
+# by ``key`` after a word that makes it one (``hmac_key``, ``api_key``; not ``prompt_key``).
+_SECRET_KEY_WORDS = frozenset({"password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "token", "bearer",
+                               "cookie", "session", "jwt", "credential", "credentials", "auth", "authorization",
+                               "apikey", "privatekey", "secretkey", "accesskey"})
+_KEY_QUALIFIERS = frozenset({"api", "hmac", "private", "access", "secret", "ssh", "signing", "encryption", "master"})
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# ``key=value`` (or ``key: value``) in free text: an override list, a path, an exception's message.
+_ASSIGNMENT = re.compile(r"((?<![\w])([\w.+~/-]+)\s*[=:]\s*)(?!(?:true|false|none|null)\b)(['\"]?)([^\s'\"&,;\]}]+)",
+                         re.IGNORECASE)
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s'\"]+@")
 # A URL query parameter whose name says it holds a secret (signed URLs: ``sig``, ``X-Amz-Signature``).
-_SECRET_QUERY = re.compile(r"([?&;](?:[\w.-]*(?:token|api_?key|apikey|signature|password|passwd|secret|credential)"
-                           r"|sig|key|auth|code|pwd))=([^&#\s'\"]+)", re.IGNORECASE)
-_SECRET_QUERY_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|api_?key|access_?key|credential|signature|^sig$",
-                               re.IGNORECASE)
+_SECRET_QUERY = re.compile(r"([?&;](?:[\w.-]*(?:token|api_?key|apikey|signature|password|passwd|passphrase|secret"
+                           r"|credential|session|cookie|bearer|jwt)|sig|key|auth|code|pwd|pw|pass))=([^&#\s'\"]+)",
+                           re.IGNORECASE)
+_SECRET_QUERY_KEY = re.compile(r"pass(word|wd|phrase)?|pwd|^pw$|secret|token|api_?key|access_?key|credential|signature"
+                               r"|session|cookie|bearer|jwt|^sig$", re.IGNORECASE)
 # Well-known credential formats: Hugging Face, OpenAI-style, GitHub, GitLab, Slack, AWS access key ids, W&B.
 TOKEN_FORMATS = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}"
                            r"|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|xox[abposr]-[A-Za-z0-9\-]{10,}"
-                           r"|(?:AKIA|ASIA)[0-9A-Z]{16}|wandb_v1_[A-Za-z0-9_]{20,}|local-[0-9a-f]{40})\b")
+                           r"|(?:AKIA|ASIA)[0-9A-Z]{16}|wandb_v1_[A-Za-z0-9_]{20,}|local-[0-9a-f]{40}"
+                           r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)")
+# An HTTP credential written out: ``Bearer <token>``, ``Basic <base64>``.
+_BEARER = re.compile(r"\b((?:Bearer|Basic)\s+)[A-Za-z0-9._~+/-]{4,}=*")
+# A PEM block holding a private key (``-----BEGIN OPENSSH PRIVATE KEY-----`` … ``-----END … -----``), whole.
+_PEM_PRIVATE = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+                          re.DOTALL)
 # A W&B API key is 40 hex digits: masked where text names W&B next to it (a bare one looks like a git commit).
 _WANDB_KEY = re.compile(r"((?:wandb|wb)[\w-]*['\"]?\s*[=:]\s*['\"]?)[0-9a-f]{40}\b", re.IGNORECASE)
 # Values shorter than this are not masked by equality (``1``, ``true`` would blank half a report).
@@ -59,15 +71,23 @@ _remembered: set[str] = set()
 
 def looks_secret(name: str) -> bool:
     """Whether an environment variable (or any name) ``name`` probably holds a secret: TOKEN, KEY, SECRET, …
-    (the shell's working folders ``PWD``/``OLDPWD`` excepted)."""
+    anywhere in it, or a last word that names one as in :func:`key_names_secret` (``DB_PASS2``); the shell's
+    working folders ``PWD``/``OLDPWD`` excepted."""
     upper = name.upper()
-    return upper not in _NOT_SECRET and any(word in upper for word in SECRET_WORDS)
+    return upper not in _NOT_SECRET and (any(word in upper for word in SECRET_WORDS) or key_names_secret(name))
 
 
 def key_names_secret(key: str) -> bool:
-    """Whether a dotted/slashed config, override or param key names a secret (``trainer.wandb_password``)."""
+    """Whether a dotted/slashed config, override, param or variable key names a secret, by the words of its last
+    segment (split at ``_ -`` and camelCase, numbers dropped): ``trainer.wandb_password``, ``dbPassword``,
+    ``ssh_passphrase``, ``hmac_key``, ``session_cookie``, ``DB_PASS2``; not ``max_token_len`` or ``prompt_key``."""
     last = re.split(r"[./]", key.lstrip("+~"))[-1]
-    return bool(_SECRET_KEY.search(last))
+    words = [word.lower() for word in _WORD.findall(last) if not word.isdigit()]
+    if not words:
+        return False
+    if words[-1] == "key":
+        return len(words) > 1 and words[-2] in _KEY_QUALIFIERS
+    return words[-1] in _SECRET_KEY_WORDS or "".join(words[-2:]) in _SECRET_KEY_WORDS
 
 
 def remember(value: str) -> None:
@@ -100,12 +120,29 @@ def mask_text(text: str, *, known: set[str] | None = None) -> str:
     text = _URL_USERINFO.sub(f"{MASK}@", text)
     text = _SECRET_QUERY.sub(rf"\1={MASK}", text)
     text = _WANDB_KEY.sub(rf"\1{MASK}", text)
+    text = _PEM_PRIVATE.sub(MASK, text)
+    text = _BEARER.sub(rf"\1{MASK}", text)
     text = TOKEN_FORMATS.sub(MASK, text)
-    text = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _mask_assignments(text)
     for value in sorted(known if known is not None else known_values(), key=len, reverse=True):
         if value in text:
             text = text.replace(value, MASK)
     return text
+
+
+def _mask_assignments(text: str) -> str:
+    """``text`` with the value of every ``key=value`` whose key names a secret masked; a value under another key is
+    read again, as it may hold one itself (``output_dir=/x/pass=…``)."""
+    kept, pos = [], 0
+    while (match := _ASSIGNMENT.search(text, pos)) is not None:
+        head, key, quote, value = match.groups()
+        if key_names_secret(key) and value != MASK and value.lower() not in ("bearer", "basic"):  # _BEARER: after
+            kept.append(text[pos:match.start()] + head + quote + MASK)
+            pos = match.end()
+        else:
+            kept.append(text[pos:match.start(4)])
+            pos = match.start(4)
+    return "".join(kept) + text[pos:]
 
 
 def carries_secret(value: Any) -> bool:

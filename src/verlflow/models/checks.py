@@ -49,3 +49,11 @@ def check_trained_checkpoint(*paths: str) -> None:
             if match and int(match.group(1)) == 0:
                 raise VerlflowError(f"checkpoint {path} is from step 0: the run trained nothing; register a run "
                                     "with trainer.total_training_steps >= 1")
+
+
+def unsafe_pickle(folder: str | os.PathLike[str]) -> VerlflowError:
+    """The one line for a model whose weight file is a pickle torch refused to load (it could run code on load):
+    raised from ``pickle.UnpicklingError`` instead of its page of traceback."""
+    return VerlflowError(f"model '{folder}': a weight file is a pickle that torch refuses to load safely (loading it "
+                         "could run code); use the model's safetensors files (save_pretrained(..., "
+                         "safe_serialization=True) converts it) or a model you trust")

@@ -8,9 +8,11 @@ one-line error naming ``max_new_tokens``.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from verlflow import stopping
+from verlflow.models.checks import unsafe_pickle
 from verlflow.models.model_uri import ResolvedModel
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.platforms import Device
@@ -50,7 +52,10 @@ def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if dev.is_accelerator else torch.float32
-    lm = AutoModelForCausalLM.from_pretrained(model.model_dir, dtype=dtype).to(device).eval()
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(model.model_dir, dtype=dtype).to(device).eval()
+    except pickle.UnpicklingError:
+        raise unsafe_pickle(model.model_dir) from None
     eos = _eos_ids(lm, tokenizer)
     gen_config = GenerationConfig(
         max_new_tokens=max_new_tokens, do_sample=False, use_cache=True,

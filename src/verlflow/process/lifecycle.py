@@ -37,6 +37,7 @@ from verlflow.errors import VerlflowError
 from verlflow.names import ERROR_TAG, EXIT_CODE_TAG, HEARTBEAT_TAG, HOST_TAG, PID_START_TAG, PID_TAG, REAPED_TAG
 from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.processes import find_launcher, process_alive, process_start
+from verlflow.secrets import mask_text
 from verlflow.util import env_number, first_line
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | 
             continue
         run_id = run.info.run_id
         client.set_tag(run_id, REAPED_TAG, reason)
-        client.set_tag(run_id, ERROR_TAG, f"reaped: {reason}"[:500])
+        client.set_tag(run_id, ERROR_TAG, mask_text(f"reaped: {reason}")[:500])
         beat = run.data.tags.get(HEARTBEAT_TAG, "")
         end_ms = int(beat) * 1000 if beat.isdigit() else None
         client.set_terminated(run_id, "FAILED", end_time=end_ms)

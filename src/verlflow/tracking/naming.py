@@ -216,7 +216,7 @@ def name_refused_run(step: str, reason: str, verdict: str = "refused") -> None:
                 return
             client.update_run(run_id, name=refused_run_name(step, reason, verdict))
             if not run.data.tags.get(ERROR_TAG):
-                client.set_tag(run_id, ERROR_TAG, reason[:5000])
+                client.set_tag(run_id, ERROR_TAG, mask_text(reason)[:5000])
     except Exception as exc:  # a name is not worth a second error line
         log.debug("could not name the refused run %s: %s", run_id, exc)
 

@@ -38,6 +38,7 @@ from verlflow.names import (
     STEP_RUN_TAG_PREFIX,
     STEP_TAG,
 )
+from verlflow.secrets import mask_text
 from verlflow.step_requests import as_params, as_text
 from verlflow.tracking import tracking
 from verlflow.util import filter_quote
@@ -139,7 +140,7 @@ def _ended(client: MlflowClient, run_id: str) -> Iterator[None]:
             if client.get_run(run_id).info.status == "RUNNING":
                 client.set_terminated(run_id, tracking.end_status(error))
                 if error is not None:
-                    client.set_tag(run_id, ERROR_TAG, f"{type(error).__name__}: {error}"[:500])
+                    client.set_tag(run_id, ERROR_TAG, mask_text(f"{type(error).__name__}: {error}")[:500])
 
 
 def data_present(run: Run) -> bool:

@@ -213,8 +213,10 @@ def spill_end(run_id: str, status: str, tags: Mapping[str, str] | None, *, reaso
 
 
 def _one_line(exc: BaseException) -> str:
-    """``Type: first line`` of an exception, for the error tag of a failed run."""
-    return f"{type(exc).__name__}: {first_line(exc, 480)}" if str(exc).strip() else type(exc).__name__
+    """``Type: first line`` of an exception, secrets masked, for the error tag of a failed run."""
+    from verlflow.secrets import mask_text
+
+    return f"{type(exc).__name__}: {mask_text(first_line(exc, 480))}" if str(exc).strip() else type(exc).__name__
 
 
 def flatten_params(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -133,10 +133,11 @@ def end_lost_run(client: Any, run_id: str, status: str, reason: str, *, mark: Ma
     from mlflow.exceptions import MlflowException
 
     from verlflow.names import ERROR_TAG
+    from verlflow.secrets import mask_text
 
     with contextlib.suppress(MlflowException):
         for key, value in mark.items():
             client.set_tag(run_id, key, value)
         if client.get_run(run_id).info.status == "RUNNING":
-            client.set_tag(run_id, ERROR_TAG, reason)
+            client.set_tag(run_id, ERROR_TAG, mask_text(reason))
             client.set_terminated(run_id, status)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 
 from verlflow.backends.local.settings import LocalSettings
 from verlflow.errors import VerlflowError
+from verlflow.models.checks import unsafe_pickle
 from verlflow.platforms import Device
 from verlflow.util import first_line, hub_unreachable
 
@@ -129,6 +131,8 @@ def load_model(path: str, settings: LocalSettings, device: torch.device) -> Any:
                                                      **dict(hub_load_kwargs(path)))
     except (OSError, ValueError) as exc:
         raise VerlflowError(f"cannot load model '{path}': {first_line(exc)}") from None
+    except pickle.UnpicklingError:
+        raise unsafe_pickle(path) from None
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.to(device)

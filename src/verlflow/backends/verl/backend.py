@@ -332,7 +332,7 @@ def _launch(plan: LaunchPlan, run_id: str, *, spec: dict | None, ray_address: st
             writes.set_tag(ROLLOUT_TRACES_TAG, str(linked))
     writes.set_tag(EXIT_CODE_TAG, str(rc))
     if rc != 0:
-        writes.set_tag(VERL_ERROR_TAG, watch.reason())
+        writes.set_tag(VERL_ERROR_TAG, secrets.mask_text(watch.reason()))
         space = out_of_space_advice(watch.reason(), plan.checkpoint_dir)
         raise VerlflowError(f"verl exited with status {rc}: {watch.reason()}{f'; {space}' if space else ''} "
                             "(full output: logs/verl.log)")
