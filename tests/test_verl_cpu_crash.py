@@ -4,9 +4,9 @@ Ray process of it is left.
     pytest tests/test_verl_cpu_crash.py
 
 The launch that finishes is tests/test_verl_cpu_launch.py's (through `mlflow run`); this one is a file of its own
-so that the two launches, minutes each on 2 cores, run on two workers side by side. verlflow's step runs in this
-process (the crash is verl's, in verl's processes, which stay real); the launch takes about two minutes on 2 cores,
-mostly Ray and worker start-up.
+so that xdist can run the two launches, minutes each on 2 cores, on two workers at once. verlflow's step runs in
+this process (the crash is verl's, in verl's processes, which stay real); the launch takes about two minutes on 2
+cores, mostly Ray and worker start-up.
 """
 
 from __future__ import annotations

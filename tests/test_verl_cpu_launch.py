@@ -6,8 +6,8 @@ script and environment, Ray started and stopped, verl's MLflow logger writing in
 opened, verl's checkpoint merged by verl's model merger, registered and evaluated, and a ``compare`` with
 a local run of the same recipe; both profile step 2 (``verlflow.profile_steps=[2]``). The launch that
 crashes on purpose (a value that only verl can judge) is tests/test_verl_cpu_crash.py, a file of its own so that
-the two launches run on two workers. The steps after the launch (register, evaluate, the local train) run in
-this process. The launch takes about two minutes on 2 cores, mostly Ray and worker start-up.
+xdist can run the two launches on two workers at once. The steps after the launch (register, evaluate, the local
+train) run in this process. The launch takes about two minutes on 2 cores, mostly Ray and worker start-up.
 """
 
 from __future__ import annotations

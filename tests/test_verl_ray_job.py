@@ -1,7 +1,7 @@
 """`-P ray_address=…`: verl is submitted as a Ray job, attaches to our run through the job's runtime env,
 its logs are followed, and SIGTERM stops the job and ends the run KILLED. The job samples every node of its
 cluster into the run (``system/<node>/…``) until verl ends. A crashed job and ``--resume`` relaunching a run as a Ray
-job are tests/test_verl_ray_job_resume.py (a file of its own: the two run side by side, each with its Ray head).
+job are tests/test_verl_ray_job_resume.py (a file of its own, with its own Ray head: xdist can run the two at once).
 
 A real single-node Ray cluster with 8 declared GPUs (tests/verl_ray_jobs.py) is started for this module; the
 stand-in for verl's main module runs as the job's entrypoint.

@@ -1,8 +1,9 @@
 """What the tests of real verl launches on this CPU share: the tiny recipe's settings, a store and data to launch
 into, `mlflow run -e train -P backend=verl` as a user starts it, and what a launch leaves behind.
 
-Used by tests/test_verl_cpu_launch.py (one finished launch, read by its tests) and tests/test_verl_cpu_crash.py
-(a launch that crashes on purpose): two files, so the two launches run on two workers side by side.
+Used by tests/test_verl_cpu_launch.py (one finished launch, read by its tests), tests/test_verl_cpu_crash.py (a
+launch that crashes on purpose) and tests/test_verl_resume.py (a launch stopped and resumed): one file each, so
+that xdist can run their launches, minutes each on 2 cores, on two workers at once.
 """
 
 from __future__ import annotations

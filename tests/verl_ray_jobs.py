@@ -6,7 +6,7 @@ process group for a test module and stopped afterwards; the stand-in for verl's 
 entrypoint. Its mode reaches the job only through the profile env → ``runtime_env``. The head declares 8 GPUs
 (``--num-gpus 8``, an H20 node as Ray counts it): the pre-launch check asks the cluster for the
 ``trainer.nnodes × n_gpus_per_node`` the h20 profile wants, and nothing here uses a GPU.
-Used by tests/test_verl_ray_job.py and tests/test_verl_ray_job_resume.py, two files so that they run side by side.
+Used by tests/test_verl_ray_job.py and tests/test_verl_ray_job_resume.py, two files that xdist can run at once.
 """
 
 from __future__ import annotations
