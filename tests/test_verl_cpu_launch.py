@@ -4,33 +4,37 @@ One real launch of ``python -m verl.trainer.main_ppo`` (2 GRPO steps of the tiny
 profile, verlflow's CPU plugin loaded into every verl process) is shared by the tests below: the launch
 script and environment, Ray started and stopped, verl's MLflow logger writing into the run ``mlflow run``
 opened, verl's checkpoint merged by verl's model merger, registered and evaluated, and a ``compare`` with
-a local run of the same recipe; both profile step 2 (``verlflow.profile_steps=[2]``). A second launch
-crashes on purpose (a value that only verl can judge).
-The launch takes about two minutes on 2 cores, mostly Ray and worker start-up.
+a local run of the same recipe; both profile step 2 (``verlflow.profile_steps=[2]``). The launch that
+crashes on purpose (a value that only verl can judge) is tests/test_verl_cpu_crash.py, a file of its own so that
+xdist can run the two launches on two workers at once. The steps after the launch (register, evaluate, the local
+train) run in this process. The launch takes about two minutes on 2 cores, mostly Ray and worker start-up.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
-import psutil
 import pytest
-from conftest import fresh_store
+from conftest import slow_setup
 from mlflow.tracking import MlflowClient
+from verl_cpu_run import (
+    RECIPE_OVERRIDES,
+    launch_env,
+    mlflow_train,
+    ray_processes_of,
+    synthetic_data,
+    train_runs,
+    verlflow,
+)
 
 from verlflow import names
 from verlflow.compare.comparison import compare_runs
 
-REPO = Path(__file__).resolve().parents[1]
-# Two steps, validating on the last: every per-step curve has two points; same values for both backends.
-RECIPE_OVERRIDES = "trainer.total_training_steps=2 trainer.test_freq=2"
 # verl's global_profiler (torch on the CPU) and the local trainer's torch.profiler over step 2.
 PROFILED = "verlflow.profile_steps=[2]"
 SHARED_CURVES = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "response_length/mean",
@@ -50,59 +54,19 @@ class VerlCpuStore:
     wall_s: float
 
 
-def _env(workdir: Path, cache: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-    env["MLFLOW_TRACKING_URI"] = fresh_store(workdir)
-    env["VERLFLOW_CACHE"] = str(cache)
-    return env
-
-
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, f"verlflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
-def _mlflow_train(env: dict[str, str], workdir: Path, data_dir: Path, overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["mlflow", "run", str(REPO), "--env-manager", "local", "-e", "train", "-P", "recipe=tiny", "-P", "device=cpu",
-         "-P", "backend=verl",
-         "-P", f"data_dir={data_dir}", "-P", f"overrides={overrides} verlflow.output_dir={workdir / 'outputs'}"],
-        env=env, cwd=workdir, capture_output=True, text=True, timeout=900)
-
-
-def _train_runs(uri: str) -> list:
-    client = MlflowClient(tracking_uri=uri)
-    return client.search_runs([e.experiment_id for e in client.search_experiments()],
-                              filter_string="tags.`verlflow.step` = 'train'", order_by=["attributes.start_time ASC"])
-
-
-def _ray_processes_of(run_id: str) -> list[str]:
-    """Ray's head processes (raylet, gcs_server) started for this run (they inherit MLFLOW_RUN_ID)."""
-    found = []
-    for proc in psutil.process_iter(["name"]):
-        try:
-            if proc.info["name"] in ("raylet", "gcs_server") and proc.environ().get("MLFLOW_RUN_ID") == run_id:
-                found.append(f"{proc.info['name']} pid {proc.pid}")
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
 @pytest.fixture(scope="module")
+@slow_setup
 def verl_cpu(tmp_path_factory, tiny_workdir) -> VerlCpuStore:
     """Synthetic data, then ONE real verl launch on the CPU through `mlflow run`, shared by this module."""
     workdir = tmp_path_factory.mktemp("verl_cpu")
-    env = _env(workdir, tiny_workdir / "cache")
-    data_dir = workdir / "data"
-    _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, workdir)
+    env = launch_env(workdir, tiny_workdir / "cache")
+    data_dir = synthetic_data(env, workdir)
     started = time.monotonic()
-    launch = _mlflow_train(env, workdir, data_dir, f"{RECIPE_OVERRIDES} {PROFILED}")
+    launch = mlflow_train(env, workdir, data_dir, f"{RECIPE_OVERRIDES} {PROFILED}")
     wall = time.monotonic() - started
     print(f"\nverl on the CPU: `mlflow run -e train -P backend=verl` took {wall:.0f} s")
     assert launch.returncode == 0, f"verl launch failed:\n{launch.stdout[-4000:]}\n{launch.stderr[-4000:]}"
-    runs = _train_runs(env["MLFLOW_TRACKING_URI"])
+    runs = train_runs(env["MLFLOW_TRACKING_URI"])
     assert len(runs) == 1
     return VerlCpuStore(uri=env["MLFLOW_TRACKING_URI"], env=env, workdir=workdir, data_dir=data_dir,
                         run_id=runs[0].info.run_id, launch=launch, wall_s=wall)
@@ -188,7 +152,7 @@ def test_the_launch_script_loads_the_cpu_plugin_and_ray_is_started_then_stopped(
     assert "actor_rollout_ref.rollout.name=hf" in text and f"export MLFLOW_RUN_ID={verl_cpu.run_id}" in text
     log = Path(client.download_artifacts(verl_cpu.run_id, "logs/verl.log", str(verl_cpu.workdir / "log"))).read_text()
     assert "Started a local Ray instance" in log
-    assert _ray_processes_of(verl_cpu.run_id) == []
+    assert ray_processes_of(verl_cpu.run_id) == []
 
 
 @pytest.mark.slow
@@ -202,13 +166,13 @@ def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
                                            filter_string=f"source_run_id = '{verl_cpu.run_id}'")
     assert [(o.model_id, o.step) for o in run.outputs.model_outputs] == [(model.model_id, 2)]
     assert "critic/score/mean" in {m.key for m in client.get_logged_model(model.model_id).metrics if m.step == 2}
-    _cli(["register", "--run_id", verl_cpu.run_id], verl_cpu.env, verl_cpu.workdir)
+    verlflow(["register", "--run_id", verl_cpu.run_id], verl_cpu.env, verl_cpu.workdir)
     name = run.data.tags["verlflow.model_name"]
     version = client.get_model_version_by_alias(name, "challenger")
     assert version.tags["source_run_id"] == verl_cpu.run_id and version.tags["device.type"] == "cpu"
     assert version.source == model.model_uri  # registered from that model, not a second copy
-    _cli(["evaluate", "--model_uri", f"models:/{name}/{version.version}", "--data_dir", str(verl_cpu.data_dir),
-          "--limit", "4"], verl_cpu.env, verl_cpu.workdir)
+    verlflow(["evaluate", "--model_uri", f"models:/{name}/{version.version}", "--data_dir", str(verl_cpu.data_dir),
+              "--limit", "4"], verl_cpu.env, verl_cpu.workdir)
     evaluated = client.get_model_version(name, version.version)
     assert "eval.gsm8k.accuracy" in evaluated.tags
     assert "eval/gsm8k/accuracy" in {m.key for m in client.get_logged_model(model.model_id).metrics}
@@ -216,10 +180,9 @@ def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
 
 @pytest.mark.slow
 def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_keys(verl_cpu, client, capsys):
-    _cli(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(verl_cpu.data_dir),
-          "--overrides", f"{RECIPE_OVERRIDES} {PROFILED}"],
-         verl_cpu.env, verl_cpu.workdir)
-    local = next(r for r in _train_runs(verl_cpu.uri) if r.data.tags["verlflow.backend"] == "local")
+    verlflow(["train", "--recipe", "tiny", "--device", "cpu", "--data_dir", str(verl_cpu.data_dir),
+              "--overrides", f"{RECIPE_OVERRIDES} {PROFILED}"], verl_cpu.env, verl_cpu.workdir)
+    local = next(r for r in train_runs(verl_cpu.uri) if r.data.tags["verlflow.backend"] == "local")
     result = compare_runs(local.info.run_id, verl_cpu.run_id, str(verl_cpu.workdir / "compare"))
     printed = capsys.readouterr().out
     assert not result.recipes_differ and "RECIPES DIFFER" not in printed, [r.key for r in result.diff.recipe]
@@ -234,21 +197,3 @@ def test_compare_with_a_local_run_of_the_same_recipe_differs_only_in_backend_key
     assert "## Profiles: where a step's time goes" in result.report
     assert re.search(r"\| update_actor \| [\d,.]+ \| [\d,.]+ \| [\d.]+× \|", result.report), result.report[-3000:]
     assert "The operators that differ most" in result.report
-
-
-@pytest.mark.slow
-def test_a_crashing_verl_run_fails_with_verls_error_and_leaves_no_ray_behind(verl_cpu):
-    # A fault only verl's training reaches (the dry run's rehearsal scores one exact answer, which passes): the
-    # reward function refuses the first real completion, after Ray and the workers have started.
-    reward = verl_cpu.workdir / "picky_reward.py"
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    if solution_str != f'#### {ground_truth}':\n"
-                      "        raise ValueError('picky reward: a real completion')\n"
-                      "    return 1.0\n")
-    crash = _mlflow_train(verl_cpu.env, verl_cpu.workdir, verl_cpu.data_dir,
-                          f"{RECIPE_OVERRIDES} reward.custom_reward_function.path={reward}")
-    assert crash.returncode != 0, crash.stdout[-3000:]
-    run = next(r for r in _train_runs(verl_cpu.uri) if "picky_reward" in r.data.params.get("overrides", ""))
-    assert run.info.status == "FAILED"
-    assert run.data.tags["verlflow.verl_error"] == "ValueError: picky reward: a real completion"
-    assert _ray_processes_of(run.info.run_id) == []

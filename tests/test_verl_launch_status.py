@@ -1,11 +1,12 @@
-"""The verl launch path's failure cases, through the real CLI, with a stand-in in place of verl's main module.
+"""The verl launch path's failure cases, through the CLI, with a stand-in in place of verl's main module.
 
 The success path runs real verl on the CPU (tests/test_verl_cpu_launch.py). What real verl cannot be made to
 do cheaply and on cue stays here: fail *after* logging metrics, and wait to be signalled. The stand-in
 (tests/standins/verl_main_standin.py) takes verl's command line, logs through verl's real ``Tracking`` into
 our run, and then succeeds (saving an FSDP checkpoint), fails, or waits to be signalled.
 It is chosen with the launcher's own option ``verlflow.launch_module``; ``verlflow.skip_preflight=true``
-lets the gpu profile run on this CPU machine (the stand-in needs no device).
+lets the gpu profile run on this CPU machine (the stand-in needs no device). The step runs in this process
+(``cli_in_process``; the stand-in is a real process) except where its process is signalled.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_in_process
 from mlflow.tracking import MlflowClient
 
 STANDIN = Path(__file__).parent / "standins" / "verl_main_standin.py"
@@ -31,17 +33,30 @@ def tiny_model(tiny_workdir) -> Path:
     return Path(resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache"))
 
 
-def _train(tmp_path: Path, model: Path, mode: str, **popen) -> subprocess.Popen:
+def _train_args(tmp_path: Path, model: Path) -> list[str]:
+    """``verlflow train`` of the tiny recipe on the gpu profile, with the stand-in in place of verl's main module."""
     # One device, rollout TP 1: the tiny recipe's 4 x 4 responses split over the h20 profile's 8 GPUs would leave a
     # per-device mini-batch (2) that its micro-batch (4) cannot divide, which the preflight refuses.
     overrides = (f"verlflow.launch_module={STANDIN} verlflow.skip_preflight=true trainer.n_gpus_per_node=1 "
                  "actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'} verlflow.system_metrics_interval=1")
-    argv = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", "tiny", "--device", "gpu",
-            "--backend", "verl", "--model", str(model), "--data_dir", str(tmp_path / "data"), "--overrides", overrides]
-    env = {**os.environ, "VERLFLOW_STANDIN_MODE": mode}
-    return subprocess.Popen(argv, env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, **popen)
+    return ["train", "--recipe", "tiny", "--device", "gpu", "--backend", "verl", "--model", str(model),
+            "--data_dir", str(tmp_path / "data"), "--overrides", overrides]
+
+
+def _train(tmp_path: Path, model: Path, mode: str) -> subprocess.Popen:
+    """The train step as a process of its own (for a signal), output piped."""
+    return subprocess.Popen([sys.executable, "-m", "verlflow.cli", *_train_args(tmp_path, model)],
+                            env={**os.environ, "VERLFLOW_STANDIN_MODE": mode}, cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _train_in_process(tmp_path: Path, model: Path, mode: str) -> tuple[int, str]:
+    """The train step in this process (what it does with verl's exit is tested, not its process): exit status and
+    output (stdout, then stderr)."""
+    done = cli_in_process(_train_args(tmp_path, model), env={**os.environ, "VERLFLOW_STANDIN_MODE": mode},
+                          cwd=tmp_path)
+    return done.returncode, done.stdout + done.stderr
 
 
 def _only_run():
@@ -59,9 +74,8 @@ def _assert_standin_metrics(run) -> None:
 
 @pytest.mark.slow
 def test_nonzero_exit_fails_the_run_and_keeps_its_metrics(tracking_uri, tmp_path, tiny_model):
-    proc = _train(tmp_path, tiny_model, "fail")
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 2
+    returncode, out = _train_in_process(tmp_path, tiny_model, "fail")
+    assert returncode == 2
     assert "verl exited with status 3: RuntimeError: stand-in failure after step 2" in out
     run = _only_run()
     assert run.info.status == "FAILED"
@@ -73,9 +87,8 @@ def test_nonzero_exit_fails_the_run_and_keeps_its_metrics(tracking_uri, tmp_path
 @pytest.mark.slow
 def test_a_checkpoint_write_that_fails_for_space_names_the_folder_and_its_free_space(tracking_uri, tmp_path,
                                                                                       tiny_model):
-    proc = _train(tmp_path, tiny_model, "file_limit")
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 2, out[-3000:]
+    returncode, out = _train_in_process(tmp_path, tiny_model, "file_limit")
+    assert returncode == 2, out[-3000:]
     error = next(line for line in out.splitlines() if line.startswith("verlflow train: error:"))
     print(error)
     # verl's checkpoint manager's error (torch's zip writer: "unexpected pos"), not the store's that follows it

@@ -6,38 +6,27 @@ checkpoint whose step *is* in the run (here step 1, 2, 3 or 4, depending on wher
 never from step 1, in the same MLflow run. verl finishes the step it is in, and on a quiet host the next ones
 too (about a second each), while the SIGTERM reaches its Ray workers: a run whose every step reached MLflow
 that way is not relaunched (verl would train a step past its last), only ended. Each launch takes about two
-minutes on 2 cores (Ray and worker start-up).
+minutes on 2 cores (Ray and worker start-up). The first attempt is a real ``verlflow train`` process (the SIGTERM
+is what it is there for); the resume runs in this process (verl's processes stay real).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import every_experiment, fresh_store, wait_until
+from conftest import cli_in_process, every_experiment, wait_until
 from mlflow.tracking import MlflowClient
+from verl_cpu_run import launch_env, synthetic_data
 
 from verlflow.names import RESUMED_FROM_TAG, TIMING_STEP
 from verlflow.tracking.resume import ATTEMPT_METRIC, RESUMED_FROM_STEP_METRIC
 
 STEPS = 4
 OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"
-
-
-def _env(workdir: Path, cache: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-    env["MLFLOW_TRACKING_URI"] = fresh_store(workdir)
-    env["VERLFLOW_CACHE"] = str(cache)
-    return env
-
-
-def _cli(args: list[str], env: dict[str, str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verlflow.cli", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=1200, **kwargs)
 
 
 def _wait_for_checkpoint(outputs: Path, step: int, proc: subprocess.Popen, log: Path, deadline_s: float) -> None:
@@ -54,10 +43,8 @@ def _wait_for_checkpoint(outputs: Path, step: int, proc: subprocess.Popen, log: 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # two verl launches on a busy 2-core machine
 def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp_path, tiny_workdir):
-    env = _env(tmp_path, tiny_workdir / "cache")
-    data_dir = tmp_path / "data"
-    prep = _cli(["preprocess", "--source", "synthetic", "--output_dir", str(data_dir), "--limit", "32"], env, tmp_path)
-    assert prep.returncode == 0, prep.stderr[-3000:]
+    env = launch_env(tmp_path, tiny_workdir / "cache")
+    data_dir = synthetic_data(env, tmp_path)
     outputs = tmp_path / "outputs"
     log = tmp_path / "first_attempt.log"
     with log.open("w") as out:
@@ -78,7 +65,7 @@ def test_a_stopped_verl_run_resumes_from_its_checkpoint_with_every_step_once(tmp
     assert run.info.status == "KILLED"
     run_id = run.info.run_id
 
-    resumed = _cli(["train", "--resume", run_id], env, tmp_path)
+    resumed = cli_in_process(["train", "--resume", run_id], env=env, cwd=tmp_path)  # its process is not tested
 
     assert resumed.returncode == 0, f"{resumed.stdout[-4000:]}\n{resumed.stderr[-4000:]}"
     runs = client.search_runs(every_experiment(client), filter_string="tags.`verlflow.step` = 'train'")

@@ -10,9 +10,10 @@ logs two steps of verl-named metrics (one with ``@``), then acts as ``VERLFLOW_S
 - ``ok`` (default): saves the final checkpoint in verl's FSDP layout (world size 1, verl's own
   FSDPCheckpointManager) under ``trainer.default_local_dir`` and exits 0;
 - ``fail``: prints a verl-like error line and exits 3;
-- ``fail_once``: the first time (no checkpoint in ``trainer.default_local_dir`` yet) saves the checkpoint as
-  ``ok`` does, then fails as ``fail`` does (a run killed after a checkpoint); the next time acts as ``ok``;
 - ``hang``: prints ``STANDIN_WAITING pid=<pid>`` and sleeps until it is signalled;
+- ``hang_once``: the first time (no checkpoint in ``trainer.default_local_dir`` yet) saves the checkpoint as ``ok``
+  does, then waits as ``hang`` does (a run whose verl dies after a checkpoint: the test kills it); the next time
+  acts as ``ok``;
 - ``out_of_memory``: asks torch for 4 EiB after step 2: torch's real "DefaultCPUAllocator: can't allocate memory",
   uncaught, so the process dies with its traceback (exit 1) as verl's does;
 - ``file_limit``: saves the checkpoint as ``ok`` does under a 64 KiB file-size limit (``ulimit -f``), so verl's
@@ -59,6 +60,13 @@ def _record_received(cfg, path: str) -> None:
     Path(path).write_text(json.dumps({"config": resolved, "env": dict(os.environ), "cmdline": cmdline}))
 
 
+def _wait_for_a_signal() -> None:
+    """Say ``STANDIN_WAITING pid=<pid>`` and sleep until a signal ends this process."""
+    print(f"{WAITING} pid={os.getpid()}", flush=True)
+    while True:
+        signal.pause()
+
+
 def main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
     from verl.utils.tracking import Tracking
@@ -81,9 +89,7 @@ def main(argv: list[str]) -> int:
 
         torch.empty(2**62, dtype=torch.uint8)
     if mode == "hang":
-        print(f"{WAITING} pid={os.getpid()}", flush=True)
-        while True:
-            signal.pause()
+        _wait_for_a_signal()
     sys.path.insert(0, str(Path(__file__).parent))
     from fsdp_checkpoint import save_fsdp_checkpoint
 
@@ -96,9 +102,8 @@ def main(argv: list[str]) -> int:
     save_fsdp_checkpoint(cfg.actor_rollout_ref.model.path, str(root / f"global_step_{STEPS}" / "actor"),
                          world_size=1, fsdp=2, step=STEPS)
     (root / "latest_checkpointed_iteration.txt").write_text(str(STEPS))
-    if mode == "fail_once" and first_time:
-        print("RuntimeError: stand-in failure after its checkpoint of step 2", flush=True)
-        return 3
+    if mode == "hang_once" and first_time:
+        _wait_for_a_signal()
     logger.finish()
     return 0
 
