@@ -36,7 +36,7 @@ def log_run_description(cfg: Any, settings: LocalSettings, logger: RunLogger) ->
         log.info("local trainer ignores %s=%s (%s)", key, value, ignored_reason(key))
     logger.set_tags({IGNORED_KEYS_TAG: ",".join(settings.ignored) or "none"})
     _log_params(cfg, logger)
-    logger.log_text(_to_yaml(cfg.resolved), "config/resolved.yaml")
+    logger.log_text(_to_yaml(cfg), "config/resolved.yaml")
     # The profile's env is what this run ran with (OMP_NUM_THREADS is applied in-process).
     environ = {**os.environ, **cfg.profile.env}
     profile = device.collect_device_profile(settings.device, environ=environ, profile=cfg.profile)
@@ -47,10 +47,11 @@ def log_run_description(cfg: Any, settings: LocalSettings, logger: RunLogger) ->
 
 def _log_params(cfg: Any, logger: RunLogger) -> None:
     """The resolved verl config as params with verl's own keys, secrets masked (verl's runs log their own)."""
+    from verlflow.config.loggable import loggable_tree
     from verlflow.secrets import mask_value
     from verlflow.tracking.tracking import flatten_params
 
-    params = flatten_params(cfg.to_container())
+    params = flatten_params(loggable_tree(cfg.resolved, cfg.overrides))
     mlflow_error, _ = store_errors()
     try:
         logger.log_params({k: ("None" if v is None else mask_value(k, v)) for k, v in params.items()})
@@ -92,9 +93,9 @@ def record_final(logger: RunLogger, final: Path, step: int, started_at: float) -
     return summaries
 
 
-def _to_yaml(resolved: Any) -> str:
+def _to_yaml(cfg: Any) -> str:
     from omegaconf import OmegaConf
 
-    from verlflow.secrets import mask_tree
+    from verlflow.config.loggable import loggable_tree
 
-    return OmegaConf.to_yaml(mask_tree(OmegaConf.to_container(resolved, resolve=True)))
+    return OmegaConf.to_yaml(loggable_tree(cfg.resolved, cfg.overrides))
