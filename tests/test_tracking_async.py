@@ -127,6 +127,7 @@ def _run_script(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess, 
     return result, marker
 
 
+@pytest.mark.slow  # a new Python and its writer; "runs once" is asserted in the fast tier by the killed trainer's test
 def test_a_script_without_a_main_guard_runs_once_beside_its_writer_process(tracking_uri, tmp_path):
     result, marker = _run_script(tmp_path, "end")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -136,8 +137,9 @@ def test_a_script_without_a_main_guard_runs_once_beside_its_writer_process(track
 
 
 def test_a_killed_trainer_leaves_no_writer_behind_and_its_queued_steps_written(tracking_uri, tmp_path):
-    result, _ = _run_script(tmp_path, "die")
+    result, marker = _run_script(tmp_path, "die")
     assert result.returncode == -signal.SIGKILL
+    assert marker.read_text().splitlines() == ["ran"]  # its writer (started, it wrote step 1) did not run it again
     run_id, writer_pid = result.stdout.split()[:2]
     wait_until(lambda: not process_running(writer_pid), 60, "the writer's exit")  # within seconds, loaded or not
     assert sorted(m.step for m in MlflowClient().get_metric_history(run_id, "loss")) == [1, 2]
