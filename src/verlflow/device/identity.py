@@ -12,6 +12,8 @@ label (:meth:`verlflow.config.Accelerator.lists`), and the record's SKU figures 
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -61,7 +63,19 @@ def label(name: str, gen: str | None) -> str:
 
 
 def shipped_profiles() -> list[Profile]:
-    """Every shipped profile that loads (one that does not is the config tests' business, not identity's)."""
+    """Every shipped profile that loads (one that does not is the config tests' business, not identity's).
+
+    Read once per state of the profile files: a compare asks for every run's hardware, dozens of times."""
+    return copy.deepcopy(_profiles_as_files_are(_profile_files()))
+
+
+def _profile_files() -> tuple[tuple[str, int], ...]:
+    folder = config.loading.PROFILES_DIR
+    return tuple(sorted((path.name, path.stat().st_mtime_ns) for path in folder.iterdir() if path.is_file()))
+
+
+@functools.lru_cache(maxsize=4)
+def _profiles_as_files_are(files: tuple[tuple[str, int], ...]) -> list[Profile]:
     loaded = []
     for name in config.list_profiles():
         try:
