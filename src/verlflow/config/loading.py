@@ -73,7 +73,10 @@ def load_named_yaml(kind: str, name: str, folder: Path) -> NamedYaml:
             known = ", ".join(list_named(folder))
             raise VerlflowError(f"unknown {kind} '{name}': choose one of {known} or give a .yaml path")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if bomb := _alias_expansion(text):
+            raise VerlflowError(f"{kind} file {path}:{bomb}")
+        data = yaml.safe_load(text)
     except UnicodeDecodeError as exc:
         raise VerlflowError(f"{kind} file {path} is not UTF-8 text (byte {exc.start}): give a YAML file") from None
     except yaml.YAMLError as exc:
@@ -85,6 +88,37 @@ def load_named_yaml(kind: str, name: str, folder: Path) -> NamedYaml:
     if bad := _first_unusable(data):
         raise VerlflowError(f"{kind} file {path}: {bad}")
     return NamedYaml(name=path.stem, path=path, data=data)
+
+
+# A config's values with its aliases expanded: verl's whole ppo_trainer has about a thousand. Each level of nested
+# aliases multiplies the values (a 1 KB file of 7 levels of 9 holds 9**7); every later walk pays for each one.
+MAX_EXPANDED_VALUES = 100_000
+
+
+def _alias_expansion(text: str) -> str | None:
+    """``line: what`` when the YAML's aliases expand to more than :data:`MAX_EXPANDED_VALUES` values (the line of
+    the first top-level key holding too many), else None. Counts YAML's node graph, where an alias is the node it
+    names, so the count costs the file's size, not the expansion's."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None:
+        return None
+    sizes: dict[int, int] = {}
+
+    def expanded(node: yaml.Node, visiting: frozenset[int] = frozenset()) -> int:
+        if id(node) in sizes or id(node) in visiting:  # an alias of itself is refused later, by name
+            return sizes.get(id(node), 1)
+        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])
+        sizes[id(node)] = 1 + sum(expanded(child, visiting | {id(node)}) for child in children)
+        return sizes[id(node)]
+
+    if expanded(root) <= MAX_EXPANDED_VALUES:
+        return None
+    heavy = [key for key, value in (root.value if isinstance(root, yaml.MappingNode) else [])
+             if sizes[id(value)] > MAX_EXPANDED_VALUES]
+    line = heavy[0].start_mark.line + 1 if heavy else 1
+    return (f"{line}: its aliases expand to {sizes[id(root)]:,} values, more than {MAX_EXPANDED_VALUES:,} (nested "
+            "aliases multiply): write the values out, or alias fewer levels deep")
 
 
 def _yaml_place(path: Path, exc: yaml.YAMLError) -> str:

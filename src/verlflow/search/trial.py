@@ -6,7 +6,7 @@ A trial creates its MLflow run itself, linked to the search's run by the explici
 tag (not Optuna's deprecated MLflowCallback, which loses the link with parallel workers), with tags
 ``optuna.study_name``, ``optuna.trial_number`` and ``optuna.param.<key>`` (params are the train step's:
 verl logs them itself, and refuses to when a key already exists). It then runs the train step as a
-subprocess (``python -m verlflow.cli train … --overrides "<trial values>"``) with ``MLFLOW_RUN_ID`` set
+subprocess (``verlflow train …``, its overrides in its environment) with ``MLFLOW_RUN_ID`` set
 to that run, so the local trainer and verl alike log into it. While it runs, the objective metric's
 history is read from MLflow and reported to Optuna; a trial the pruner stops gets SIGTERM and its run then
 ends FINISHED with the tag ``optuna.pruned=true`` and ``pruned`` in its name (pruning is the search working,
@@ -43,13 +43,18 @@ from verlflow.names import ERROR_TAG, STEP_TAG, metric_names
 from verlflow.outage.store_retry import LockRetryingClient
 from verlflow.search.study import PARENT_RUN_ID_ATTR, RUN_ID_ATTR
 
-# Linux: the train subprocess gets SIGTERM when its worker dies (even by SIGKILL), so a killed worker
-# leaves no orphan training and its run ends KILLED. prctl runs in the child itself, before exec.
-_DIE_WITH_PARENT = (
+# The trial's overrides reach its train step through this variable, never its command line: ``ps`` and
+# ``/proc/<pid>/cmdline`` show every user a command line, and a search's fixed overrides may hold a secret.
+OVERRIDES_VARIABLE = "VERLFLOW_TRIAL_OVERRIDES"
+# The trial's process: on Linux it first asks for SIGTERM when its worker dies (even by SIGKILL), so a killed
+# worker leaves no orphan training and its run ends KILLED; then it runs ``verlflow train`` with the overrides.
+_TRIAL_ENTRY = (
     "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG
-    "os.getppid() == int(sys.argv[1]) or sys.exit(143)\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+    "if sys.platform.startswith('linux'):\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"  # PR_SET_PDEATHSIG
+    "    os.getppid() == int(sys.argv[1]) or sys.exit(143)\n"
+    "from verlflow import cli\n"
+    f"cli.main([*sys.argv[2:], '--overrides', os.environ.pop('{OVERRIDES_VARIABLE}')], own_process=True)\n"
 )
 
 
@@ -81,25 +86,26 @@ class TrialRunner:
         ckpt = Path(self.checkpoint_root) / self.study_name / f"trial_{trial_number:04d}"
         return {**self.fixed_overrides, **params, "trainer.default_local_dir": str(ckpt)}
 
-    def command(self, trial_number: int, params: dict[str, Any]) -> list[str]:
-        """The train step's command line for a trial."""
+    def command(self) -> list[str]:
+        """The train step's command line for a trial: the same for every trial (its overrides are in
+        :meth:`environment`)."""
+        return [sys.executable, "-c", _TRIAL_ENTRY, str(os.getpid()), "train", "--recipe", self.recipe,
+                "--device", self.device, "--data_dir", self.data_dir]
+
+    def environment(self, trial_number: int, run_id: str, params: dict[str, Any]) -> dict[str, str]:
+        """The trial process's environment: this one's, its run, and its overrides (:data:`OVERRIDES_VARIABLE`)."""
         overrides = shlex.join(config.hydra_overrides(self.overrides(trial_number, params)))
-        cmd = [sys.executable, "-m", "verlflow.cli", "train", "--recipe", self.recipe,
-               "--device", self.device, "--data_dir", self.data_dir, "--overrides", overrides]
-        if sys.platform.startswith("linux"):
-            return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd[1:]]
-        return cmd
+        return {**os.environ, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": self.tracking_uri,
+                "MLFLOW_EXPERIMENT_ID": self.experiment_id, OVERRIDES_VARIABLE: overrides}
 
     def __call__(self, trial: optuna.Trial, params: dict[str, Any]) -> float:
         """Run one trial to its objective value; TrialPruned when pruned, TrialFailed when training fails."""
         client = LockRetryingClient(self.tracking_uri)
         run_id = self._create_run(client, trial, params)
-        env = {**os.environ, "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": self.tracking_uri,
-               "MLFLOW_EXPERIMENT_ID": self.experiment_id}
         with tempfile.TemporaryDirectory(prefix="verlflow-trial-") as tmp:
             log_path = Path(tmp) / "trial_output.log"
-            proc = subprocess.Popen(self.command(trial.number, params), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
+            proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    bufsize=1, env=self.environment(trial.number, run_id, params))
             tail: collections.deque[str] = collections.deque(maxlen=20)
             pruning = threading.Event()
             reader = threading.Thread(target=_tee, args=(proc, trial.number, log_path, tail, pruning), daemon=True)
