@@ -10,6 +10,7 @@ second ``--resume`` started at the same moment is refused in one line (the run's
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import paused, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow import names
@@ -25,8 +26,18 @@ from verlflow.data import gsm8k
 from verlflow.process import lifecycle
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 30  # enough that the signal lands while steps remain, however fast a step is
+# The step is held still (SIGSTOP) from two logged steps until the launcher's SIGTERM has reached it: the signal
+# lands with steps remaining however fast a step is, and the resume has few steps left to train.
+STEPS = 8
 OVERRIDES = f"trainer.total_training_steps={STEPS} trainer.save_freq=1 trainer.test_freq=-1"  # + output_dir
+
+
+def _sigterm_pending(pid: int) -> bool:
+    """Whether a SIGTERM waits to be delivered to process ``pid`` (``SigPnd``/``ShdPnd`` in ``/proc/<pid>/status``):
+    one the dying launcher's kernel sent it (``PR_SET_PDEATHSIG``) while it was held still."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = [int(value, 16) for value in re.findall(r"^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)", status, re.M)]
+    return any(mask & (1 << (signal.SIGTERM - 1)) for mask in pending)
 
 
 def _train_run(client: MlflowClient):
@@ -58,8 +69,10 @@ def test_sigterm_to_mlflow_run_kills_the_step_and_resume_finishes_it(tracking_ur
         wait_until(lambda: len(client.get_metric_history(run_id, "timing_s/step")) >= 2, 600, "two logged steps",
                    poll_s=0.5)
         step_pid = int(client.get_run(run_id).data.tags[names.PID_TAG])
-        launcher.send_signal(signal.SIGTERM)  # the launcher only, not its process group
-        signalled = time.monotonic()
+        with paused(step_pid):
+            launcher.send_signal(signal.SIGTERM)  # the launcher only, not its process group
+            signalled = time.monotonic()
+            wait_until(lambda: _sigterm_pending(step_pid), 60, "the launcher's SIGTERM pending in the step")
         wait_until(lambda: client.get_run(run_id).info.status != "RUNNING", 60, "the run to end", poll_s=0.5)
         ended_after = time.monotonic() - signalled
     finally:

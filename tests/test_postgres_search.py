@@ -17,6 +17,8 @@ from conftest import MlflowServer
 from mlflow.tracking import MlflowClient
 from test_search_workers import _short_search_config
 
+from verlflow.data import gsm8k
+
 pytestmark = pytest.mark.slow
 
 
@@ -35,20 +37,24 @@ def postgres(tmp_path_factory):
     server.cleanup()
 
 
-def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, smoke_store, monkeypatch):
+def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, tiny_workdir, monkeypatch):
     # No worker dies here: a grace period of 120 s, not the 3 s a killed worker's test needs (under CI's load a
     # heartbeat thread can starve past 3 s, and the other worker then fails a trial that is still training).
     # psycopg2 (dev extra) named explicitly: SQLAlchemy 2.1 would pick psycopg 3 for plain postgresql://.
     tracking_db = f"postgresql+psycopg2://postgres@/tracking?host={postgres}"
     storage = f"postgresql+psycopg2://postgres@/optuna?host={postgres}"
+    # The tiny model built once per session, and the 64 synthetic rows per split the workers train on (no trained
+    # store needed: the smoke store's two trainings are not read here).
+    data_dir = tmp_path / "data"
+    gsm8k.preprocess("synthetic", data_dir, 64, log_to_mlflow=False)
     server = MlflowServer(tmp_path, backend_store_uri=tracking_db)
     server.start()
     url = server.url
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_NAME")}
-        env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(smoke_store.cache)})
+        env.update({"MLFLOW_TRACKING_URI": url, "VERLFLOW_CACHE": str(tiny_workdir / "cache")})
         args = ["search", "--recipe", "tiny", "--device", "cpu", "--n_trials", "1", "--study_name", "pg",
-                "--storage", storage, "--pruner", "none", "--data_dir", str(smoke_store.data_dir),
+                "--storage", storage, "--pruner", "none", "--data_dir", str(data_dir),
                 "--search_config", str(_short_search_config(tmp_path, grace_period=120))]
         workers = [subprocess.Popen([sys.executable, "-m", "verlflow.cli", *args], cwd=tmp_path, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]

@@ -18,8 +18,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import mlflow
 import pytest
-from conftest import paused, process_running, serving, wait_until
+from conftest import paused, process_running, wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -31,8 +32,21 @@ FAST_FAIL = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOU
 
 
 @pytest.fixture
-def server(tmp_path, monkeypatch):
-    yield from serving(tmp_path, monkeypatch, FAST_FAIL)
+def server(module_server, monkeypatch):
+    """The module's server (started once) as this test's tracking URI, MLflow's HTTP failing fast.
+
+    Each test makes its own runs, and stops and starts the server itself for its outage; one that failed with the
+    server down leaves it started again for the next test.
+    """
+    for key, value in {**FAST_FAIL, "MLFLOW_TRACKING_URI": module_server.url}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    mlflow.set_tracking_uri(module_server.url)
+    yield module_server
+    while mlflow.active_run():
+        mlflow.end_run()
+    if module_server.proc.poll() is not None:
+        module_server.start()
 
 
 def _steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
@@ -134,7 +148,7 @@ def test_training_goes_on_through_an_outage_and_finishes_with_every_step(server,
     # Done training, the trainer waits this long for the server to take the rest: longer than a restart takes.
     monkeypatch.setenv("VERLFLOW_METRICS_FLUSH_S", "600")
     gsm8k.preprocess("synthetic", tmp_path / "data", 32, log_to_mlflow=False)
-    steps = 16
+    steps = 8  # the outage begins once step 2 is written, the trainer a step or two further at most
     overrides = (f"trainer.total_training_steps={steps} trainer.test_freq=-1 "
                  f"verlflow.output_dir={tmp_path / 'outputs'}")
     # Output to a file, never an unread pipe: a trainer that fills a full pipe with outage warnings would block on it.
