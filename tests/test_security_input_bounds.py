@@ -1,4 +1,5 @@
-"""A huge prompt is judged overlong by its length in characters before any tokenizer reads it.
+"""Input bounds before work: a huge prompt judged overlong by its characters before any tokenizer reads it, and a
+rollout no memory could hold refused by arithmetic before a run opens.
 
 One 10 MB prompt aborted the local trainer after 104 s at 1.7 GB inside the tokenizer, although the recipe said
 ``max_prompt_length: 128`` and ``filter_overlong_prompts: true``. A text with more characters than the limit's
@@ -7,8 +8,10 @@ tokens can hold is left out (or cut from a window of its text), and the rows lef
 
 from __future__ import annotations
 
+import mlflow
 import pandas as pd
 import pytest
+from conftest import cli_in_process
 
 from verlflow.backends.local.rollout import encode_prompts, longest_token_chars
 
@@ -58,3 +61,11 @@ def test_a_prompt_within_the_character_bound_is_still_judged_by_its_tokens(token
     assert len(text) < 128 * longest_token_chars(tokenizer)
     prompts = _encode(tokenizer, _rows(text, "short"), filter_overlong=True)
     assert len(prompts.input_ids) == 1 and prompts.texts[0].count("short") == 1
+
+
+def test_a_rollout_no_memory_could_hold_is_refused_before_a_run_opens(tracking_uri, tmp_path):
+    done = cli_in_process(["train", "--recipe", "tiny", "--overrides",
+                           "actor_rollout_ref.rollout.n=1000000 data.max_response_length=100000000"], cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "actor_rollout_ref.rollout.n=1000000: a step rolls out data.train_batch_size=" in done.stderr, done.stderr
+    assert mlflow.search_runs(search_all_experiments=True, filter_string="tags.`verlflow.step` = 'train'").empty
