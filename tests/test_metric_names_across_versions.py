@@ -34,7 +34,7 @@ VERL09_TRIAL = textwrap.dedent("""
 class Verl09Trials(TrialRunner):
     """Trials whose training logs only verl 0.9's validation name."""
 
-    def command(self, trial_number, params):
+    def command(self):
         return [sys.executable, "-c", VERL09_TRIAL]
 
 

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from mlflow.tracking import MlflowClient
 
 from verlflow.search.trial import TrialRunner
@@ -26,7 +27,9 @@ def test_a_trial_gets_its_overrides_by_environment_not_on_its_command_line(track
     run_id = MlflowClient().create_run("0").info.run_id
     proc = subprocess.Popen(runner.command(), env=runner.environment(0, run_id, {"trainer.no_such_key": 1}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()  # Popen returns once the child has exec'd
+    # Popen returns once the child has exec'd; the kernel sets the new command line a moment later.
+    cmdline = wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 120, "the trial's command line",
+                         watch=[proc])
     out, err = proc.communicate(timeout=600)
     assert b"train\x00--recipe\x00tiny" in cmdline
     assert SECRET.encode() not in cmdline and b"no_such_key" not in cmdline and b"\x00--overrides" not in cmdline

@@ -41,6 +41,7 @@ from verlflow.config.counts import check_config_counts, config_count_problems
 from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
 from verlflow.config.loading import (
     CONFIG_ROOT,
+    PROFILES_DIR,
     SEARCH_DIR,
     list_profiles,
     list_recipes,
@@ -48,6 +49,7 @@ from verlflow.config.loading import (
     load_profile,
     load_recipe,
 )
+from verlflow.config.loggable import loggable_tree
 from verlflow.config.overrides import DELETE, LiteralText, flatten_tree, parse_overrides, split_prefix
 from verlflow.config.schema import Accelerator, Device, Profile, VerlflowBlock
 from verlflow.config.typed_build import build, nearest, with_overrides
@@ -63,6 +65,7 @@ __all__ = [
     "CONFIG_ROOT",
     "DELETE",
     "OWN_PREFIX",
+    "PROFILES_DIR",
     "PROFILE_FOR_DEVICE",
     "SEARCH_DIR",
     "VERL_CPU_PROFILE",
@@ -84,6 +87,7 @@ __all__ = [
     "load_named_yaml",
     "load_profile",
     "load_recipe",
+    "loggable_tree",
     "nearest",
     "parse_overrides",
     "split_prefix",

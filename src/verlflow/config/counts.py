@@ -66,7 +66,32 @@ def config_count_problems(resolved: Any) -> list[Problem]:
         value = _select(resolved, key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             problems.append(Problem(key, repr(value), "must be a number >= 0"))
+    if not problems:
+        problems += _rollout_size_problems(resolved)
     return problems
+
+
+# What one rolled-out token holds at the least (its id as int64, its log-probability as float32), and more memory
+# than any accelerator has today: a step whose rollout exceeds the two together cannot run anywhere.
+BYTES_PER_TOKEN = 12
+DEVICE_BYTES_CEILING = 1 << 40  # 1 TiB
+
+
+def _rollout_size_problems(resolved: Any) -> list[Problem]:
+    """A step whose rollout cannot fit in the memory of all the run's devices, by arithmetic alone (a rollout of
+    ``n=1000000`` responses of ``100000000`` tokens started training and died at step 1)."""
+    devices = _select(resolved, "trainer.nnodes") * _select(resolved, "trainer.n_gpus_per_node")
+    n = _select(resolved, "actor_rollout_ref.rollout.n")
+    batch = _select(resolved, "data.train_batch_size")
+    length = _select(resolved, "data.max_prompt_length") + _select(resolved, "data.max_response_length")
+    tokens = batch * n * length
+    if tokens * BYTES_PER_TOKEN <= devices * DEVICE_BYTES_CEILING:
+        return []
+    return [Problem("actor_rollout_ref.rollout.n", n,
+                    f"a step rolls out data.train_batch_size={batch} × n={n} × (max_prompt_length + "
+                    f"max_response_length = {length}) = {tokens:.3g} tokens, more than {devices} device(s) of even "
+                    f"{DEVICE_BYTES_CEILING >> 30} GiB hold at {BYTES_PER_TOKEN} bytes a token: lower n, the batch "
+                    "or the lengths")]
 
 
 def check_config_counts(resolved: Any) -> None:

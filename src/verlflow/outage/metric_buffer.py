@@ -274,6 +274,9 @@ def main(path: str) -> int:
     try:
         with bounded_http(UPLOAD_HTTP_KNOBS):  # a refused write is reported in seconds, not after minutes of retries
             count = upload_spill(path)
+    except spill.SpillRefused as refused:
+        print(f"verlflow: error: {refused}", file=sys.stderr)
+        return 2
     except spill.UploadIncomplete as partial:
         print(f"uploaded {partial.count} metric points from {path}; the {partial.kept} records above are kept in it: "
               "run the same command again once their cause is fixed", file=sys.stderr)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from verlflow.compat.mlflow import latest_metric_steps
+from verlflow.errors import VerlflowError
 
 _BATCH = 1000  # MLflow's log_batch limit on metrics per call
 # One metric point as the writer keeps and spills it: (key, value, timestamp in ms, step), MLflow Metric's order.
@@ -356,12 +357,56 @@ def upload(path: str | os.PathLike[str]) -> int:
     from mlflow.tracking import MlflowClient
 
     path = Path(path)
-    count, failed = replay(MlflowClient(), readable_records(path))
+    client, records = MlflowClient(), readable_records(path)
+    if refused := foreign_write(path, records, client):
+        raise SpillRefused(refused)
+    count, failed = replay(client, records)
     if failed:
         replace_durably(path, None, failed)
         raise UploadIncomplete(path, count, len(failed))
     path.replace(uploaded_marker(path))
     return count
+
+
+class SpillRefused(VerlflowError):
+    """A spill file that would write where its step could not have: another user's file or run, a finished run's
+    end, a run's name. Nothing of it is written."""
+
+
+# Tags a spill file never sets: what names a run (its steps' spills carry metrics, tables, tags of their own end).
+_NEVER_SPILLED_TAGS = ("mlflow.runName",)
+
+
+def foreign_write(path: Path, records: list[dict[str, Any]], client) -> str | None:
+    """Why ``path`` cannot be uploaded as a spill file this user's step wrote, in one line; None when it can.
+
+    A step writes its spill file as its user and into its own runs, so an upload takes only a file of the user
+    who runs it, writable by no one else, whose runs are that user's; it ends no run that already ended FINISHED
+    otherwise than the file says (a second upload of the same file is allowed and adds nothing), and it renames
+    no run."""
+    import getpass
+
+    stat = path.stat()
+    if stat.st_uid != os.getuid():
+        return (f"spill file {path} belongs to another user (uid {stat.st_uid}): upload only a spill file your "
+                "step wrote")
+    if stat.st_mode & 0o022:
+        return (f"spill file {path} is writable by other users (mode {stat.st_mode & 0o777:o}): a spill file is "
+                "written by its step alone; check where it came from")
+    users = {getpass.getuser(), os.environ.get("MLFLOW_TRACKING_USERNAME")} - {None, ""}
+    for run_id in dict.fromkeys(str(record["run_id"]) for record in records):
+        own = [record for record in records if record["run_id"] == run_id]
+        run = client.get_run(run_id)
+        if run.info.user_id not in users | {"unknown"}:  # "unknown": a run created without its user's tag
+            return (f"spill file {path} writes into run {run_id} of user '{run.info.user_id}': a spill file only goes "
+                    "into the runs of the user who uploads it")
+        ends = [(r["status"], r.get("end_time")) for r in own if r.get("kind") == "status"]
+        if run.info.status == "FINISHED" and ("FINISHED", run.info.end_time) not in ends:
+            return (f"spill file {path} writes into run {run_id}, which ended FINISHED otherwise than this file "
+                    "says: a spill file only completes the run its outage left open")
+        if any(key in record.get("tags", {}) for record in own for key in _NEVER_SPILLED_TAGS):
+            return f"spill file {path} renames run {run_id}: a spill file never sets a run's name"
+    return None
 
 
 def replay(client, records: Iterable[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:

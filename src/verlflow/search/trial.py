@@ -19,6 +19,7 @@ what tells trials apart first, where the runs table's narrow name column still s
 from __future__ import annotations
 
 import collections
+import getpass
 import os
 import re
 import shlex
@@ -35,7 +36,7 @@ import optuna
 from mlflow.entities import RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME, MLFLOW_USER
 
 from verlflow import config, stopping
 from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
@@ -140,6 +141,7 @@ class TrialRunner:
         tags = {
             MLFLOW_PARENT_RUN_ID: self.parent_run_id,
             MLFLOW_RUN_NAME: name,
+            MLFLOW_USER: getpass.getuser(),  # created by the client: its user, as start_run sets it
             # Set again by the train step; here so that a trial killed while starting still reads as one.
             STEP_TAG: "train",
             "optuna.study_name": self.study_name,

@@ -9,7 +9,8 @@ version) and the tags the caller matches on (``data.digest``) agree, and its out
 (:func:`data_present`, :func:`checkpoint_current`). The match is looked for in every active experiment of
 the store, not only the parent's: the same inputs and code give the same output whichever experiment the
 first run was filed in (a plain ``mlflow run`` files it in Default, a rerun with ``--experiment-name`` in
-the recipe's), so following the advice to name the experiment redoes nothing. A step it runs gets a child
+the recipe's), so following the advice to name the experiment redoes nothing. In another experiment only the
+runs of the chain's own user count. A step it runs gets a child
 run created the way ``mlflow run`` creates one, and that run is never left RUNNING.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 from mlflow.entities import Param, Run, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_USER
 
 from verlflow import __version__
 from verlflow.names import (
@@ -72,19 +73,24 @@ class StepRunner:
         self.phases = dict(phases or {})
         self.parent_id = parent.info.run_id
         self.experiment_id = parent.info.experiment_id
+        self.user = parent.info.user_id
         self.code = code_version()
         self.runs: dict[str, str] = {}
         self.reused: dict[str, str] = {}
 
     def find_reusable(self, step: str, params: dict[str, str], match_tags: dict[str, str],
                       still_valid: Callable[[Run], bool]) -> Run | None:
-        """The newest FINISHED run of ``step`` with these params (as strings), code version and tags."""
+        """The newest FINISHED run of ``step`` with these params (as strings), code version and tags; one from
+        another experiment only when its user is this chain's (a run planted in another experiment, its checkpoint
+        on a shared disk, must not become this user's registered model)."""
         query = (f"tags.`{STEP_TAG}` = '{step}' and attributes.status = 'FINISHED' "
                  f"and tags.`{CODE_VERSION_TAG}` = '{self.code}'")
         candidates = self.client.search_runs(store_experiment_ids(self.client, first=self.experiment_id), query,
                                              order_by=["attributes.start_time DESC"], max_results=200)
         for run in candidates:
             if run.info.run_id == self.parent_id:
+                continue
+            if run.info.experiment_id != self.experiment_id and run.info.user_id != self.user:
                 continue
             same_params = all(run.data.params.get(k) == v for k, v in params.items())
             same_tags = all(run.data.tags.get(k) == v for k, v in match_tags.items())
@@ -113,7 +119,7 @@ class StepRunner:
             self.runs[name], self.reused[name] = run_id, run_id
             return found, None
         child = self.client.create_run(self.experiment_id, run_name=run_name or name, tags={
-            MLFLOW_PARENT_RUN_ID: self.parent_id, STEP_TAG: step, CODE_VERSION_TAG: self.code,
+            MLFLOW_PARENT_RUN_ID: self.parent_id, MLFLOW_USER: self.user, STEP_TAG: step, CODE_VERSION_TAG: self.code,
             **match_tags, **(tags or {}),
         })
         run_id = child.info.run_id

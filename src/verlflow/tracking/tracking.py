@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import re
 import sys
@@ -28,7 +29,7 @@ import mlflow
 from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_USER
 
 from verlflow import __version__, stopping
 from verlflow.compat import verl as compat_verl
@@ -87,6 +88,7 @@ def tracked_run(
     all_tags = {VERSION_TAG: __version__, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
+        all_tags.setdefault(MLFLOW_USER, getpass.getuser())  # a run created by the client: its user, as start_run does
     if mlflow.active_run() is None:
         # the step's inputs are checked by now; dead RUNNING runs of its experiment end
         given = run_id and LockRetryingClient().get_run(run_id).info.experiment_id

@@ -81,19 +81,24 @@ def encode_prompts(
     frame: pd.DataFrame, tokenizer: Any, *, prompt_key: str, reward_fn_key: str, max_prompt_length: int,
     filter_overlong: bool, truncation: str, chat_template_kwargs: dict[str, Any], split: str,
 ) -> PromptSet:
-    """Render and tokenize a split's prompts the way verl's RLHFDataset does."""
+    """Render and tokenize a split's prompts the way verl's RLHFDataset does.
+
+    A prompt with more characters than ``max_prompt_length`` tokens can hold (:func:`longest_token_chars`) is
+    overlong without being tokenized: a megabyte prompt is filtered, or cut from a bounded window of its text,
+    in no time. The rows filtered are named in one line."""
     for column in (prompt_key, reward_fn_key, "reward_model"):
         if column not in frame.columns:
             raise VerlflowError(f"{split} data has no '{column}' column (it has {list(frame.columns)})")
     prompts = PromptSet([], [], [], [], [])
-    too_long = 0
-    for row in frame.to_dict("records"):
+    window = max_prompt_length * longest_token_chars(tokenizer)
+    too_long: list[int] = []
+    for number, row in enumerate(frame.to_dict("records")):
         messages = [dict(m) for m in row[prompt_key]]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
                                              **chat_template_kwargs)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = _encode(tokenizer, text, window, truncation)
         if len(ids) > max_prompt_length:
-            too_long += 1
+            too_long.append(number)
             if filter_overlong:
                 continue
             ids = _truncate(ids, max_prompt_length, truncation, split)
@@ -106,7 +111,31 @@ def encode_prompts(
         raise VerlflowError(
             f"every {split} prompt is longer than data.max_prompt_length={max_prompt_length} tokens: raise it"
         )
+    if too_long and filter_overlong:
+        rows = ", ".join(map(str, too_long[:5])) + (f" and {len(too_long) - 5} more" if len(too_long) > 5 else "")
+        print(f"verlflow: warning: data.filter_overlong_prompts: {len(too_long)} {split} prompt(s) longer than "
+              f"data.max_prompt_length={max_prompt_length} tokens left out (row {rows})")
     return prompts
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` stands for (its longest vocabulary entry, at least 1):
+    a text of more than ``n`` times that many characters has more than ``n`` tokens."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1) or 1
+
+
+def _encode(tokenizer: Any, text: str, window: int, truncation: str) -> list[int]:
+    """``text``'s token ids; a text longer than ``window`` characters is tokenized only where truncation keeps
+    it (its start, its end, or both), which still leaves more ids than the limit, so it reads as overlong."""
+    if len(text) <= window:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    head = tokenizer(text[:window], add_special_tokens=False)["input_ids"]
+    tail = tokenizer(text[-window:], add_special_tokens=False)["input_ids"]
+    if truncation == "left":
+        return tail
+    if truncation == "middle":
+        return head + tail
+    return head
 
 
 def _truncate(ids: list[int], limit: int, mode: str, split: str) -> list[int]:

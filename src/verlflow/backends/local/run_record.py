@@ -47,7 +47,7 @@ def log_run_description(cfg: Any, settings: LocalSettings, logger: RunLogger) ->
 
 def _log_params(cfg: Any, logger: RunLogger) -> None:
     """The resolved verl config as params with verl's own keys, secrets masked (verl's runs log their own)."""
-    from verlflow.config.loggable import loggable_tree
+    from verlflow.config import loggable_tree
     from verlflow.secrets import mask_value
     from verlflow.tracking.tracking import flatten_params
 
@@ -96,6 +96,6 @@ def record_final(logger: RunLogger, final: Path, step: int, started_at: float) -
 def _to_yaml(cfg: Any) -> str:
     from omegaconf import OmegaConf
 
-    from verlflow.config.loggable import loggable_tree
+    from verlflow.config import loggable_tree
 
     return OmegaConf.to_yaml(loggable_tree(cfg.resolved, cfg.overrides))

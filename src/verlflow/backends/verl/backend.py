@@ -50,7 +50,6 @@ from verlflow.backends.verl.dryrun import preflight as verl_preflight
 from verlflow.backends.verl.output_watch import OutputWatch
 from verlflow.backends.writable import out_of_space_advice
 from verlflow.config import config_count_problems
-from verlflow.config.loggable import loggable_tree
 from verlflow.device import detect as device
 from verlflow.device import system_metrics
 from verlflow.errors import Problem, VerlflowError, raise_problems
@@ -202,7 +201,7 @@ def record_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, dry
     if jemalloc and not ray_address:
         tags[JEMALLOC_TAG] = "missing" if set(jemalloc) & set(verl_command.missing_preloads(plan)) else "enabled"
     writes.set_tags(tags)
-    writes.log_text(OmegaConf.to_yaml(loggable_tree(resolved, plan.overrides)), "config/resolved.yaml")
+    writes.log_text(OmegaConf.to_yaml(config.loggable_tree(resolved, plan.overrides)), "config/resolved.yaml")
     writes.log_text(command, "config/command.txt")
 
 
@@ -236,7 +235,7 @@ def train_verl(
         # verl's own Hydra config composed the launch's exact override words in-process (the launch's main_ppo
         # composes them again, the authority); bash must hand main_ppo those words unchanged.
         verl_launch.check_shell_words(plan.argv())
-        writes.log_dict(loggable_tree(resolved, plan.overrides), "config/verl_job.yaml")
+        writes.log_dict(config.loggable_tree(resolved, plan.overrides), "config/verl_job.yaml")
         writes.set_tag(VALIDATED_TAG, "verl's Hydra config (ppo_trainer), composed in-process")
         print("verlflow: dry run: verl's config composes this command line; not launched:\n")
         print(command)
