@@ -70,7 +70,7 @@ def shipped_profiles() -> list[Profile]:
 
 
 def _profile_files() -> tuple[tuple[str, int], ...]:
-    folder = config.loading.PROFILES_DIR
+    folder = config.PROFILES_DIR
     return tuple(sorted((path.name, path.stat().st_mtime_ns) for path in folder.iterdir() if path.is_file()))
 
 
