@@ -45,3 +45,20 @@ def newest_results(tmp_path_factory: pytest.TempPathFactory, share: str) -> dict
     folders = rehearsal_rows.build_folders(model, tmp / "folders")
     return rehearsal_rows.run_rows("newest", rehearsal_rows.newest_rows(share), folders, tmp, fresh_store(tmp), None)
 
+
+def newest_share_tests(share: str):
+    """The module fixture ``results`` and the parametrized ``test_row`` of one share of the newest verl's table,
+    for a test file to bind at module level (``results, test_row = newest_share_tests("clean")``): the three
+    share files differ only in their share."""
+
+    @pytest.fixture(scope="module")
+    def results(tmp_path_factory) -> dict:
+        return newest_results(tmp_path_factory, share)
+
+    @pytest.mark.slow
+    @pytest.mark.timeout(1800)  # the first row waits for the whole share (a second or two a row, more when busy)
+    @pytest.mark.parametrize("row", rehearsal_rows.newest_rows(share))
+    def test_row(row, results):
+        check_row(row, "newest", results)
+
+    return results, test_row

@@ -9,20 +9,6 @@ tests/test_dry_run_rehearsal_guide.py runs rows on verl 0.5.0. A share's rows ru
 
 from __future__ import annotations
 
-import pytest
-import rehearsal_rows
-from rehearsal_checks import check_row, newest_results
+from rehearsal_checks import newest_share_tests
 
-SHARE = "settings"
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict:
-    return newest_results(tmp_path_factory, SHARE)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # the first row waits for the whole share (a second or two a row, more on a busy machine)
-@pytest.mark.parametrize("row", rehearsal_rows.newest_rows(SHARE))
-def test_row(row, results):
-    check_row(row, "newest", results)
+results, test_row = newest_share_tests("settings")

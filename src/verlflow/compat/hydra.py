@@ -32,10 +32,14 @@ def value_overrides(overrides: list[str]) -> list[Any] | None:
     return parsed
 
 
-def apply_value_overrides(parsed: list[Any], cfg: Any) -> None:
+def apply_value_overrides(parsed: list[Any], cfg: Any) -> bool:
     """Apply overrides from :func:`value_overrides` to ``cfg`` exactly as Hydra's composition does, errors
-    included. ``ConfigLoaderImpl._apply_overrides_to_config``: checked on hydra-core 1.3. Fallback: none needed
-    by callers, who compose in full where this is gone (it raises AttributeError before touching ``cfg``)."""
+    included; False, ``cfg`` untouched, where this Hydra has no such step (the caller then composes in full).
+    ``ConfigLoaderImpl._apply_overrides_to_config``: checked on hydra-core 1.3."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+    apply = getattr(ConfigLoaderImpl, "_apply_overrides_to_config", None)
+    if apply is None:
+        return False
+    apply(parsed, cfg)
+    return True

@@ -170,11 +170,7 @@ def _compose_verl(overrides: tuple[str, ...]) -> DictConfig:
     if parsed is None:
         return _compose_fully(overrides)
     cfg = copy.deepcopy(_composed_defaults(verl_config_dir()))
-    try:
-        hydra_compat.apply_value_overrides(parsed, cfg)
-    except AttributeError:
-        return _compose_fully(overrides)
-    return cfg
+    return cfg if hydra_compat.apply_value_overrides(parsed, cfg) else _compose_fully(overrides)
 
 
 def validate_against_verl(overrides: dict[str, Any]) -> DictConfig:

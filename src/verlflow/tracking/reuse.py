@@ -10,8 +10,8 @@ version) and the tags the caller matches on (``data.digest``) agree, and its out
 the store, not only the parent's: the same inputs and code give the same output whichever experiment the
 first run was filed in (a plain ``mlflow run`` files it in Default, a rerun with ``--experiment-name`` in
 the recipe's), so following the advice to name the experiment redoes nothing. In another experiment only the
-runs of the chain's own user count. A step it runs gets a child
-run created the way ``mlflow run`` creates one, and that run is never left RUNNING.
+runs of the chain's own user count. A step it runs gets a child run created the way ``mlflow run`` creates
+one, and that run is never left RUNNING.
 """
 
 from __future__ import annotations
