@@ -48,13 +48,10 @@ def log_split_datasets(rows: dict[str, list[dict]], paths: dict[str, Path], dige
     under its context (split → context); False, logging nothing, outside a run."""
     import mlflow
 
-    from verlflow.outage.store_retry import retry_on_lock
-
     if mlflow.active_run() is None:
         return False
     for split, context in contexts.items():
-        retry_on_lock(mlflow.log_input, split_dataset(rows[split], paths[split], split, digests[split]),
-                      context=context)
+        _log_input(split_dataset(rows[split], paths[split], split, digests[split]), context)
     return True
 
 
@@ -72,6 +69,17 @@ def log_split_inputs(data_dir: str | Path, contexts: dict[str, str]) -> list[str
         if not path.is_file():
             continue
         rows = read_rows(path)
-        mlflow.log_input(split_dataset(rows, path, split, rows_digest(rows)), context=context)
+        _log_input(split_dataset(rows, path, split, rows_digest(rows)), context)
         logged.append(split)
     return logged
+
+
+def _log_input(dataset, context: str) -> None:
+    """Log ``dataset`` as an input of the active run, waiting out a SQLite lock, and once more when another process
+    (a second search worker) inserted the same dataset between MLflow's look-up and its insert: that refusal is a
+    duplicate key on Postgres, and the second try links the row the other process made."""
+    import mlflow
+
+    from verlflow.outage.store_retry import retrying_on_lock
+
+    retrying_on_lock(mlflow.log_input)(dataset, context=context)

@@ -65,8 +65,10 @@ def store_write_failure(exc: BaseException) -> str | None:
 
 # A database's words for an insert that met a row another writer inserted first (PostgreSQL, SQLite, MySQL).
 _DUPLICATE_WORDS = ("duplicate key value violates unique constraint", "unique constraint failed", "duplicate entry")
-# Writes that set a value by key: made again after another writer inserted the same key first, they update it.
-_KEYED_WRITES = ("set_tag", "set_experiment_tag", "set_model_version_tag", "set_registered_model_tag")
+# Writes that set a value by key, or link a row they create when missing (a dataset input: MLflow looks the dataset
+# up, then inserts it): made again after another writer inserted the same key first, they update or link that row.
+_KEYED_WRITES = ("set_tag", "set_experiment_tag", "set_model_version_tag", "set_registered_model_tag",
+                 "log_inputs", "log_input")
 
 
 def is_concurrent_insert(exc: BaseException) -> bool:
