@@ -21,6 +21,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from verlflow.compat import mlflow as compat_mlflow
 from verlflow.errors import VerlflowError
 from verlflow.models.registry import check_alias
+from verlflow.models.weights_digest import weights_digest
+from verlflow.names import CHECKPOINT_DIGEST_PARAM, CHECKPOINT_DIR_TAG
 from verlflow.steps import main as pipeline
 from verlflow.tracking import experiments, naming
 from verlflow.tracking.naming import is_generated_name, short_overrides, train_run_description, train_run_name
@@ -71,6 +73,8 @@ def test_main_twice_and_a_search_land_in_one_training_experiment_with_lineage(ti
     # The rerun reused the train run, so its registration is the same version, not a copy (the registry as the
     # two mains left it, before the chain's later steps registered more).
     assert second.reused["train"] == train.info.run_id
+    # ... whose checkpoint is vouched for by the weights digest it recorded when it trained (an immutable param).
+    assert train.data.params[CHECKPOINT_DIGEST_PARAM] == weights_digest(train.data.tags[CHECKPOINT_DIR_TAG])
     assert second.model_version == first.model_version
     versions = tiny_chain.versions_after_mains
     assert [str(v.version) for v in versions] == [first.model_version]

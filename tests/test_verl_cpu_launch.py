@@ -161,6 +161,10 @@ def test_verls_checkpoint_is_merged_registered_and_evaluated(verl_cpu, client):
     hf_dir = Path(run.data.tags["verlflow.checkpoint_dir"])
     assert (hf_dir / "config.json").is_file()
     assert run.data.tags["verlflow.checkpoint_source"].endswith("global_step_2/actor")
+    # The merged folder's weights digest, recorded as an immutable param: register checks the folder against it.
+    from verlflow.models.weights_digest import weights_digest
+
+    assert run.data.params["verlflow.checkpoint_sha256"] == weights_digest(hf_dir)
     # The train step logged the merged checkpoint as the run's model, at verl's last step, with its metrics.
     (model,) = client.search_logged_models(experiment_ids=[run.info.experiment_id],
                                            filter_string=f"source_run_id = '{verl_cpu.run_id}'")

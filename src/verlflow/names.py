@@ -98,6 +98,8 @@ DATA_DIGEST_TAG = "data.digest"
 DATA_RUN_ID_TAG = "verlflow.data_run_id"  # the preprocess run a train run of ``main`` used
 CHECKPOINT_DIR_TAG = "verlflow.checkpoint_dir"  # a train run's final Hugging Face checkpoint folder
 CHECKPOINT_SOURCE_TAG = "verlflow.checkpoint_source"  # what the final checkpoint was made from
+# The final checkpoint's weights digest, logged as an immutable param when the run records its checkpoint.
+CHECKPOINT_DIGEST_PARAM = "verlflow.checkpoint_sha256"
 IGNORED_KEYS_TAG = "verlflow.ignored_keys"  # recipe keys the local trainer does not use
 MODEL_PARAMS_TAG = "model.num_params"  # parameters of the trained model (compare's MFU and FLOPs arithmetic)
 DETERMINISTIC_TAG = "verlflow.deterministic"  # true: a local run that reruns bit-identically (one thread, seeded)

@@ -49,8 +49,8 @@ LOCATION_PARAMS = (
 # fills in while it runs (total_training_steps copied into the optimizers, the reward pool sized like the
 # trainer's). They are reported with the launch, not as a recipe difference.
 # verlflow's own bookkeeping of a run's attempts (a resume's lease, the digest that vouches for the arguments a
-# resume reruns): how it ran, never what it trained.
-ATTEMPT_PARAM_PREFIXES = ("verlflow.lease.", "verlflow.train_args")
+# resume reruns, the digest of the checkpoint it made): how it ran, never what it trained.
+ATTEMPT_PARAM_PREFIXES = ("verlflow.lease.", "verlflow.train_args", "verlflow.checkpoint_sha256")
 BACKEND_PARAMS = (
     "trainer/save_freq",
     "trainer/use_v1",

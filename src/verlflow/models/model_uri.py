@@ -124,6 +124,10 @@ def _resolve_run(uri: str) -> ResolvedModel:
         if not checkpoint:
             raise VerlflowError(f"run {run_id} has no final checkpoint (tag verlflow.checkpoint_dir): "
                                 f"give runs:/{run_id}/<artifact path> instead")
+        from verlflow.models.checkpoint_record import replaced_checkpoint
+
+        if (why := replaced_checkpoint(run, checkpoint)) is not None:
+            raise VerlflowError(why)
         resolved = _from_folder(uri, Path(checkpoint))
         resolved.source_run_id = source
         resolved.model_id = _final_model_id(client, run_id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 from pathlib import Path
 
 import mlflow
@@ -37,6 +38,7 @@ from verlflow.models.aliases import (  # noqa: F401  (re-exported: callers impor
     check_model_name,
     point_alias,
 )
+from verlflow.models.checkpoint_record import recorded_digest, replaced_checkpoint
 from verlflow.models.evaluate import VERSION_ACCURACY_TAG
 from verlflow.models.model_uri import SOURCE_RUN_TAG
 from verlflow.models.one_version import keep_one_version
@@ -123,6 +125,11 @@ def checkpoint_of(run) -> Path:
         raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
     from verlflow.models.checks import check_trained_checkpoint
 
+    if (why := replaced_checkpoint(run, path)) is not None:
+        raise VerlflowError(f"register: {why}")
+    if recorded_digest(run) is None:
+        print(f"register: warning: run {run_id} recorded no checkpoint digest (trained before verlflow recorded "
+              f"one): {path} is taken as it is now", file=sys.stderr)
     check_trained_checkpoint(checkpoint, run.data.tags.get(CHECKPOINT_SOURCE_TAG, ""))
     return path
 
@@ -189,7 +196,7 @@ def register_checkpoint(run_id: str, model_name: str, alias: str = CHALLENGER, *
     digest = None
     known = existing_version(client, name, run_id)
     if known is None:
-        digest = weights_digest(checkpoint)
+        digest = recorded_digest(train_run) or weights_digest(checkpoint)  # checkpoint_of checked the record
         known = identical_version(client, name, digest)
     if known is not None:
         with tracking.tracked_run(run_name=_register_name(step_run_id, name, known.version), tags=tags,

@@ -49,6 +49,7 @@ from verlflow.errors import VerlflowError
 from verlflow.models.registry import CHAMPION, PromotionDecision, describe_version
 from verlflow.names import (
     CHAMPION_VERSION_TAG,
+    CHECKPOINT_DIR_TAG,
     CODE_VERSION_TAG,
     DATA_DIGEST_TAG,
     DATA_DIR_TAG,
@@ -175,7 +176,7 @@ def run_main(request: MainRequest) -> PipelineResult:
         train, _ = runner.run(
             "train", TrainRequest(recipe=plan.recipe, device=plan.device, data_dir=data_dir, overrides=plan.overrides),
             run_train, reusable=True, match_tags={DATA_DIGEST_TAG: pre.data.tags.get(DATA_DIGEST_TAG, "")},
-            still_valid=checkpoint_current(client, runner.experiment_id),
+            still_valid=_intact_checkpoint(client, runner.experiment_id),
             tags={DATA_RUN_ID_TAG: pre.info.run_id},
         )
 
@@ -289,3 +290,22 @@ def _accuracy_line(base: float | None, trained: float, problems: int) -> str:
         return f"accuracy {trained:.4f} on {problems} test problems"
     return (f"accuracy {base:.4f} → {trained:.4f} ({100 * (trained - base):+.1f} points) on {problems} test "
             "problems (starting model → trained)")
+
+
+def _intact_checkpoint(client: Any, experiment_id: str) -> Any:
+    """A train run is reusable while its checkpoint is its own (no later run wrote the folder) and still has the
+    weights digest the run recorded; a run that recorded none (trained before the record) is trained again."""
+    from verlflow.models.checkpoint_record import recorded_digest, replaced_checkpoint
+
+    current = checkpoint_current(client, experiment_id)
+
+    def check(run) -> bool:
+        if not current(run) or recorded_digest(run) is None:
+            return False
+        if (why := replaced_checkpoint(run, run.data.tags[CHECKPOINT_DIR_TAG])) is not None:
+            print(f"main: train: not reusing run {run.info.run_id}: {why}")
+            return False
+        return True
+
+    return check
+
