@@ -1,6 +1,6 @@
 """A step that dies hard (a C++ std::bad_alloc abort, a segfault, SIGKILL) still ends with one verlflow line and its
 run FAILED with the cause (issue 45: ``ulimit -v`` 1 GB gave ``std::bad_alloc``, rc 134, no verlflow line, the run
-RUNNING until a later step reaped it). Real processes: the fault is real (``VERLFLOW_TEST_FAULT``, verlflow.test_faults:
+RUNNING until a later step reaped it). Real processes: the fault is real (tests/fault_cli.py, tests/faults.py:
 libstdc++'s own ``operator new`` throwing, a read of address 0, SIGKILL), in a real step with a real SQLite store.
 """
 
@@ -11,28 +11,31 @@ import resource
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import wait_until
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow  # each test is a real step process that dies
+FAULT_CLI = Path(__file__).with_name("fault_cli.py")
 
 
 def _step(argv: list[str], cwd, fault: str, *, stderr_file=None, address_space: int | None = None, env=None):
-    """Run ``python -m verlflow.cli <argv>`` with the fault; returns (returncode, stderr). Waits for stderr's end,
-    which the step's watcher holds until it has said its line."""
+    """Run ``verlflow <argv>`` with the fault (tests/fault_cli.py); returns (returncode, stderr). Waits for stderr's
+    end, which the step's watcher holds until it has said its line."""
     def limit() -> None:
         if address_space:
             resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.RLIM_INFINITY))
 
-    full_env = {**os.environ, **(env or {}), "VERLFLOW_TEST_FAULT": fault}
+    full_env = {**os.environ, **(env or {})}
+    command = [sys.executable, str(FAULT_CLI), fault, *argv]
     if stderr_file is None:
-        done = subprocess.run([sys.executable, "-m", "verlflow.cli", *argv], cwd=cwd, env=full_env, text=True,
+        done = subprocess.run(command, cwd=cwd, env=full_env, text=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limit, timeout=600)
         return done.returncode, done.stderr
     with open(stderr_file, "w") as err:  # a log file: the watcher reads the C++ runtime's words back from it
-        proc = subprocess.Popen([sys.executable, "-m", "verlflow.cli", *argv], cwd=cwd, env=full_env,
+        proc = subprocess.Popen(command, cwd=cwd, env=full_env,
                                 stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limit)
         rc = proc.wait(timeout=600)
     wait_until(lambda: "verlflow " in stderr_file.read_text().splitlines()[-1], 120, "the watcher's line")
@@ -120,10 +123,9 @@ def test_out_of_memory_under_mlflow_run_names_the_run_failed_not_refused(tmp_pat
 
     run = MlflowClient().create_run("0")  # as mlflow run creates it: no name given, MLflow makes one up
     assert is_generated_name(run.info.run_name)
-    done = subprocess.run([sys.executable, "-m", "verlflow.cli", "preprocess", "--source", "synthetic",
+    done = subprocess.run([sys.executable, str(FAULT_CLI), "memory", "preprocess", "--source", "synthetic",
                            "--output_dir", str(tmp_path / "data")], cwd=tmp_path, text=True, capture_output=True,
-                          timeout=600, env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id,
-                                            "VERLFLOW_TEST_FAULT": "memory"})  # a real MemoryError, before any run
+                          timeout=600, env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id})  # a real MemoryError
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith("verlflow preprocess: error: out of memory in preprocess; ")
     named = MlflowClient().get_run(run.info.run_id)

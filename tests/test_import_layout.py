@@ -156,3 +156,11 @@ def test_outside_config_every_import_goes_through_its_facade():
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             reached_past += [f"{name} imports {m}" for m in imported if m.startswith("verlflow.config.")]
     assert not reached_past, reached_past
+
+
+def test_no_product_module_is_test_code_or_reads_a_test_variable():
+    # Fault injection lives in tests/ (fault_cli.py hands it to stopping.on_safe_point): a product module that read
+    # VERLFLOW_TEST_* would let an environment variable crash every real run at a safe point.
+    offenders = [name for name, path in module_names().items()
+                 if name.rpartition(".")[2].startswith("test") or "VERLFLOW_TEST" in path.read_text(encoding="utf-8")]
+    assert offenders == []

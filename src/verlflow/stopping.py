@@ -27,17 +27,16 @@ verl start loading. :func:`stop_interrupted` is the exit of an interrupted step.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 STOPS = (signal.SIGINT, signal.SIGTERM)
 STOP = threading.Event()  # set by the first stop signal; cleared only by the block that installed the handler
 _received: list[int] = []  # every stop signal since the handler was installed, in order
 _state = {"raising": False}  # True only while the entry imports (raising_while_loading)
-_fault = {"spec": os.environ.get("VERLFLOW_TEST_FAULT", "")}  # a test's real fault at a safe point (test_faults)
+_safe_point_hooks: list[Callable[[], bool]] = []  # called at each safe point until each returns True
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -169,14 +168,17 @@ def interrupted() -> RunInterrupted:
 
 def stop_point() -> None:
     """A safe point: raise :class:`RunInterrupted` when a stop has come (the run ends KILLED)."""
-    if _fault["spec"]:
-        from verlflow.test_faults import inject
-
-        spec, _fault["spec"] = _fault["spec"], ""
-        if not inject(spec):
-            _fault["spec"] = spec
+    for hook in list(_safe_point_hooks):
+        if hook():
+            _safe_point_hooks.remove(hook)
     if STOP.is_set():
         raise interrupted()
+
+
+def on_safe_point(hook: Callable[[], bool]) -> None:
+    """Call ``hook()`` at each safe point (:func:`stop_point`) until it returns True: for a harness that must act
+    where a step can stop cleanly (the tests suffer their real faults there, tests/fault_cli.py)."""
+    _safe_point_hooks.append(hook)
 
 
 def _on_stop(signum: int, frame) -> None:

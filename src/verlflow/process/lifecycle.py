@@ -109,14 +109,16 @@ class Reaped:
     reason: str
 
 
-def why_dead(tags: dict[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> str | None:
+def why_dead(tags: dict[str, str], *, now: float | None = None, stale_after_s: float = STALE_AFTER_S,
+             started_ms: int | None = None) -> str | None:
     """Why a RUNNING run with these tags has no live process, or None when it may still be alive.
 
-    Runs without ``verlflow.pid`` (not opened by verlflow, or not yet attached to) are left alone.
+    Runs without ``verlflow.pid`` are left alone (not opened by verlflow, or not yet attached to), except one that
+    ``mlflow run`` created (started at ``started_ms``) and verlflow never reached (:func:`never_started`).
     """
     pid, host = tags.get(PID_TAG), tags.get(HOST_TAG)
     if not pid or not pid.isdigit() or not host:
-        return None
+        return never_started(tags, started_ms, now=now, stale_after_s=stale_after_s)
     if host == socket.gethostname():
         if process_alive(int(pid), tags.get(PID_START_TAG)):
             return None
@@ -130,6 +132,45 @@ def why_dead(tags: dict[str, str], *, now: float | None = None, stale_after_s: f
     return f"no heartbeat from process {pid} on {host} for {age:.0f} s (more than {stale_after_s:.0f} s)"
 
 
+def never_started(tags: dict[str, str], started_ms: int | None, *, now: float | None = None,
+                  stale_after_s: float = STALE_AFTER_S) -> str | None:
+    """Why a run ``mlflow run`` created can no longer be reached by verlflow, or None while it may be.
+
+    ``mlflow run`` creates the run, then builds the entry point's environment, then starts verlflow, which tags the
+    run with its process. A launch that fails before (``mlflow run`` without ``--env-manager local`` on a machine
+    with no conda, an environment that does not build) leaves the run RUNNING with nothing to end it: known at once
+    when the launch asked for conda, this store is a local file and this machine has no conda; otherwise once the
+    run is ``stale_after_s`` old without verlflow's tags (a conda environment may legitimately take long to build).
+    """
+    if tags.get(PID_TAG) or tags.get("mlflow.source.type") != "PROJECT" or started_ms is None:
+        return None
+    env = tags.get("mlflow.project.env", "")
+    flag = "run it with mlflow run --env-manager local, as the README's commands do"
+    if env == "conda" and _store_is_here() and not _conda_here():
+        return (f"mlflow run created it with --env-manager conda and this machine has no conda, so verlflow never "
+                f"started in it: {flag}")
+    age = (now or time.time()) - started_ms / 1000
+    if age <= stale_after_s:
+        return None
+    return (f"mlflow run created it {age:.0f} s ago (env manager {env or 'unknown'}) and verlflow never started in "
+            f"it: the launch failed before the step ran; {flag}")
+
+
+def _store_is_here() -> bool:
+    """The tracking store is a file on this machine, so a run in it was launched here."""
+    import mlflow
+
+    return mlflow.get_tracking_uri().startswith(("sqlite:", "file:", "/"))
+
+
+def _conda_here() -> bool:
+    """``mlflow run`` finds conda here (on PATH, or where ``MLFLOW_CONDA_HOME`` points)."""
+    import shutil
+
+    home = os.environ.get("MLFLOW_CONDA_HOME")
+    return bool(shutil.which("conda") or (home and shutil.which("conda", path=os.path.join(home, "bin"))))
+
+
 def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | None = None,
          stale_after_s: float = STALE_AFTER_S) -> list[Reaped]:
     """End every RUNNING run whose process is dead as FAILED, tagged ``verlflow.reaped`` with the reason.
@@ -140,7 +181,7 @@ def reap(experiment_ids: Iterable[str] | None = None, *, client: MlflowClient | 
     ids = list(experiment_ids) if experiment_ids is not None else experiment_ids_named("", client)
     reaped = []
     for run in running_runs(ids, client):
-        reason = why_dead(run.data.tags, stale_after_s=stale_after_s)
+        reason = why_dead(run.data.tags, stale_after_s=stale_after_s, started_ms=run.info.start_time)
         if reason is None:
             continue
         run_id = run.info.run_id

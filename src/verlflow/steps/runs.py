@@ -53,7 +53,8 @@ def run_runs(reap: bool, experiment: str, stale_after_s: float, action: str | No
     running = lifecycle.running_runs(ids)
     for run in running:
         tags = run.data.tags
-        verdict = lifecycle.why_dead(tags, stale_after_s=stale_after_s) or "alive (or not a verlflow process)"
+        verdict = (lifecycle.why_dead(tags, stale_after_s=stale_after_s, started_ms=run.info.start_time)
+                   or "alive (or not a verlflow process)")
         where = f"{tags.get(HOST_TAG, '?')}:{tags.get(PID_TAG, '?')}"
         print(f"{run.info.run_id} {tags.get('verlflow.step', '-'):10} {where:24} {verdict}")
     print(f"runs: {len(running)} RUNNING")

@@ -1,14 +1,14 @@
-"""Faults a test asks a step to suffer, for real, at a safe point: ``VERLFLOW_TEST_FAULT=<kind>[@run]``.
+"""Faults a test asks a step to suffer, for real, at a safe point: ``python tests/fault_cli.py <kind>[@run] <step> …``.
 
-    VERLFLOW_TEST_FAULT=bad_alloc@run verlflow train …   # a real uncaught std::bad_alloc inside the train run
+    python tests/fault_cli.py bad_alloc@run train …   # a real uncaught std::bad_alloc inside the train run
 
 Kinds: ``bad_alloc`` (libstdc++'s ``operator new`` asked for 4 EiB through ctypes: the C++ runtime prints
 "terminate called after throwing an instance of 'std::bad_alloc'" and aborts, as a failed allocation in native code
 does), ``abort`` (``os.abort()``), ``segv`` (a read of address 0), ``kill`` (SIGKILL to itself, as the OOM killer
 sends), ``memory`` (a real ``MemoryError`` from a 4 EiB ``bytearray``). ``@run``: only at a safe point inside an open
 MLflow run (the step's run is RUNNING when it dies), ``@run:N`` at the N-th of them (the trainer's step loop and
-its sampling are safe points); otherwise the first safe point. Read by
-:func:`verlflow.stopping.stop_point`; unset (every real run), it costs one string test per safe point.
+its sampling are safe points); otherwise the first safe point. Tests only: ``tests/fault_cli.py`` hands
+:func:`inject` to :func:`verlflow.stopping.on_safe_point`; verlflow itself reads no fault variable.
 """
 
 from __future__ import annotations
