@@ -8,6 +8,7 @@ too), started in the test's folder on a Unix socket and stopped afterwards.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -77,7 +78,8 @@ def test_two_workers_on_postgres_complete_every_trial_once(postgres, tmp_path, t
         server.stop()
 
 
-def test_a_dataset_another_worker_inserted_first_is_linked_not_a_failed_trial(postgres, tmp_path, monkeypatch):
+def test_a_dataset_another_worker_inserted_first_is_linked_not_a_failed_trial(postgres, tmp_path, monkeypatch,
+                                                                              request):
     # CI, two search workers on Postgres: both trials' train runs logged gsm8k-train at once; MLflow looks the
     # dataset up, then inserts it, and the later insert met the other's row (duplicate key): one trial FAILED.
     # Made certain here: another connection inserts the same dataset and holds its transaction open, so this run's
@@ -90,7 +92,11 @@ def test_a_dataset_another_worker_inserted_first_is_linked_not_a_failed_trial(po
 
     data_dir = tmp_path / "data"
     gsm8k.preprocess("synthetic", data_dir, 8, log_to_mlflow=False)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql+psycopg2://postgres@/lineage?host={postgres}")
+    uri = f"postgresql+psycopg2://postgres@/lineage?host={postgres}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # Set for this process too: an earlier test's mlflow.set_tracking_uri would win over the environment.
+    request.addfinalizer(functools.partial(mlflow.set_tracking_uri, mlflow.get_tracking_uri()))
+    mlflow.set_tracking_uri(uri)
     experiment_id = mlflow.create_experiment("race")
     run_id = mlflow.MlflowClient().create_run(experiment_id).info.run_id
     digest = rows_digest(read_rows(data_dir / "train.parquet"))
