@@ -63,6 +63,7 @@ def test_killed_run_resumes_to_the_same_end_without_duplicate_steps(workdir, mon
     finished = client.get_run(run_id)
     assert finished.info.status == "FINISHED"
     assert finished.data.tags["verlflow.resumed_from"] == str((workdir / "resumed" / "global_step_2").resolve())
+    assert finished.data.tags["verlflow.superseded_steps"] == "3"  # the killed attempt's step 3, trained again
     for name in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
         assert sorted(m.step for m in client.get_metric_history(run_id, name)) == [1, 2, 3, 4, 5, 6], name
     val = "val-core/openai/gsm8k/reward/mean_at_1"
@@ -107,3 +108,7 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_one_before(workdir, monk
     assert run.info.status == "FINISHED"
     assert run.data.tags["verlflow.resumed_from"] == str((workdir / "torn" / "global_step_2").resolve())
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "timing_s/step")) == [1, 2, 3, 4, 5, 6]
+    # Steps 3-5 came from the killed attempt, trained again from step 2: marked, and where the attempt continued.
+    assert run.data.tags["verlflow.superseded_steps"] == "3-5"
+    resumed_from = client.get_metric_history(run.info.run_id, "attempt/resumed_from_step")
+    assert [m.value for m in resumed_from] == [2.0]  # one resumed attempt, from step 2

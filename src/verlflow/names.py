@@ -104,6 +104,9 @@ IGNORED_KEYS_TAG = "verlflow.ignored_keys"  # recipe keys the local trainer does
 MODEL_PARAMS_TAG = "model.num_params"  # parameters of the trained model (compare's MFU and FLOPs arithmetic)
 DETERMINISTIC_TAG = "verlflow.deterministic"  # true: a local run that reruns bit-identically (one thread, seeded)
 RESUMED_FROM_TAG = "verlflow.resumed_from"  # the checkpoint a resumed local run continued from
+# Steps an interrupted attempt logged past the checkpoint its resume continued from: trained again, not logged again,
+# so the run's history keeps the interrupted attempt's values for them ("4-6").
+SUPERSEDED_STEPS_TAG = "verlflow.superseded_steps"
 RESUMED_RUN_TAG = "verlflow.resumed_run"  # set on a run that was continued in place
 TRAIN_ARGS_TAG = "verlflow.train_args"  # a train run's step parameters (JSON), for --resume
 ATTEMPT_TAG = "verlflow.attempt"  # the latest attempt of a train run: {"attempt": n, "started_at": epoch s}

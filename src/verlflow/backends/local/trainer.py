@@ -44,7 +44,13 @@ from verlflow.backends.local.settings import LocalSettings, read_settings
 from verlflow.backends.local.step import PHASES, grpo_step, timer, validate
 from verlflow.device.cpu_share import ThreadGovernor
 from verlflow.errors import VerlflowError
-from verlflow.names import DETERMINISTIC_TAG, MODEL_PARAMS_TAG, RESUMED_FROM_TAG, TIMING_STEP
+from verlflow.names import (
+    DETERMINISTIC_TAG,
+    MODEL_PARAMS_TAG,
+    RESUMED_FROM_TAG,
+    SUPERSEDED_STEPS_TAG,
+    TIMING_STEP,
+)
 from verlflow.out_of_memory import is_out_of_memory, out_of_memory_error
 from verlflow.platforms import Device
 from verlflow.tracking.run_logger import RunLogger, logger_of
@@ -207,8 +213,31 @@ class LocalTrainer:
         candidates = ckpt.resume_candidates(settings.default_local_dir, settings.resume_mode,
                                             settings.resume_from_path)
         self.logged_through = self.logger.last_step(TIMING_STEP)
-        if not candidates:
-            return
+        if candidates:
+            self._load_checkpoint(candidates)
+        if candidates or self.logged_through >= 1:
+            self._record_resume_point()
+
+    def _record_resume_point(self) -> None:
+        """Log where this attempt continues (``attempt/resumed_from_step``, as the verl backend does) and tag the
+        steps the interrupted attempt logged past that point: they are trained again, not logged again."""
+        from verlflow.tracking import resume as resuming
+        from verlflow.tracking.run_logger import store_errors
+
+        if self.logged_through > self.global_step:
+            first, last = self.global_step + 1, self.logged_through
+            superseded = str(first) if first == last else f"{first}-{last}"
+            self.logger.set_tags({SUPERSEDED_STEPS_TAG: superseded})
+            log.warning("steps %s were logged by the interrupted attempt after the checkpoint this one continues from: "
+                        "they are trained again and keep their first values in the run (tag %s)", superseded,
+                        SUPERSEDED_STEPS_TAG)
+        try:
+            resuming.log_resumed_from(self.run_id, self.global_step)
+        except store_errors() as exc:
+            log.warning("attempt/resumed_from_step not logged (tracking store unavailable: %s)", first_line(exc, 200))
+
+    def _load_checkpoint(self, candidates: list[Path]) -> None:
+        """Load the newest readable of ``candidates``: weights, optimizer, scheduler, RNG and step."""
         found, state, policy = self._read_checkpoint(candidates)
         self.model.load_state_dict(policy.state_dict())
         del policy
