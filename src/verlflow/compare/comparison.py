@@ -151,7 +151,7 @@ def _log_comparison(out_dir: Path, link: str, parts: ReportParts, threshold: flo
     for name in ("comparison.json", GRID_IMAGE, UTILISATION_IMAGE):
         if (out_dir / name).is_file():
             writes.log_file(str(out_dir / name), ARTIFACT_DIR)
-    log_report(report, out_dir, lookups.active_run_id(), ARTIFACT_DIR, report_images())  # .md + .html
+    log_report(report, out_dir, ARTIFACT_DIR, report_images())  # .md + .html
     writes.log_folder(str(out_dir / CURVE_DIR), f"{ARTIFACT_DIR}/{CURVE_DIR}")
     writes.log_metrics(_metric_values(parts.timings, parity, diff, parts.judged, parts.figures), step=0)
 

@@ -8,8 +8,9 @@ only the images verlflow drew for this report (``images``, paths inside its fold
 ``… ![x](/any/path.png)`` embeds nothing. The Markdown, which holds run names, tags and params written by
 people, is rendered with raw HTML off (:func:`verlflow.text_safety.markdown_to_html`), so markup in run text
 shows as text. :func:`log_report` writes the page beside ``report.md`` (so ``output_dir`` has both) and logs
-both, the artifact ``report.md`` with its images pointing at the run's artifacts (``get-artifact?…``, which the
-MLflow UI serves from the page's own server).
+both beside the images. MLflow's artifact viewer shows ``report.md`` as text and renders ``report.html``, so the
+Markdown keeps plain relative image names (``![curves](curves.png)``), readable there and resolved wherever the
+folder is downloaded; a link into the UI's ``get-artifact?…`` only showed as noise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import html
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import quote
 
 from verlflow.text_safety import html_text, markdown_to_html
 
@@ -79,29 +79,15 @@ def _preformatted(markdown: str, allowed: set[str]) -> str:
     return "\n".join(out)
 
 
-def artifact_markdown(report_md: str, run_id: str, artifact_dir: str, images: Iterable[str]) -> str:
-    """``report_md`` with its own images pointing at the run's artifacts, as the MLflow UI serves them
-    (``get-artifact?path=<artifact_dir>/<image>&run_uuid=<run>``, relative to the UI's own address)."""
-    own = set(images)
-
-    def point(match: re.Match) -> str:
-        if match.group(2) not in own:
-            return match.group(0)
-        path = quote(f"{artifact_dir}/{match.group(2)}", safe="/")
-        return f"![{match.group(1)}](get-artifact?path={path}&run_uuid={run_id})"
-
-    return _IMAGE.sub(point, report_md)
-
-
-def log_report(report_md: str, out_dir: Path, run_id: str, artifact_dir: str, images: Iterable[str]) -> None:
+def log_report(report_md: str, out_dir: Path, artifact_dir: str, images: Iterable[str]) -> None:
     """Write ``report.html`` beside ``report.md`` in ``out_dir`` and log both under ``artifact_dir`` of the active
-    run: the page self-contained, the Markdown with image links the MLflow UI resolves."""
+    run: the page self-contained (the UI renders it), the Markdown as written (the UI shows it as text)."""
     from verlflow.tracking import writes
 
     images = list(images)
     (out_dir / "report.html").write_text(report_page(report_md, out_dir, "compare", images), encoding="utf-8")
     writes.log_file(str(out_dir / "report.html"), artifact_dir)
-    writes.log_text(artifact_markdown(report_md, run_id, artifact_dir, images), f"{artifact_dir}/report.md")
+    writes.log_text(report_md, f"{artifact_dir}/report.md")
 
 
-__all__ = ["report_page", "own_images", "artifact_markdown", "log_report"]
+__all__ = ["report_page", "own_images", "log_report"]
