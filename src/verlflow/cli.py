@@ -16,6 +16,7 @@ import argparse
 import atexit
 import gc
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -95,6 +96,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
     with gc_paused():
         args = build_parser().parse_args(argv)
     values = {k: v for k, v in vars(args).items() if k != "step"}
+    launched_run = os.environ.get("MLFLOW_RUN_ID")  # mlflow run's; MLflow unsets the variable when the run ends
     if args.step != "runs" and (own_process if own_process is not None else argv is None):
         fatal_watch.start(args.step)  # an abort, a segfault or the OOM killer still gets its line and a FAILED run
     try:
@@ -111,7 +113,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
         if args.step != "runs":
             from verlflow.tracking.naming import name_refused_run
 
-            name_refused_run(args.step, message, "failed" if isinstance(exc, OutOfMemory) else "refused")
+            name_refused_run(args.step, message, "failed" if isinstance(exc, OutOfMemory) else "refused", launched_run)
         sys.exit(EXIT_BAD_INPUT)
     except TrackingDeadline as exc:
         print(f"verlflow {args.step}: error: {mask_text(str(exc))}", file=sys.stderr)
@@ -127,7 +129,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
         if memory and args.step != "runs":
             from verlflow.tracking.naming import name_refused_run
 
-            name_refused_run(args.step, line, "failed")
+            name_refused_run(args.step, line, "failed", launched_run)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt as exc:
         stop_interrupted(args.step, exc)

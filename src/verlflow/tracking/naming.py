@@ -193,10 +193,11 @@ def refused_run_name(step: str, reason: str, verdict: str = "refused") -> str:
     return SEPARATOR.join((step, f"{verdict}: {what}"))
 
 
-def name_refused_run(step: str, reason: str, verdict: str = "refused") -> None:
-    """Under ``mlflow run`` a step that refused its input before opening its run leaves the run MLflow made
-    (``skittish-sow-161``, ended FAILED by the launcher): name it for the step and the reason, tag the reason.
-    ``verdict``: "failed" when the input was good and the work failed (out of memory), not a refusal.
+def name_refused_run(step: str, reason: str, verdict: str = "refused", run_id: str | None = None) -> None:
+    """Under ``mlflow run`` a step that refused its input leaves the run MLflow made (``skittish-sow-161``, ended
+    FAILED): name it for the step and the reason, tag the reason. ``verdict``: "failed" when the input was good and
+    the work failed (out of memory), not a refusal. ``run_id``: that run (default ``MLFLOW_RUN_ID``; MLflow unsets
+    the variable when a step's run ends, so a step that refused inside its run passes what it read at start).
 
     One short try (the store may be why it refused); a run with a real name is left as it is.
     """
@@ -205,7 +206,7 @@ def name_refused_run(step: str, reason: str, verdict: str = "refused") -> None:
     from verlflow.names import ERROR_TAG
     from verlflow.outage.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
 
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    run_id = run_id or os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         return
     try:
