@@ -74,6 +74,8 @@ CASES = {
     "evaluate on zero-row parquet": (["evaluate", "--model_uri", "{corrupt}", "--data_dir", "{zero_rows}"], "0 rows"),
     "evaluate on wrong columns": (["evaluate", "--model_uri", "{corrupt}", "--data_dir", "{wrong_columns}"],
                                   "lacks column"),
+    "evaluate data_dir missing": (["evaluate", "--model_uri", "{corrupt}", "--data_dir", "{root}/no-such"],
+                                  "data folder {root}/no-such does not exist: give the folder preprocess wrote"),
     "evaluate negative limit": (["evaluate", "--model_uri", "{corrupt}", "--data_dir", "{data}", "--limit", "-1"],
                                 "limit"),
     "train corrupt safetensors": ([*TRAIN, "--data_dir", "{data}", "--model", "{corrupt}"],

@@ -28,7 +28,7 @@ from verlflow.data.checks import read_rows
 from verlflow.data.lineage import combined_digest, log_split_datasets, rows_digest
 from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
-from verlflow.names import DATA_DIGEST_TAG
+from verlflow.names import DATA_DIGEST_TAG, DATA_DIR_TAG
 from verlflow.outage.store_retry import retry_on_lock
 from verlflow.util import hub_unreachable
 
@@ -166,6 +166,10 @@ def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:
     if not path.is_file():
         from verlflow.data.fix_commands import preprocess_command
 
+        if not Path(data_dir).exists():  # most often a typo: preprocessing into it would not be the fix
+            raise VerlflowError(f"data folder {data_dir} does not exist: give the folder preprocess wrote (it "
+                                f"printed it, and its run's tag {DATA_DIR_TAG} holds it), or write one there: "
+                                f"`{preprocess_command('', data_dir)}`")
         raise VerlflowError(f"no {split}.parquet in {data_dir}: run `{preprocess_command('', data_dir)}` first")
     from verlflow.data.checks import check_parquet_split
 

@@ -125,12 +125,12 @@ def checkpoint_of(run) -> Path:
         raise VerlflowError(f"checkpoint of run {run_id} is missing: no Hugging Face model at {path}")
     from verlflow.models.checks import check_trained_checkpoint
 
+    check_trained_checkpoint(checkpoint, run.data.tags.get(CHECKPOINT_SOURCE_TAG, ""))
     if (why := replaced_checkpoint(run, path)) is not None:
         raise VerlflowError(f"register: {why}")
     if recorded_digest(run) is None:
         print(f"register: warning: run {run_id} recorded no checkpoint digest (trained before verlflow recorded "
               f"one): {path} is taken as it is now", file=sys.stderr)
-    check_trained_checkpoint(checkpoint, run.data.tags.get(CHECKPOINT_SOURCE_TAG, ""))
     return path
 
 
