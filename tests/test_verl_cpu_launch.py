@@ -132,8 +132,12 @@ def test_verls_rollout_traces_are_in_the_runs_experiment_linked_to_the_run(verl_
 
 
 @pytest.mark.slow
-def test_the_launch_prints_none_of_verls_and_rays_known_noise(verl_cpu):
+def test_the_launch_prints_none_of_verls_and_rays_known_noise(verl_cpu, client):
     printed = verl_cpu.launch.stdout + verl_cpu.launch.stderr
+    # verl's resolved-config dump (most of the console before) is one line; the log keeps it whole.
+    assert "verlflow: verl's resolved config (" in printed and "'actor_rollout_ref':" not in printed
+    log = Path(client.download_artifacts(verl_cpu.run_id, "logs/verl.log", str(verl_cpu.workdir / "log")))
+    assert "{'actor_rollout_ref':" in log.read_text()
     # up to verl's model merger, which runs without the plugin (docs/run-output.md)
     launch = printed.split("config: ModelMergerConfig")[0]
     assert "Started a local Ray instance" in launch and "Training from scratch" in launch  # verl's own output shows

@@ -41,6 +41,7 @@ import yaml
 import verlflow as verlflow_package
 from verlflow import secrets, stopping
 from verlflow.backends.verl.command import STDOUT_MARKER, LaunchPlan
+from verlflow.backends.verl.console import ConsoleFilter
 from verlflow.backends.verl.memory import MemoryWatch, verl_out_of_memory
 from verlflow.errors import VerlflowError
 from verlflow.stopping import RunInterrupted
@@ -88,21 +89,26 @@ class _Forwarder:
 
 
 def _pump(stream: BinaryIO, log: BinaryIO, on_line: Callable[[str], None] | None) -> None:
-    """Copy a child's output to our stdout and the log file as it arrives, secrets masked (verl prints its
-    resolved config, secret overrides included)."""
-    out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+    """Copy a child's output to the log file and our stdout as it arrives, secrets masked (verl prints its
+    resolved config, secret overrides included); the console gets one line for verl's config dump
+    (:class:`~verlflow.backends.verl.console.ConsoleFilter`)."""
     known = secrets.known_values()
+    console = ConsoleFilter(getattr(log, "name", "the launch's log"))
     for raw in iter(stream.readline, b""):
-        raw = secrets.mask_text(raw.decode(errors="replace"), known=known).encode()
-        if out is not None:
-            out.write(raw)
-            out.flush()
-        else:
-            sys.stdout.write(raw.decode(errors="replace"))
-        log.write(raw)
+        text = secrets.mask_text(raw.decode(errors="replace"), known=known)
+        log.write(text.encode())
         log.flush()
+        _print(console(text))
         if on_line is not None:
-            on_line(raw.decode(errors="replace").rstrip("\n"))
+            on_line(text.rstrip("\n"))
+    _print(console.flush())
+
+
+def _print(lines: list[str]) -> None:
+    for line in lines:
+        sys.stdout.write(line)
+    if lines:
+        sys.stdout.flush()
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
