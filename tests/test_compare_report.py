@@ -244,8 +244,8 @@ def test_different_recipes_are_flagged_first_and_the_report_goes_on(store, capsy
     assert MlflowClient().get_run(result.run_id).data.tags["compare.recipes_differ"] == "true"
     # no speed claim across different work (issue 46): what differs, then run-vs-run figures with their units
     assert "is faster" not in result.report and "took less" not in result.report
-    assert "- speed: no speed claim: the work differs (recipe smoke vs qwen3-4b-gsm8k-grpo; batch 8 vs 512" \
-        in result.report
+    assert "- speed: no speed claim: the work differs (recipe smoke vs qwen3-4b-gsm8k-grpo; model tiny-qwen3-sft vs " \
+        "Qwen3-4B; batch 8 vs 512" in result.report
     assert "run vs run, candidate / baseline: time per training step 1.53×" in result.report
 
 

@@ -122,7 +122,8 @@ def gpu_table(text: str, **_) -> dict:
     table = parse_nvidia_smi_table(text)
     return {"driver": table["driver"], "cuda": table["cuda"],
             "indices": [g.index for g in table["gpus"]], "names": sorted({g.name for g in table["gpus"]}),
-            "memory_total_mb": sorted({g.memory_total_mb for g in table["gpus"]})}
+            "memory_total_mb": sorted({g.memory_total_mb for g in table["gpus"]}),
+            "mig_modes": [g.mig_mode for g in table["gpus"]]}
 
 
 def gpu_q(text: str, **_) -> dict:
@@ -224,7 +225,7 @@ EXPECTED: dict[str, tuple] = {
         "memory_total_mb": [97871.0]}),
     "nvidia-smi-table-h200-575.txt": (gpu_table, {
         "driver": "575.57.08", "cuda": "12.9", "indices": [0], "names": ["NVIDIA H200"],
-        "memory_total_mb": [143771.0]}),
+        "memory_total_mb": [143771.0], "mig_modes": ["Disabled"]}),
     "torch_npu-device-queries.txt": (torch_npu_names, {"Ascend910B2C": "A2", "Ascend910_9392": "A3"}),
     "vllm-ascend-collect_env-910b3-excerpt.txt": (collect_env_block, {
         "kept": 21, "dropped": ["LD_LIBRARY_PATH", "PYTORCH_NVML_BASED_CUDA_CHECK"]}),
@@ -265,6 +266,18 @@ LOCAL_EXPECTED: dict[str, tuple] = {
     "nvidia-smi-query-h200x8.csv.txt": (gpu_query, {
         "": {"count": 8, "names": ["NVIDIA H200"], "memory_total_mb": [143771.0], "first_used_mb": None,
              "driver": "575.57.08", "compute_cap": None}}),
+    # constructed nodes no one record describes, and the H20-3e (the README says from which real samples)
+    "nvidia-smi-query-h20x4-h100x4-mixed.csv.txt": (gpu_query, {
+        "": {"count": 8, "names": ["NVIDIA H100 80GB HBM3", "NVIDIA H20"], "memory_total_mb": [81559.0, 97871.0],
+             "first_used_mb": None, "driver": "590.48.01", "compute_cap": None}}),
+    "nvidia-smi-table-h200-mig-575.txt": (gpu_table, {  # the MIG slice's rows are not a GPU
+        "driver": "575.57.08", "cuda": "12.9", "indices": [0], "names": ["NVIDIA H200"],
+        "memory_total_mb": [143771.0], "mig_modes": ["Enabled"]}),
+    "nvidia-smi-query-h20-3e-x8.csv.txt": (gpu_query, {
+        "": {"count": 8, "names": ["NVIDIA H20"], "memory_total_mb": [143771.0], "first_used_mb": None,
+             "driver": "535.161.03", "compute_cap": None}}),
+    "npu-smi-info-910b3-7of8-missing-chip.txt": (npu_info, {
+        "chips": 7, "npus": 7, "names": ["910B3"], "hbm_total_mb": [65536], "driver": "25.2.0"}),
 }
 
 

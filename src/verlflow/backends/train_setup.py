@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from verlflow import config
 from verlflow.backends.registry import AUTO, default_backend, get_backend
 from verlflow.config import PROFILE_FOR_DEVICE, check_config_counts, default_recipe
 from verlflow.device import identity
-from verlflow.device.detect import Probe, detect_device, identify_node
+from verlflow.device.detect import Probe, detect_device, identify_node, lister_error
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device
 
@@ -59,16 +61,44 @@ def fit_hardware(cfg: config.ComposedConfig, *, probe: Probe | None = None) -> i
     """Check the profile's record against the listed accelerator and give the run the listed SKU's figures.
 
     One line (exit 2), before any run opens, when the profile describes another accelerator than ``npu-smi`` /
-    ``nvidia-smi`` list, naming both and the profile that fits, unless ``verlflow.accept_other_hardware=true``.
+    ``nvidia-smi`` list, naming both and the profile that fits, unless ``verlflow.accept_other_hardware=true``;
+    whatever is accepted, when no one record describes the node (devices of two models, GPUs in MIG mode), when its
+    listing tool is installed but fails (its own error: a broken driver is not "nothing listed"), and when it lists
+    fewer devices than ``trainer.n_gpus_per_node`` (a missing chip), as doctor refuses them.
     The profile's record becomes the listed SKU's (an a2 profile on 910B2 chips: the 910B2's peak). The node, or
     None when nothing is listed (the CPU, a dry run on a laptop).
     """
-    if not cfg.profile.device.is_accelerator or cfg.profile.accelerator is None:
+    dev = cfg.profile.device
+    if not dev.is_accelerator:
         return None
-    node = identify_node(cfg.profile.device, probe=probe)
+    node = identify_node(dev, probe=probe)
+    if node is None:
+        failed = lister_error(dev, probe)
+        if failed:
+            raise VerlflowError(f"{failed}: this {dev.word} node's devices cannot be listed, so profile "
+                                f"'{cfg.profile.name}' cannot be checked against them; fix the driver "
+                                f"(verlflow doctor --device {dev} shows what blocks)")
+        return None
+    identity.check_node(node)
+    _check_listed_count(cfg, node)
+    if cfg.profile.accelerator is None:
+        return node
     identity.check_fits(cfg.profile, node, accepted=cfg.verlflow.accept_other_hardware)
     cfg.profile.accelerator = identity.run_record(cfg.profile, node)
     return node
+
+
+def _check_listed_count(cfg: config.ComposedConfig, node: identity.Node) -> None:
+    """Refuse a node that lists fewer devices than ``trainer.n_gpus_per_node`` (7 of an A2's 8: a chip missing)."""
+    wanted = int(OmegaConf.select(cfg.resolved, "trainer.n_gpus_per_node", default=0) or 0)
+    if node.count >= wanted:
+        return
+    dev, missing = node.device, wanted - node.count
+    raise VerlflowError(
+        f"trainer.n_gpus_per_node={wanted} but this node lists {node.describe()} ({dev.platform.lister_name}): "
+        f"{missing} {dev.short_word}{'s' if missing > 1 else ''} missing or hidden ({dev.visible_devices_var}); check "
+        f"the node (verlflow doctor --device {dev}) or pass -P overrides=\"trainer.n_gpus_per_node={node.count}\" "
+        f"to run on {node.count}")
 
 
 def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, overrides: str, *,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verlflow import config
+from verlflow.compare.same_work import model_name
 from verlflow.compare.snapshot import MISSING
 from verlflow.errors import VerlflowError
 from verlflow.names import BACKEND_TAG, PROFILE_TAG, RECIPE_TAG
@@ -156,6 +157,9 @@ def config_diff(
             diff.profile.append(row)
         elif key in LAUNCH_TAGS:
             diff.launch.append(row)
+    # The model: its path is filed with the locations (machine-specific), but another model is another recipe.
+    if model_name(baseline) != model_name(candidate):
+        diff.recipe.insert(0, DiffRow("model", _short(model_name(baseline)), _short(model_name(candidate))))
     # Data: the same digest under different paths is the same data; a different digest is not.
     for name in sorted(set(baseline.datasets) & set(candidate.datasets)):
         if baseline.datasets[name] != candidate.datasets[name]:

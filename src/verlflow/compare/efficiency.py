@@ -28,7 +28,7 @@ from verlflow.compare.efficiency_figures import (  # noqa: F401 - the section's 
     step_time_ratios,
     work_time_ratios,
 )
-from verlflow.compare.report import table
+from verlflow.compare.report import GUIDE_SIDES, table
 
 # Tokens per step that differ by more than this make per-step and per-token ratios worth telling apart.
 TOKENS_DIFFER = 0.005
@@ -173,11 +173,18 @@ def render_section(base: Efficiency, cand: Efficiency, prices_given: bool) -> st
            f"Hardware-time per training step, candidate / baseline: {_ratios_text(step)}.", "",
            f"Hardware-time per token (the same work), candidate / baseline: {_ratios_text(token)}.", "",
            f"Hardware-hours of the whole run (end-to-end time × what was booked), candidate / baseline: "
-           f"{_ratios_text(run_hour_ratios(base, cand))} (the guide's §6.3 end-to-end 1.58× is the per-node and "
-           "per-chip figure of two runs of the same steps on one node of eight chips; per device an A3 counts "
-           "each die).", ""]
+           f"{_ratios_text(run_hour_ratios(base, cand))}{_guide_reading(base, cand)}.", ""]
     out += _mfu_lines(base, cand) + _cost_lines(base, cand, prices_given)
     return "\n".join(out)
+
+
+def _guide_reading(base: Efficiency, cand: Efficiency) -> str:
+    """How to read the guide's end-to-end 1.58× beside these figures: only for its pair, an H20 baseline and an A3
+    candidate ('' otherwise: the guide says nothing about other accelerators)."""
+    if (base.hardware.name, cand.hardware.name) != GUIDE_SIDES:
+        return ""
+    return (" (the guide's §6.3 end-to-end 1.58× is the per-node and per-chip figure of two runs of the same steps on "
+            "one node of eight chips; per device an A3 counts each die)")
 
 
 def _speed_line(per: str, base: Efficiency, cand: Efficiency, names: tuple[str, str]) -> str:

@@ -1,11 +1,12 @@
 """The report's first screen: the answer in words, each verdict with its p-value, interval and threshold.
 
-    python -c "from verlflow.compare.first_screen import WORK_PARAMS; print(WORK_PARAMS)"
+    python -c "from verlflow.compare.first_screen import header; help(header)"
 
-A speed claim ("faster") is made only between two accelerators on the same work (recipe, batch, rollout n,
-steps), and only as far as Welch's test of the runs' step times shows it (:func:`verlflow.compare.stats.
-device_effect`). Otherwise the screen says what differs and gives the run-vs-run figures, each labelled with its
-unit (per training step, per token, end to end), so no two of them read as a contradiction. Plain computation on
+A speed claim ("faster") is made only between two accelerators on the same work (:mod:`.same_work`: recipe,
+model, batch, rollout n, ppo_epochs, response length limits, steps; a difference is named on the first line), and
+only as far as Welch's test of the runs' step times shows it (:func:`verlflow.compare.stats.device_effect`).
+Otherwise the screen says what differs and gives the run-vs-run figures, each labelled with its unit (per
+training step, per token, end to end), so no two of them read as a contradiction. Plain computation on
 :class:`RunSnapshot` objects and :class:`~verlflow.compare.efficiency.Efficiency` figures.
 """
 
@@ -18,16 +19,14 @@ from verlflow import names
 from verlflow.compare import run_sets
 from verlflow.compare.efficiency import Efficiency
 from verlflow.compare.report import constructed
+from verlflow.compare.same_work import steps as _steps
+from verlflow.compare.same_work import work_differences
 from verlflow.compare.snapshot import RunSnapshot
 from verlflow.compare.stats import Effect, device_effect
 from verlflow.device import identity
-from verlflow.names import RECIPE_TAG
 from verlflow.platforms import tags as device_tags
 
 STEP_KEY = f"{names.TIMING_MEAN_PREFIX}step"
-# What "the same work" means: the recipe, and the three settings that fix how much one run computes.
-WORK_PARAMS = (("batch", "data/train_batch_size"), ("rollout n", "actor_rollout_ref/rollout/n"),
-               ("steps", "trainer/total_training_steps"))
 
 
 def side_names(baseline: RunSnapshot, candidate: RunSnapshot) -> tuple[str, str]:
@@ -42,26 +41,6 @@ def header(baseline: RunSnapshot, candidate: RunSnapshot) -> str:
         where = snap.tags.get(names.PROFILE_TAG) or snap.tags.get(device_tags.NAME_TAG) or "?"
         return f"{where} (`{snap.name}`)"
     return f"**The answer** — baseline: {one(baseline)}; candidate: {one(candidate)}"
-
-
-def _steps(snap: RunSnapshot) -> str | None:
-    configured = snap.params.get("trainer/total_training_steps")
-    if configured not in (None, "", "None", "null"):
-        return configured
-    curve = snap.histories.get(names.SCORE_MEAN)
-    return str(len(curve)) if curve else None
-
-
-def work_differences(baseline: RunSnapshot, candidate: RunSnapshot) -> list[str]:
-    """How the two sides' work differs (recipe, batch, rollout n, steps), as ``rollout n 4 vs 8``."""
-    out = []
-    if baseline.tags.get(RECIPE_TAG) != candidate.tags.get(RECIPE_TAG):
-        out.append(f"recipe {baseline.tags.get(RECIPE_TAG, '?')} vs {candidate.tags.get(RECIPE_TAG, '?')}")
-    for label, key in WORK_PARAMS:
-        b, c = (_steps(s) if label == "steps" else s.params.get(key) for s in (baseline, candidate))
-        if b != c:
-            out.append(f"{label} {b or '?'} vs {c or '?'}")
-    return out
 
 
 def same_accelerator(baseline: RunSnapshot, candidate: RunSnapshot) -> bool:
@@ -172,7 +151,8 @@ def first_screen(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot
     """The report's opening lines: the sides, speed (tested, or why not claimed), cost, accuracy."""
     side = side_names(baseline, candidate)
     made_up = constructed(*base_set, *cand_set)
-    return [f"{header(baseline, candidate)}:",
+    differs = work_differences(baseline, candidate)
+    return [f"{header(baseline, candidate)}" + (f" — not the same work: {'; '.join(differs)}:" if differs else ":"),
             *([f"- ⚠ constructed figures, not measurements: {made_up}"] if made_up else []),
             *speed_lines(base_set, cand_set, effs, side),
             cost_line(effs, side, prices_given),

@@ -9,6 +9,7 @@ tracking store in one pass per run), so it is plain computation: no MLflow calls
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,10 @@ from verlflow.platforms import tags as device_tags
 # The guide's §6.3 as it states it: ratios only, A3 relative to H20 (no seconds, no seeds). Quoted as its claims.
 GUIDE_RATIOS = {names.TIMING_E2E: 1.58, f"{names.TIMING_MEAN_PREFIX}gen": 0.80,
                 f"{names.TIMING_MEAN_PREFIX}update_actor": 2.35, f"{names.TIMING_MEAN_PREFIX}step": 1.53}
+# The pair the guide measured, (baseline, candidate) as record names, and how close "reproduced" must be: each
+# ratio's 95% interval inside ±5% of the guide's claim.
+GUIDE_SIDES = ("H20", "A3")
+GUIDE_TOLERANCE = 0.05
 # A run whose figures were made up to give a result (a test fixture) carries this tag, saying how.
 CONSTRUCTED_TAG = "verlflow.constructed"
 
@@ -246,10 +251,12 @@ def render_markdown(
     compare_link: str = "",
     first_screen: Sequence[str] = (),
     sections_after_runs: Sequence[str] = (),
+    guide: GuideCheck | None = None,
 ) -> str:
     """The whole report as Markdown: the answer in words (``first_screen``), warning, runs, the sections made
     elsewhere (``sections_after_runs``: several runs, efficiency), §6.1, §6.3, §6.2 with parity, §6.4
-    (``utilisation``, rendered by :mod:`verlflow.compare.utilisation`), config diff.
+    (``utilisation``, rendered by :mod:`verlflow.compare.utilisation`), config diff. ``guide``: the sides'
+    accelerators and ratio intervals the guide's §6.3 claims are held against (None: they are not compared).
 
     When the recipes differ or both sides ran on one device profile it is a plain run-vs-run report: the same
     parts without the guide's numbering, and curve differences without a parity verdict.
@@ -262,7 +269,7 @@ def render_markdown(
         [part.rstrip() + "\n" for part in sections_after_runs if part],
         ["## 6.1 Versions" if judged else "## Versions", "",
          table(["component", baseline.label, candidate.label], version_rows(baseline, candidate)), ""],
-        _timings_section(timings, judged, constructed(baseline, candidate)),
+        _timings_section(timings, judged, constructed(baseline, candidate), guide),
         _curves_section(parity, threshold, grid_image, curve_images or {}, judged),
         [utilisation.rstrip(), ""] if utilisation else [],
         _diff_section(diff),
@@ -310,29 +317,67 @@ def constructed(*snaps: RunSnapshot) -> str | None:
     return "; ".join(f"{s.role} `{s.name}`: {text}" for s, text in zip(snaps, said, strict=True) if text) or None
 
 
-def guide_claim_note(timings: Sequence[TimingRow], made_up: str | None) -> str:
-    """Whether these runs reproduce the guide's §6.3 ratios (each within 5%), quoted as the guide's claims."""
+@dataclass(frozen=True)
+class GuideCheck:
+    """What the guide's §6.3 ratios can be held against here: each side's accelerator record and, per guide figure,
+    the 95% interval of candidate / baseline over the sides' runs (None: one run on a side, no interval)."""
+
+    sides: tuple[str, str] = ("", "")  # the records' names ("H20", "A3"); "" where a side's record is unknown
+    intervals: Mapping[str, tuple[float, float] | None] = dataclasses.field(default_factory=dict)
+
+    @property
+    def applies(self) -> bool:
+        """Whether this is the guide's pair: an H20 baseline against an A3 candidate (its ratios are A3 / H20)."""
+        return self.sides == GUIDE_SIDES
+
+
+def _interval_text(low: float, high: float) -> str:
+    return f"[{low:.2f}, {high:.2f}]"
+
+
+def guide_claim_note(timings: Sequence[TimingRow], made_up: str | None, guide: GuideCheck | None = None) -> str:
+    """What the guide's §6.3 ratios say about these sides: nothing unless the baseline is an H20 set and the
+    candidate an A3 set; "reproduced" only when each ratio's 95% interval lies inside ±5% of the guide's claim (one
+    run on a side has no interval, so it reproduces nothing)."""
+    guide = guide or GuideCheck()
+    if not guide.applies:
+        named = " against ".join(side or "an unknown accelerator" for side in guide.sides)
+        swap = " (swap the sides: its ratios are A3 / H20)" if guide.sides == GUIDE_SIDES[::-1] else ""
+        return (f"The guide's §6.3 ratios (A3 relative to H20) are not compared here: this is {named}{swap}; they "
+                "are held only against an H20 baseline and an A3 candidate.")
     claims = ", ".join(f"{r.label} {GUIDE_RATIOS[r.key]:.2f}×" for r in timings if r.key in GUIDE_RATIOS)
     quoted = (f"The guide's §6.3 claims, as it states them (ratios only, A3 relative to H20, one run each, no "
               f"seconds): {claims}.")
     if made_up:
         return f"{quoted} **These runs' seconds are constructed** ({made_up}): they reproduce nothing."
     rows = [r for r in timings if r.key in GUIDE_RATIOS]
-    if rows and all(r.ratio is not None and abs(r.ratio / GUIDE_RATIOS[r.key] - 1) <= 0.05 for r in rows):
-        return f"{quoted} These two runs reproduce them (each ratio within 5%)."
-    return f"{quoted} These runs do not reproduce them (not every ratio within 5% of the guide's)."
+    found = {r.key: guide.intervals.get(r.key) for r in rows}
+    if not rows or any(interval is None for interval in found.values()):
+        return (f"{quoted} Whether these runs reproduce them cannot be told: a ratio with one run on a side (or a "
+                "figure missing) has no interval; give each side 2 seeds or more.")
+    shown = "; ".join(f"{r.label} {_interval_text(*found[r.key])}" for r in rows)
+    inside = all(GUIDE_RATIOS[key] * (1 - GUIDE_TOLERANCE) <= low and high <= GUIDE_RATIOS[key] * (1 + GUIDE_TOLERANCE)
+                 for key, (low, high) in found.items())
+    if inside:
+        return (f"{quoted} These sets reproduce them: each ratio's 95% interval lies inside ±5% of the guide's "
+                f"({shown}).")
+    return (f"{quoted} These sets do not reproduce them: not every ratio's 95% interval lies inside ±5% of the "
+            f"guide's ({shown}).")
 
 
-def _timings_section(timings: Sequence[TimingRow], judged: bool = True, made_up: str | None = None) -> list[str]:
-    """§6.3: each timing figure of both runs, their ratio, and the guide's claim beside its four figures."""
+def _timings_section(timings: Sequence[TimingRow], judged: bool = True, made_up: str | None = None,
+                     guide: GuideCheck | None = None) -> list[str]:
+    """§6.3: each timing figure of both runs, their ratio, and the guide's claim beside its four figures (only
+    between an H20 baseline and an A3 candidate, the pair it measured)."""
+    claim = guide is not None and guide.applies
     rows = [(r.label, f"`{r.key}`", _fmt_seconds(r.baseline), _fmt_seconds(r.candidate), _ratio(r),
-             f"{GUIDE_RATIOS[r.key]:.2f}×" if r.key in GUIDE_RATIOS else "") for r in timings]
+             *([f"{GUIDE_RATIOS[r.key]:.2f}×" if r.key in GUIDE_RATIOS else ""] if claim else [])) for r in timings]
     out = ["## 6.3 Performance (seconds)" if judged else "## Performance (seconds)", ""]
     if made_up:
         out += [f"⚠ Constructed figures, not measurements: {made_up}.", ""]
-    out += [table(["figure", "metric", "baseline", "candidate", "candidate / baseline", "the guide's claim (A3 / H20)"],
-                  rows), ""]
-    return out + [guide_claim_note(timings, made_up), ""] if judged else out
+    header = ["figure", "metric", "baseline", "candidate", "candidate / baseline"]
+    out += [table([*header, *(["the guide's claim (A3 / H20)"] if claim else [])], rows), ""]
+    return out + [guide_claim_note(timings, made_up, guide), ""] if judged else out
 
 
 def _curves_section(parity: Sequence[ParityRow], threshold: float, grid_image: str | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from verlflow.compare.report import (
     DEFAULT_EPS,
     DEFAULT_PARITY_THRESHOLD,
     GRID_IMAGE,
+    GUIDE_RATIOS,
+    GuideCheck,
     ParityRow,
     TimingRow,
     comparison_warning,
@@ -159,6 +162,7 @@ def _write_report(
                              efficiency.render_section(*effs, prices is not None),
                              profiles.render_section(*step_profiles)],
         first_screen=first_screen(base_set, cand_set, baseline, candidate, effs, figures, judged, prices is not None),
+        guide=guide_check(base_set, cand_set, effs),
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")
     parts = ReportParts(report, versions, timings, diff, parity, figures, judged, effs)
@@ -166,6 +170,36 @@ def _write_report(
     (out_dir / "comparison.json").write_text(json.dumps(_json_ready(summary), indent=1, ensure_ascii=False))
     plotter.wait()
     return parts
+
+
+def ratio_interval(baseline: Sequence[float], candidate: Sequence[float],
+                   level: float = 0.95) -> tuple[float, float] | None:
+    """The ``level`` interval of candidate / baseline from one value per run: Welch's interval of the difference of
+    the sides' mean log values, exponentiated (a ratio of geometric means; times are positive and skewed, a ratio
+    lives on the log scale). None with fewer than 2 positive values on a side or no spread: no interval."""
+    from scipy import stats as sp
+
+    base = [math.log(v) for v in baseline if v > 0 and math.isfinite(v)]
+    cand = [math.log(v) for v in candidate if v > 0 and math.isfinite(v)]
+    if len(base) < 2 or len(cand) < 2 or len(base) < len(baseline) or len(cand) < len(candidate):
+        return None
+    vb, vc = statistics.variance(base) / len(base), statistics.variance(cand) / len(cand)
+    if not vb + vc > 0:
+        return None
+    df = (vb + vc) ** 2 / (vb**2 / (len(base) - 1) + vc**2 / (len(cand) - 1))
+    centre = statistics.fmean(cand) - statistics.fmean(base)
+    half = float(sp.t.ppf(0.5 + level / 2, df)) * math.sqrt(vb + vc)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def guide_check(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot],
+                effs: tuple[efficiency.Efficiency, efficiency.Efficiency]) -> GuideCheck:
+    """Each side's accelerator record and, for the guide's four §6.3 figures, the interval of their ratio."""
+    intervals = {}
+    for key in GUIDE_RATIOS:
+        base, cand = run_sets.side_figure(base_set, key), run_sets.side_figure(cand_set, key)
+        intervals[key] = ratio_interval(base.values, cand.values) if base and cand else None
+    return GuideCheck((effs[0].hardware.name, effs[1].hardware.name), intervals)
 
 
 def _comparison_json(base_set: list[RunSnapshot], cand_set: list[RunSnapshot], parts: ReportParts,

@@ -42,6 +42,15 @@ class Sku:
     # HBM bandwidth per device, GB/s, where it differs from the record's, and its source.
     hbm_gbps: float | None = None
     hbm_source: str = ""
+    # Where the listed name does not tell this SKU from the record's: the least memory per device (GiB, as the
+    # listing tool prints it) that makes it this SKU (the H20-3e, 141 GB, listed as "NVIDIA H20" as the 96 GB is).
+    listed_memory_gb: float | None = None
+
+    def fits(self, listed: str, memory_gb: float | None) -> bool:
+        """Whether a device listed as ``listed`` with ``memory_gb`` GiB per device is this SKU."""
+        if re.search(self.listed_as, listed) is None:
+            return False
+        return self.listed_memory_gb is None or (memory_gb is not None and memory_gb >= self.listed_memory_gb)
 
 
 @dataclass
@@ -117,13 +126,14 @@ class Accelerator:
         """Whether ``listed`` (``Ascend910B3 (A2)``, ``NVIDIA H20``) is this accelerator."""
         return re.search(self.pattern(), listed) is not None
 
-    def for_listed(self, listed: str) -> Accelerator:
-        """This record with the figures of the SKU ``listed`` names (``Ascend910B2 (A2)`` → the 910B2's peak).
+    def for_listed(self, listed: str, memory_gb: float | None = None) -> Accelerator:
+        """This record with the figures of the SKU ``listed`` names (``Ascend910B2 (A2)`` → the 910B2's peak), or
+        that its listed memory per device (GiB) tells apart (a 141 GB "NVIDIA H20" → the H20-3e).
 
         Why: one A2 profile serves every 910B SKU, and each SKU's peak and bandwidth differ by up to 1.7x; the
         run must carry its own. The record itself when no SKU matches; the result lists no SKUs.
         """
-        sku = next((s for s in self.skus if re.search(s.listed_as, listed)), None)
+        sku = next((s for s in self.skus if s.fits(listed, memory_gb)), None)
         if sku is None:
             return dataclasses.replace(self, skus=[]) if self.skus else self
         return dataclasses.replace(

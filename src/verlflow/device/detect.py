@@ -51,7 +51,7 @@ __all__ = [  # the parsers and the probe are re-exported: callers use verlflow.d
     "parse_npu_smi_version", "parse_nvidia_smi_query", "parse_nvidia_smi_table",
     "parse_nvidia_smi_q_versions", "parse_ascend_version_file", "parse_key_values", "soc_name",
     "npu_generation", "first_error_line", "command_failure", "lister_command", "as_device", "hardware_tags",
-    "identify_node", "node_of", "import_torch_npu", "run_command", "torch_cuda_version",
+    "identify_node", "node_of", "lister_error", "import_torch_npu", "run_command", "torch_cuda_version",
     "NPU_SMI_INFO", "NVIDIA_SMI", "NVIDIA_SMI_QUERY",
 ]
 
@@ -142,9 +142,31 @@ def detect_device(requested: Device | str = AUTO, *, probe: Probe | None = None)
     probe = probe or Probe()
     for dev in kinds():
         extension = dev.platform.torch_extension
-        if dev.is_accelerator and (extension is None or probe.import_ok(extension)) and count_visible(dev, probe=probe):
+        if not dev.is_accelerator or not (extension is None or probe.import_ok(extension)):
+            continue
+        if count_visible(dev, probe=probe):
             return dev
+        failed = lister_error(dev, probe)
+        if failed:  # the node's tool is there and fails: a broken driver, not a CPU machine
+            raise VerlflowError(f"device auto: {failed}; this looks like a {dev.word} node whose {dev.short_word}s "
+                                f"cannot be listed, not a CPU: fix it (verlflow doctor --device {dev} shows what "
+                                "blocks) or pass --device cpu")
     return Device.CPU
+
+
+def lister_error(dev: Device | str, probe: Probe | None = None) -> str | None:
+    """``nvidia-smi failed: NVIDIA-SMI has failed because ...`` when ``dev``'s listing tool is installed, lists no
+    device and fails with its own error (a node whose driver is broken or busy); None when it lists devices, is
+    not installed (a laptop), or lists none without failing."""
+    dev, probe = as_device(dev), probe or Probe()
+    lists = listing.collector(dev)
+    if lists is None or lists.count_listed(probe):
+        return None
+    cmd = lister_command(dev)
+    failure = probe.failure(cmd)
+    if not failure or "not found on PATH" in failure:
+        return None
+    return failure if failure.startswith(cmd[0]) else f"{' '.join(cmd)} failed: {failure}"
 
 
 def count_visible(device_type: Device | str, *, probe: Probe | None = None,
@@ -185,7 +207,9 @@ def hardware_tags(profile: Profile | None, node: identity.Node | None = None) ->
 
 def node_of(fields: DeviceProfile) -> identity.Node | None:
     """The node a collected profile lists (its name, count and generation); None when it lists no accelerator."""
-    return identity.node_from(fields.type, fields.name, fields.count, fields.extra.get("generation"))
+    return identity.node_from(fields.type, fields.name, fields.count, fields.extra.get("generation"),
+                              mixed=fields.extra.get("mixed"), mig=tuple(fields.extra.get("mig") or ()),
+                              memory_gb=fields.memory_gb)
 
 
 def identify_node(device_type: Device | str, *, probe: Probe | None = None,

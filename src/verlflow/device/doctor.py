@@ -196,6 +196,13 @@ def accelerator_row(fields: hw.DeviceProfile, profile: Profile) -> Row:
     wanted = record.name if record else ""
     if fields.count == 0 or fields.name == "unknown":
         return Row("accelerator", "none listed", wanted, None)
+    node = hw.node_of(fields)
+    try:
+        identity.check_node(node)
+    except VerlflowError as no_record:  # two models, or MIG slices: no one record describes the node
+        found = (f"{node.describe()} (mixed)" if node.mixed else
+                 f"{node.listed}, MIG mode on GPU {', '.join(str(index) for index in node.mig)}")
+        return Row("accelerator", found, wanted, False, str(no_record))
     found = node_label(fields)
     fits = fitting_profiles(Device(fields.type), found)
     fitting = (f"the {' or '.join(fits)} profile{'s' if len(fits) > 1 else ''} fit{'' if len(fits) > 1 else 's'} it"
@@ -205,7 +212,7 @@ def accelerator_row(fields: hw.DeviceProfile, profile: Profile) -> Row:
         return Row("accelerator", found, "", None, note=f"this node has {fields.count} × {found}, and the "
                    f"{profile.name} profile has no hardware record (accelerator:); {fitting}")
     if record.lists(found):
-        record = record.for_listed(found)  # the listed SKU's figures (a 910B2: its own peak)
+        record = record.for_listed(found, fields.memory_gb)  # the listed SKU's figures (a 910B2: its own peak)
         return Row("accelerator", found, wanted, True,
                    note=f"this node has {fields.count} × {found}: {record.model} ({record.peak_tflops:g} TFLOPS "
                         f"{record.peak_dtype}), {record.node}; "

@@ -5,6 +5,7 @@ The ``collector`` of :mod:`verlflow.platforms.gpu`; read through :func:`verlflow
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -25,6 +26,18 @@ def list_gpus(probe: Probe) -> list[GpuInfo]:
     return gpus or parse_nvidia_smi_table(probe.run(NVIDIA_SMI) or "")["gpus"]
 
 
+def visible_gpus(gpus: list[GpuInfo], environ: Mapping[str, str]) -> list[GpuInfo]:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` shows when it lists indexes (``0,1,2,3``); all of them otherwise.
+
+    Why: on a node of two models, the GPUs a run may use decide which one it is (4 × H20 shown of 4 × H20 +
+    4 × H100); UUIDs and MIG names are not resolved here, so every GPU stays listed for them.
+    """
+    shown = [entry.strip() for entry in environ.get(Device.GPU.platform.visible_devices_var or "", "").split(",")]
+    if not shown or not all(entry.isdigit() for entry in shown):
+        return gpus
+    return [gpus[int(entry)] for entry in shown if int(entry) < len(gpus)]
+
+
 def count_listed(probe: Probe) -> int:
     """The GPUs nvidia-smi lists, before any narrowing."""
     return len(list_gpus(probe))
@@ -33,20 +46,25 @@ def count_listed(probe: Probe) -> int:
 def fields(probe: Probe, environ: Mapping[str, str]) -> dict[str, Any]:
     """The GPU fields of the device profile: name, visible GPUs, memory, driver, CUDA, notes."""
     gpus = list_gpus(probe)
-    table = parse_nvidia_smi_table(probe.run(NVIDIA_SMI) or "")  # driver's CUDA, not in the query
+    table = parse_nvidia_smi_table(probe.run(NVIDIA_SMI) or "")  # driver's CUDA and MIG mode, not in the query
     notes = [] if gpus else ["nvidia-smi not found (or it failed) or lists no GPU"]
-    if len({g.name for g in gpus}) > 1:
-        notes.append("mixed GPUs: " + ", ".join(sorted({g.name for g in gpus})))
+    shown = visible_gpus(gpus, environ)
+    models = dict(Counter(g.name for g in shown))  # {name: how many}, in the order nvidia-smi lists them
+    if len(models) > 1:
+        notes.append("mixed GPUs: " + ", ".join(sorted(models)))
+    split = {g.index for g in table["gpus"] if g.mig_mode == "Enabled"}
+    mig = [g.index for g in shown if g.index in split]
     count, narrowed = visible(len(gpus), Device.GPU, environ)
     cuda = probe.torch_cuda()
     if cuda is None and table["cuda"]:
         cuda = table["cuda"]
         notes.append("torch has no CUDA build here: device.cuda is the driver's newest CUDA (nvidia-smi)")
-    extra = {"cuda_driver_max": table["cuda"], "gpus": [asdict(g) for g in gpus]}
+    extra = {"cuda_driver_max": table["cuda"], "gpus": [asdict(g) for g in gpus],
+             "mixed": models if len(models) > 1 else None, "mig": mig or None}
     return {
-        "name": gpus[0].name if gpus else "unknown",
+        "name": shown[0].name if shown else "unknown",
         "count": count,
-        "memory_gb": gib(gpus[0].memory_total_mb) if gpus else None,
+        "memory_gb": gib(shown[0].memory_total_mb) if shown else None,
         "driver": (gpus[0].driver_version if gpus else None) or table["driver"],
         "cuda": cuda,
         "notes": notes + ([narrowed] if narrowed else []),

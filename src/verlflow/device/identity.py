@@ -22,7 +22,14 @@ from verlflow.config import Accelerator, Profile
 from verlflow.device.parsers import npu_generation
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device, kinds
-from verlflow.platforms.tags import DETECTED_PROFILE_TAG, DETECTED_TAG, NAME_TAG, RECORD_FITS_TAG, TYPE_TAG
+from verlflow.platforms.tags import (
+    DETECTED_PROFILE_TAG,
+    DETECTED_TAG,
+    MEMORY_TAG,
+    NAME_TAG,
+    RECORD_FITS_TAG,
+    TYPE_TAG,
+)
 
 # The override that runs a profile whose record is not the machine's (VerlflowBlock.accept_other_hardware).
 ACCEPT_OVERRIDE = "verlflow.accept_other_hardware=true"
@@ -38,6 +45,12 @@ class Node:
     listed: str  # "Ascend910B2 (A2)", "Ascend910_9392 (A3)", "NVIDIA H100 80GB HBM3"
     count: int
     profiles: tuple[str, ...]  # shipped profiles whose record fits it, in list order
+    # Each model and how many of it, when the devices are not one model (4 × H20 + 4 × H100); empty otherwise.
+    mixed: tuple[tuple[str, int], ...] = ()
+    # GPUs split into MIG slices (their nvidia-smi indexes): a process sees a slice, not the record's whole GPU.
+    mig: tuple[int, ...] = ()
+    # Memory per device as listed, GiB: tells the H20-3e (141 GB) from the H20 (96 GB), which share a name.
+    memory_gb: float | None = None
 
     @property
     def profile(self) -> str | None:
@@ -45,7 +58,9 @@ class Node:
         return self.profiles[0] if self.profiles else None
 
     def describe(self) -> str:
-        """``8 × Ascend910B2 (A2)``: how messages name the node."""
+        """``8 × Ascend910B2 (A2)``: how messages name the node (``4 × NVIDIA H20 + 4 × ...`` when mixed)."""
+        if self.mixed:
+            return " + ".join(f"{count} × {name}" for name, count in self.mixed)
         return f"{self.count} × {self.listed}"
 
 
@@ -91,15 +106,45 @@ def fitting_profiles(dev: Device | str, listed: str) -> list[str]:
             if p.device == dev and p.accelerator is not None and p.accelerator.lists(listed)]
 
 
-def node_from(device_type: Device | str, name: str, count: int, gen: str | None = None) -> Node | None:
-    """The node a listing found (``count`` devices named ``name``); None when nothing is listed (a laptop), and for a
-    run whose ``device.type`` is missing or a kind this installation does not register."""
+def node_from(device_type: Device | str, name: str, count: int, gen: str | None = None, *,
+              mixed: Mapping[str, int] | None = None, mig: tuple[int, ...] = (),
+              memory_gb: float | None = None) -> Node | None:
+    """The node a listing found (``count`` devices named ``name``; ``mixed``: every model's count where they differ,
+    ``mig``: GPUs in MIG mode, ``memory_gb``: per device as listed); None when nothing is listed (a laptop), and for
+    a run whose ``device.type`` is missing or a kind this installation does not register."""
     if count <= 0 or not name or name == "unknown" or str(device_type) not in kinds():
         return None
     if not Device(device_type).is_accelerator:
         return None
     listed = label(name, gen or generation(device_type, name))
-    return Node(Device(device_type), listed, count, tuple(fitting_profiles(device_type, listed)))
+    return Node(Device(device_type), listed, count, tuple(fitting_profiles(device_type, listed)),
+                mixed=tuple((mixed or {}).items()) if len(mixed or {}) > 1 else (), mig=tuple(mig),
+                memory_gb=memory_gb)
+
+
+def check_node(node: Node | None) -> None:
+    """Refuse (one line) a node no single record describes: devices of two models, or GPUs split by MIG.
+
+    Why: a run carries one record (its peak, memory, chips per node) and compare divides by it; on 4 × H20 +
+    4 × H100 either record is wrong for half the devices, and a MIG slice has a fraction of the whole GPU's
+    compute and memory that its record gives. Not waived by ``accept_other_hardware``: that runs another record
+    on one model, which is still one record's figures; here no record's figures are the machine's.
+    """
+    if node is None:
+        return
+    word = node.device.short_word
+    if node.mixed:
+        raise VerlflowError(
+            f"this node's {word}s are not one model ({node.describe()}): a run carries one hardware record, so its "
+            f"per-{word}, MFU and cost figures would be wrong for some of them; run on a node whose {word}s are one "
+            f"model, or show one model's {word}s only ({node.device.platform.visible_devices_var}=<their indexes>)")
+    if node.mig:
+        gpus = ", ".join(str(index) for index in node.mig)
+        raise VerlflowError(
+            f"{word} {gpus} of this node ({node.listed}) {'is' if len(node.mig) == 1 else 'are'} in MIG mode: a run "
+            f"would see MIG slices, each a fraction of the whole {word} whose compute and memory the hardware record "
+            f"gives (its MFU, per-{word} and memory figures would be wrong); verlflow has no record of a slice: "
+            f"disable MIG (nvidia-smi -i {node.mig[0]} -mig 0, then reset the {word}) to train on whole {word}s")
 
 
 def fitting_text(node: Node) -> str:
@@ -131,7 +176,9 @@ def run_record(profile: Profile | None, node: Node | None) -> Accelerator | None
     """The record a run on ``node`` carries: the profile's, with the listed SKU's figures (910B2 → its peak)."""
     if profile is None or profile.accelerator is None:
         return None
-    return profile.accelerator.for_listed(node.listed) if node else profile.accelerator.for_listed("")
+    if node is None:
+        return profile.accelerator.for_listed("")
+    return profile.accelerator.for_listed(node.listed, memory_gb=node.memory_gb)
 
 
 def identity_tags(profile: Profile | None, node: Node | None) -> dict[str, str]:
@@ -145,8 +192,9 @@ def identity_tags(profile: Profile | None, node: Node | None) -> dict[str, str]:
     return tags
 
 
-def record_from_name(device_type: Device | str, name: str) -> Accelerator | None:
-    """The shipped record of an accelerator named ``name`` (a run's ``device.name`` tag), SKU figures included.
+def record_from_name(device_type: Device | str, name: str, memory_gb: float | None = None) -> Accelerator | None:
+    """The shipped record of an accelerator named ``name`` (a run's ``device.name`` tag), SKU figures included;
+    ``memory_gb`` (its ``device.memory_gb`` tag) tells SKUs of one name apart (the H20 from the H20-3e).
 
     For runs logged without a hardware record: ``Ascend910_9392`` is an A3 (2 dies per chip, 376 TFLOPS per die),
     ``Ascend910B2`` an A2 with the 910B2's peak; None when no shipped record fits (a CPU, an unknown GPU).
@@ -154,7 +202,7 @@ def record_from_name(device_type: Device | str, name: str) -> Accelerator | None
     node = node_from(device_type, name, 1)
     if node is None or node.profile is None:
         return None
-    return config.load_profile(node.profile).accelerator.for_listed(node.listed)
+    return config.load_profile(node.profile).accelerator.for_listed(node.listed, memory_gb=memory_gb)
 
 
 def accelerator_key(tags: Mapping[str, str]) -> str | None:
@@ -162,8 +210,16 @@ def accelerator_key(tags: Mapping[str, str]) -> str | None:
     kind, name = tags.get(TYPE_TAG) or "", (tags.get(NAME_TAG) or "").strip()
     if not kind or not name or name == "unknown":
         return None
-    record = record_from_name(kind, name) if kind in Device and Device(kind).is_accelerator else None
+    record = (record_from_name(kind, name, _number(tags.get(MEMORY_TAG)))
+              if kind in Device and Device(kind).is_accelerator else None)
     return f"{kind}: {record.name} {record.model}" if record else f"{kind}: {name}"
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def same_accelerator(a: Mapping[str, str], b: Mapping[str, str]) -> bool:

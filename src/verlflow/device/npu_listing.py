@@ -5,6 +5,7 @@ The ``collector`` of :mod:`verlflow.platforms.npu`; read through :func:`verlflow
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -59,6 +60,7 @@ def fields(probe: Probe, environ: Mapping[str, str]) -> dict[str, Any]:
         notes.append("A3 SKU unknown: npu-smi info -t board gave no NPU Name")
     notes += [f"NPU {c.npu_id} chip {c.chip_id} health {c.health}" for c in chips if c.health != "OK"]
     count, narrowed = visible(len(chips), Device.NPU, environ)
+    models = dict(Counter(c.name for c in chips))
     homes = [environ[v].rstrip("/") for v in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if environ.get(v)]
     cann, cann_path = _first_version(probe, [
         *(f"{home}/{arch}-linux/ascend_toolkit_install.info" for home in homes),
@@ -86,6 +88,7 @@ def fields(probe: Probe, environ: Mapping[str, str]) -> dict[str, Any]:
         "firmware_package": firmware.get("package_version"),
         "nnal_atb": atb.get("version"),
         "chips": [asdict(c) for c in chips],
+        "mixed": models if len(models) > 1 else None,  # {table name: chips} when the chips are not one model
     }
     return {
         "name": name,

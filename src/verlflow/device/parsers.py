@@ -214,6 +214,8 @@ class GpuInfo:
     memory_used_mb: float | None = None
     driver_version: str | None = None
     fields: dict[str, str] = field(default_factory=dict)  # every queried column, units stripped
+    # The plain table's "MIG M." cell: "Enabled" when the GPU is split into MIG slices; None where not printed.
+    mig_mode: str | None = None
 
 
 _HEADER_CELL = re.compile(r"^([a-z][a-z0-9_.]*)(?:\s*\[[^\]]*\])?$")
@@ -268,20 +270,29 @@ def parse_nvidia_smi_table(text: str) -> dict:
     """Plain ``nvidia-smi``: ``{"driver": str|None, "cuda": str|None, "gpus": [GpuInfo]}``.
 
     ``cuda`` is the banner's ``CUDA Version`` — the newest CUDA the *driver* supports, not the
-    CUDA that torch was built with. Works for the 535 and the wider >= 550 layouts.
+    CUDA that torch was built with. Works for the 535 and the wider >= 550 layouts. Each GPU's ``mig_mode`` is
+    its "MIG M." cell (``Enabled``: the GPU is split into MIG slices); the "MIG devices" table is not GPUs.
     """
     driver = re.search(r"Driver Version:\s*(\S+)", text)
     cuda = re.search(r"CUDA Version:\s*(\S+)", text)
     gpus: list[GpuInfo] = []
+    gpus_done = False  # past the GPU table: the MIG devices' and processes' rows reuse its shapes
     row = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(?:On|Off)\s+\|\s*[0-9A-Fa-f]{4,8}:")
     memory = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
+    mig_cell = re.compile(r"^\|[\s|]*\|\s*(Enabled|Disabled)\s*\|\s*$")  # a GPU's third row, "MIG M." column
     for line in text.splitlines():
+        if line.startswith("| MIG devices:") or line.startswith("| Processes:"):
+            gpus_done = True
         found = row.match(line)
-        if found:
+        if found and not gpus_done:
             gpus.append(GpuInfo(name=found.group(2), index=int(found.group(1))))
             continue
+        mig = mig_cell.match(line)
+        if mig and gpus and gpus[-1].mig_mode is None and not gpus_done:
+            gpus[-1].mig_mode = mig.group(1)
+            continue
         used_total = memory.search(line)
-        if used_total and gpus and gpus[-1].memory_total_mb is None:
+        if used_total and gpus and gpus[-1].memory_total_mb is None and not gpus_done:
             gpus[-1].memory_used_mb = float(used_total.group(1))
             gpus[-1].memory_total_mb = float(used_total.group(2))
     for gpu in gpus:
