@@ -113,7 +113,7 @@ BAD_INPUT = [
     # A hub id that does not exist: a clear line whether or not this machine reaches the hub.
     (["actor_rollout_ref.model.path=verlflow-tests/no-such-model"], None, "no-such-model"),
     (["algorithm.adv_estimator=gae"], None, "needs a critic"),
-    ([], "no-such-folder", "no train.parquet"),
+    ([], "no-such-folder", "no-such-folder does not exist"),
 ]
 
 
