@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import shutil
 import signal
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import cli_in_process, every_experiment
 from mlflow.tracking import MlflowClient
@@ -65,4 +68,62 @@ def test_grpo_with_one_response_per_prompt_is_refused_with_verls_reason(tracking
         "actor_rollout_ref.rollout.n=1: algorithm.adv_estimator=grpo normalises each response's reward by its "
         "prompt's group of n responses, so the group size must be >= 2 (verl: \"> 1 for grpo\"); with one there is "
         "no group advantage: use n >= 2 (the guide uses 5)")
+    assert _runs() == []
+
+
+def test_a_split_whose_every_ground_truth_verl_cannot_match_is_refused_naming_the_file_and_a_row(
+        tracking_uri, data_dir, tmp_path):
+    # Before: trained, every reward 0, no word. "72 dollars" is text verl's strict GSM8K scorer never extracts.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for split in ("train", "test"):
+        rows = pq.read_table(data_dir / f"{split}.parquet").to_pylist()
+        for row in rows:
+            row["reward_model"]["ground_truth"] += " dollars"
+        pq.write_table(pa.Table.from_pylist(rows), bad / f"{split}.parquet")
+    first = pq.read_table(bad / "train.parquet").to_pylist()[0]["reward_model"]["ground_truth"]
+    done = cli_in_process([*TRAIN, "--data_dir", str(bad)])
+    assert _error_line(done, "train") == (
+        f"{bad / 'train.parquet'}: no row's reward_model.ground_truth is a number verl's GSM8K scorer can match "
+        f"(row 0: {first!r}), so every reward would be 0: give plain numbers such as '72' (as `verlflow preprocess` "
+        "writes them), or a scorer of your own in reward.custom_reward_function.path")
+    assert _runs() == []
+    from verlflow.data.checks import check_ground_truths
+
+    check_ground_truths(data_dir / "train.parquet")  # preprocess's own numbers pass
+
+
+def _model_without_tokenizer(tiny_workdir: Path, tmp_path: Path) -> Path:
+    """The tiny model's folder copied as a checkpoint copied without its tokenizer: config and weights only."""
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
+
+    folder = Path(shutil.copytree(resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache"), tmp_path / "model"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (folder / name).unlink()
+    assert sorted(path.name for path in folder.iterdir()) == ["config.json", "generation_config.json",
+                                                              "model.safetensors"]
+    return folder
+
+
+NO_TOKENIZER = ("model folder '{folder}' has no tokenizer files (tokenizer.json or tokenizer_config.json or "
+                "tokenizer.model or vocab.json): copy them from the model it was trained from "
+                "(AutoTokenizer.from_pretrained(<base>).save_pretrained(<this folder>))")
+
+
+def test_evaluate_of_a_model_folder_without_tokenizer_files_names_them(tracking_uri, data_dir, tiny_workdir,
+                                                                       tmp_path):
+    # Before: a FAILED run and transformers' "ValueError: Cannot use chat template functions because
+    # tokenizer.chat_template is not set", which asks for a template when the whole tokenizer is missing.
+    folder = _model_without_tokenizer(tiny_workdir, tmp_path)
+    done = cli_in_process(["evaluate", "--model_uri", str(folder), "--data_dir", str(data_dir)])
+    assert _error_line(done, "evaluate") == NO_TOKENIZER.format(folder=folder)
+    assert _runs() == []
+
+
+def test_train_on_a_model_folder_without_tokenizer_files_names_them_and_the_setting(tracking_uri, data_dir,
+                                                                                   tiny_workdir, tmp_path):
+    folder = _model_without_tokenizer(tiny_workdir, tmp_path)
+    done = cli_in_process([*TRAIN, "--data_dir", str(data_dir), "--model", str(folder)])
+    also = ", or name a folder that has them in actor_rollout_ref.model.tokenizer_path"
+    assert _error_line(done, "train") == NO_TOKENIZER.format(folder=folder) + also
     assert _runs() == []
