@@ -11,9 +11,13 @@ cgroup files (tests/fixtures/cgroup: the hardware boundary).
 from __future__ import annotations
 
 import contextlib
+import json
+import random
+import re
 import resource
 import shutil
 import signal
+import string
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,3 +131,62 @@ def test_train_on_a_model_folder_without_tokenizer_files_names_them_and_the_sett
     also = ", or name a folder that has them in actor_rollout_ref.model.tokenizer_path"
     assert _error_line(done, "train") == NO_TOKENIZER.format(folder=folder) + also
     assert _runs() == []
+
+
+# --- 6: a full disk is one line naming the folder and its free space; the run is named for the failure ------------
+
+
+def _big_source(folder: Path, rows: int = 24, size: int = 100_000) -> Path:
+    """A local GSM8K folder whose questions are long random text, so the parquet it becomes is megabytes (random
+    letters do not compress away) while the tracking store stays the size it is."""
+    chooser = random.Random(0)
+    folder.mkdir()
+    for split in ("train", "test"):
+        with (folder / f"{split}.jsonl").open("w") as lines:
+            for index in range(rows):
+                question = "".join(chooser.choices(string.ascii_letters + " ", k=size))
+                lines.write(json.dumps({"question": question, "answer": f"so #### {index}"}) + "\n")
+    return folder
+
+
+def test_preprocess_into_a_full_disk_is_one_line_and_a_run_named_for_the_failure(tracking_uri, tmp_path):
+    # Before: pyarrow's "OSError: [Errno 27] Error writing bytes to file" as a traceback, in a FAILED run that
+    # MLflow named (skittish-sow-161).
+    source, out = _big_source(tmp_path / "source"), tmp_path / "out"
+    limit = (tmp_path / "mlflow.db").stat().st_size + 2 * 2**20  # the store may grow, a split may not fit
+    with _file_size_limit(limit):
+        done = cli_in_process(["preprocess", "--source", str(source), "--output_dir", str(out)])
+    line = _error_line(done, "preprocess")
+    assert re.fullmatch(
+        rf"the train split could not be written \(File too large\) to {re.escape(str(out))} \(\d+ MiB free there, "
+        rf"and a file-size limit of {limit / 2**20:.1f} MiB \(ulimit -f\)\): free space \(or raise the file-size "
+        r"limit, ulimit -f\) or give an output_dir on a larger disk \(-P output_dir=…\), then preprocess again",
+        line), line
+    assert list(out.iterdir()) == []  # no half-written split, no temporary file
+    (run,) = _runs()
+    assert run.info.status == "FAILED"
+    assert run.info.run_name.startswith("preprocess · failed: the train split could not be written (File too large)")
+    assert run.data.tags["verlflow.error"].endswith(line)
+
+
+def test_a_checkpoint_safetensors_cannot_write_is_one_line_naming_the_folder_and_its_free_space(tiny_workdir,
+                                                                                               tmp_path):
+    # Before: safetensors' SafetensorError ("Error while serializing: … File too large"), neither OSError nor
+    # RuntimeError, escaped the handling of a full disk as a traceback.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verlflow.backends.local.checkpoint import save_checkpoint
+    from verlflow.errors import VerlflowError
+    from verlflow.models.model_path import TINY_SENTINEL, resolve_model_path
+
+    folder = resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache")
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    root = tmp_path / "checkpoints"
+    with _file_size_limit(64 * 1024), pytest.raises(VerlflowError) as failed:  # below the tiny model's weights
+        save_checkpoint(root, 2, model, tokenizer, {"global_step": 2})
+    assert re.fullmatch(
+        rf"the step-2 checkpoint could not be written to {re.escape(str(root))} \(File too large; \d+ MiB free "
+        r"there, and a file-size limit of 0\.1 MiB \(ulimit -f\)\): free space \(or raise the file-size limit, "
+        r"ulimit -f\) or point trainer.default_local_dir / verlflow.output_dir at a larger disk; resume with "
+        r"--resume once it has room", str(failed.value)), str(failed.value)
+    assert list(root.iterdir()) == []  # no half checkpoint for a resume to pick up

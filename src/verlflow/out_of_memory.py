@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from verlflow.errors import VerlflowError
+from verlflow.errors import StepFailed
 
 _RESERVE_BYTES = 16 * 1024 * 1024
 # The settings that size a GRPO step's memory, as verl names them: the batch levers (largest first when shown), then
@@ -47,7 +47,7 @@ OOM_TEXT = re.compile(
 )
 
 
-class OutOfMemory(VerlflowError):
+class OutOfMemory(StepFailed):
     """Out of memory told as one line: a failure of good input (the run ends FAILED, ``mlflow run``'s run is named
     "failed", not "refused"), still printed as one line with exit 2."""
 

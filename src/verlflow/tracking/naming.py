@@ -193,10 +193,11 @@ def refused_run_name(step: str, reason: str, verdict: str = "refused") -> str:
     return SEPARATOR.join((step, f"{verdict}: {what}"))
 
 
-def name_refused_run(step: str, reason: str, verdict: str = "refused") -> None:
+def name_refused_run(step: str, reason: str, verdict: str = "refused", run_id: str | None = None) -> None:
     """Under ``mlflow run`` a step that refused its input before opening its run leaves the run MLflow made
     (``skittish-sow-161``, ended FAILED by the launcher): name it for the step and the reason, tag the reason.
-    ``verdict``: "failed" when the input was good and the work failed (out of memory), not a refusal.
+    ``verdict``: "failed" when the input was good and the work failed (out of memory, a full disk), not a refusal.
+    ``run_id``: the run to name (default: ``mlflow run``'s), as a step names the unnamed run it opened and failed.
 
     One short try (the store may be why it refused); a run with a real name is left as it is.
     """
@@ -205,7 +206,7 @@ def name_refused_run(step: str, reason: str, verdict: str = "refused") -> None:
     from verlflow.names import ERROR_TAG
     from verlflow.outage.metric_buffer import WRITER_HTTP_KNOBS, bounded_http
 
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    run_id = run_id or os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         return
     try:
