@@ -11,7 +11,9 @@ cgroup files (tests/fixtures/cgroup: the hardware boundary).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import random
 import re
 import resource
@@ -20,6 +22,7 @@ import signal
 import string
 from pathlib import Path
 
+import optuna
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -190,3 +193,29 @@ def test_a_checkpoint_safetensors_cannot_write_is_one_line_naming_the_folder_and
         r"ulimit -f\) or point trainer.default_local_dir / verlflow.output_dir at a larger disk; resume with "
         r"--resume once it has room", str(failed.value)), str(failed.value)
     assert list(root.iterdir()) == []  # no half checkpoint for a resume to pick up
+
+
+def test_a_search_trial_stopped_by_sigterm_is_optunas_line_without_a_traceback():
+    # Before: Optuna logged "Trial 0 failed … RunInterrupted('interrupted by SIGTERM')" with the traceback of where
+    # the stop was taken, above the step's own "interrupted" line.
+    from verlflow.search.study import quiet_stopped_trials
+    from verlflow.stopping import RunInterrupted
+
+    def stopped(trial: optuna.Trial) -> float:
+        trial.suggest_float("lr", 1e-6, 1e-4)
+        raise RunInterrupted(signal.SIGTERM)
+
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    optuna_logger = logging.getLogger("optuna")
+    optuna_logger.addHandler(handler)
+    try:
+        quiet_stopped_trials()
+        with pytest.raises(RunInterrupted):
+            optuna.create_study().optimize(stopped, n_trials=1)
+    finally:
+        optuna_logger.removeHandler(handler)
+    text = said.getvalue()
+    assert "Trial 0 failed with parameters: {'lr': " in text
+    assert "because of the following error: RunInterrupted('interrupted by SIGTERM')." in text
+    assert "Traceback" not in text, text
