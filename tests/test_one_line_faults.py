@@ -219,3 +219,26 @@ def test_a_search_trial_stopped_by_sigterm_is_optunas_line_without_a_traceback()
     assert "Trial 0 failed with parameters: {'lr': " in text
     assert "because of the following error: RunInterrupted('interrupted by SIGTERM')." in text
     assert "Traceback" not in text, text
+
+
+# --- 7d: an OOM kill quotes the cgroup's limit, not the machine's memory --------------------------------------------
+
+
+@pytest.mark.parametrize("version, limit_file", [
+    ("v1", "memory/process_api/c3856dc9da3a871fdaaa0f77ce5cb7f0/verlflow-record/memory.limit_in_bytes"),
+    ("v2", "system.slice/run-r5a4b2c.scope/memory.max"),
+])
+def test_an_oom_kill_in_a_memory_cgroup_quotes_the_cgroups_limit(version, limit_file, monkeypatch):
+    # Before: "the machine has 23.5 GiB" for a step the kernel killed at its cgroup's 450 MiB.
+    from verlflow import out_of_memory
+    from verlflow.fatal_end import Death, death_line
+
+    recorded = FIXTURES / "cgroup" / version
+    monkeypatch.setattr(out_of_memory, "PROC_CGROUP", str(recorded / "proc-self-cgroup.txt"))
+    monkeypatch.setattr(out_of_memory, "CGROUP_ROOT", str(recorded / "sys-fs-cgroup"))
+    line = death_line("train", Death(signal.SIGKILL, "killed by the kernel's OOM killer, SIGKILL", ""),
+                      {"data/train_batch_size": "64", "actor_rollout_ref/rollout/n": "8"})
+    assert line == ("out of memory in train (killed by the kernel's OOM killer, SIGKILL) with "
+                    "data.train_batch_size=64, actor_rollout_ref.rollout.n=8; its cgroup may use 450 MiB "
+                    f"({recorded / 'sys-fs-cgroup' / limit_file}): lower one of them, e.g. -P "
+                    "overrides=\"data.train_batch_size=32\", or give the process more memory")
