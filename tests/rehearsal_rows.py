@@ -89,6 +89,7 @@ MISTAKES: dict[str, Row] = {
     # Sizes and the batch arithmetic verl asserts at start-up.
     "batch_negative": Row("sizes", "npu", "data.train_batch_size=-3", error("data.train_batch_size")),
     "n_fraction": Row("sizes", "npu", f"{R}.n=5.5", error(f"{R}.n")),
+    "grpo_one_response": Row("sizes", "npu", f"{R}.n=1", error(f"{R}.n")),  # GRPO needs a group of >= 2
     "batch_devices": Row("sizes", "npu", "data.train_batch_size=500", error("data.train_batch_size")),
     "tp_devices": Row("sizes", "npu", f"{R}.tensor_model_parallel_size=3", error(f"{R}.tensor_model_parallel_size")),
     "no_micro_batch": Row("sizes", "npu", FIXED_BATCH, error(f"{A}.ppo_micro_batch_size_per_gpu")),
@@ -288,7 +289,7 @@ WARNINGS: dict[str, Row] = {
     "greedy_group": Row("warnings", "gpu", f"{R}.temperature=0", warning(f"{R}.temperature")),
     "clip_inverted": Row("warnings", "npu", f"{A}.clip_ratio_low=0.3 {A}.clip_ratio_high=0.2",
                          warning(f"{A}.clip_ratio_low")),
-    "one_response_per_group": Row("warnings", "npu", f"{R}.n=1", warning(f"{R}.n")),
+    "one_response_per_group": Row("warnings", "npu", f"algorithm.adv_estimator=rloo {R}.n=1", warning(f"{R}.n")),
     "save_contents_unknown": Row("warnings", "npu", f"{A}.checkpoint.save_contents=['model','optimizer','weights']",
                                  warning(f"{A}.checkpoint.save_contents")),
     "token_budget": Row("warnings", "npu", f"{A}.ppo_max_token_len_per_gpu=1024",

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 
 from verlflow import fatal_watch, stopping
-from verlflow.errors import EXIT_BAD_INPUT, VerlflowError
-from verlflow.out_of_memory import OutOfMemory, hold_reserve, is_out_of_memory, out_of_memory_error
+from verlflow.errors import EXIT_BAD_INPUT, StepFailed, VerlflowError
+from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.outage.deadline import TrackingDeadline, server_failure
 from verlflow.outage.store_retry import store_write_failure
 from verlflow.secrets import mask_text
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool | None = None) 
         if args.step != "runs":
             from verlflow.tracking.naming import name_refused_run
 
-            name_refused_run(args.step, message, "failed" if isinstance(exc, OutOfMemory) else "refused", launched_run)
+            name_refused_run(args.step, message, "failed" if isinstance(exc, StepFailed) else "refused", launched_run)
         sys.exit(EXIT_BAD_INPUT)
     except TrackingDeadline as exc:
         print(f"verlflow {args.step}: error: {mask_text(str(exc))}", file=sys.stderr)

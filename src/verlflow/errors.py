@@ -22,6 +22,11 @@ EXIT_INTERRUPTED = 130  # SIGINT; a run stopped by signal N exits 128 + N (SIGTE
 class VerlflowError(Exception):
     """A problem with the user's input or environment, explained in one line."""
 
+
+class StepFailed(VerlflowError):
+    """Good input whose work the machine could not finish (a full disk, out of memory), told as one line with exit 2
+    like a refusal; the step's run is named "<step> · failed: …" where it had no name of its own, not "refused"."""
+
 # The value of a problem that has none to show (``~key`` deletes a key).
 NO_VALUE = "<no value>"
 

@@ -21,9 +21,10 @@ import re
 import resource
 import sys
 from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from verlflow.errors import VerlflowError
+from verlflow.errors import StepFailed
 
 _RESERVE_BYTES = 16 * 1024 * 1024
 # The settings that size a GRPO step's memory, as verl names them: the batch levers (largest first when shown), then
@@ -38,6 +39,11 @@ SIZING_KEYS = (*BATCH_KEYS, "data.max_response_length",
                "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
                "actor_rollout_ref.ref.fsdp_config.param_offload")
 _reserve: bytearray | None = None
+# Where the kernel names this process's cgroups, and where cgroup file systems are mounted.
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+# A v1 limit this large is "none": the kernel shows no limit as 2^63 rounded down to a page (9223372036854771712).
+UNLIMITED_CGROUP_BYTES = 2**62
 
 # What allocators say when they fail (torch CPU / CUDA / NPU, libc, the dynamic loader, protobuf, C++).
 OOM_TEXT = re.compile(
@@ -47,7 +53,7 @@ OOM_TEXT = re.compile(
 )
 
 
-class OutOfMemory(VerlflowError):
+class OutOfMemory(StepFailed):
     """Out of memory told as one line: a failure of good input (the run ends FAILED, ``mlflow run``'s run is named
     "failed", not "refused"), still printed as one line with exit 2."""
 
@@ -83,23 +89,57 @@ def is_out_of_memory(exc: BaseException | None) -> bool:
 
 
 def memory_limit() -> str:
-    """The address-space limit the process runs under (``ulimit -v``), or what the machine has."""
+    """The address-space limit the process runs under (``ulimit -v``), its cgroup's memory limit, or what the
+    machine has."""
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         return f"the process may use {soft / 2**30:.1f} GiB of address space (ulimit -v)"
-    try:
-        with open("/sys/fs/cgroup/memory.max") as handle:
-            cap = handle.read().strip()
-        if cap.isdigit():
-            return f"its container may use {int(cap) / 2**30:.1f} GiB (cgroup memory.max)"
-    except OSError:
-        pass
+    if cgroup := cgroup_memory_limit():
+        size, file = cgroup
+        shown = f"{size / 2**20:.0f} MiB" if size < 2**30 else f"{size / 2**30:.1f} GiB"
+        return f"its cgroup may use {shown} ({file})"
     try:
         with open("/proc/meminfo") as handle:
             total = next(line for line in handle if line.startswith("MemTotal:"))
         return f"the machine has {int(total.split()[1]) / 2**20:.1f} GiB"
     except (OSError, StopIteration, ValueError):
         return "memory ran out"
+
+
+def cgroup_memory_limit(proc_cgroup: str = "", root: str = "") -> tuple[int, str] | None:
+    """This process's cgroup memory limit in bytes, and the file that sets it; None without one.
+
+    The smallest over its cgroup and every ancestor (a limit on a parent bounds the children: ``systemd-run -p
+    MemoryMax=450M`` limits a scope under a slice that has none, and a container's limit sits above the process's
+    own cgroup), read where ``/proc/self/cgroup`` puts the process: v2 ``memory.max``, v1
+    ``memory/…/memory.limit_in_bytes``. ``proc_cgroup`` and ``root`` default to :data:`PROC_CGROUP` and
+    :data:`CGROUP_ROOT` (tests point them at recorded files).
+    """
+    root_path = Path(root or CGROUP_ROOT)
+    try:
+        lines = Path(proc_cgroup or PROC_CGROUP).read_text().splitlines()
+    except OSError:
+        return None
+    files = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            base, name = root_path, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = root_path / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        cgroup = PurePosixPath(path if path.startswith("/") else "/")
+        files += [base / folder.relative_to("/") / name for folder in (cgroup, *cgroup.parents)]
+    limits = []
+    for file in files:
+        try:
+            text = file.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < UNLIMITED_CGROUP_BYTES:
+            limits.append((int(text), str(file)))
+    return min(limits) if limits else None
 
 
 def sizing_settings(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,14 @@ import contextlib
 import gc
 import math
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verlflow.errors import StepFailed
 
 HUB_PROBE_TIMEOUT_S = 3.0
 # Numeric environment settings read by env_number() whose value could not be used: name -> the error line.
@@ -173,6 +178,30 @@ def free_space(folder: str | os.PathLike[str]) -> str:
     if limit != resource.RLIM_INFINITY:
         facts += f", and a file-size limit of {limit / 2**20:.1f} MiB (ulimit -f)"
     return facts
+
+
+# How a write that failed for space reads: the OS's words (ENOSPC, EFBIG under ``ulimit -f``, EDQUOT), SQLite's
+# (SQLITE_FULL) and torch's zip writer's, which hides the OS error ("unexpected pos 1002112 vs 1002000").
+OUT_OF_SPACE = re.compile(r"No space left|Errno 28\b|File too large|Errno 27\b|Disk quota exceeded|Errno 122\b|"
+                          r"unexpected pos \d+ vs \d+|database or disk is full")
+# The OS's own phrase in a message that wraps it (pyarrow: "[Errno 27] Error writing bytes to file. Detail: …").
+SPACE_PHRASE = re.compile(r"No space left on device|File too large|Disk quota exceeded")
+
+
+def out_of_space_failure(what: str, folder: str | os.PathLike[str], exc: BaseException,
+                         elsewhere: str) -> StepFailed | None:
+    """One line (a :class:`~verlflow.errors.StepFailed`) for ``what`` that could not be written into ``folder`` for
+    space: the OS's reason, the free space there and the fix, ``elsewhere`` naming where else to write; None when
+    ``exc`` (or an error it came from) is not about space."""
+    from verlflow.errors import StepFailed
+
+    cause = next((error for error in exception_chain(exc) if OUT_OF_SPACE.search(str(error))), None)
+    if cause is None:
+        return None
+    phrase = SPACE_PHRASE.search(str(cause))
+    reason = phrase.group(0) if phrase else first_line(cause, 80)
+    return StepFailed(f"{what} could not be written ({reason}) to {folder} ({free_space(folder)}): free space (or "
+                      f"raise the file-size limit, ulimit -f) or {elsewhere}")
 
 
 def check_name_inside(name: str, what: str, root: str) -> str:

@@ -124,13 +124,14 @@ def compose_train_config(recipe: str, profile: str, data_dir: str, model: str, o
 def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_splits: bool = True) -> None:
     """The data splits and a local model folder are readable, before a run is opened (seconds, not minutes).
 
-    ``require_splits=False`` (verl launches) leaves a missing split to the verl preflight, which lists it
-    with every other launch mistake.
+    ``require_splits=False`` (verl launches) leaves a missing split and a model folder without tokenizer files to the
+    verl preflight, which lists them with every other launch mistake. A split whose every ground truth verl's GSM8K
+    scorer cannot match is refused for both: it would train at reward 0.
     """
     from verlflow.config import VerlflowBlock
-    from verlflow.data.checks import check_parquet_split, parquet_columns
+    from verlflow.data.checks import check_ground_truths, check_parquet_split, parquet_columns
     from verlflow.data.recipe_data import preprocess_command
-    from verlflow.models.checks import check_model_folder
+    from verlflow.models.checks import check_model_folder, check_tokenizer_folder
     from verlflow.util import check_no_symlink_loop
 
     check_no_symlink_loop(data_dir, "data_dir")
@@ -143,7 +144,20 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
                                     f"{', '.join(columns)}): name the column that holds the chat "
                                     "messages (prompt, as preprocess writes it)")
             check_parquet_split(path, required=("reward_model",))
+            if not _custom_reward(cfg):  # verl's own scorer: a split it can score nothing of trains at reward 0
+                check_ground_truths(path, str(cfg.resolved.data.get("reward_fn_key") or "data_source"))
         elif require_splits:
             command = preprocess_command(cfg.verlflow.data_source or VerlflowBlock.data_source, data_dir)
             raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `{command}` first")
-    check_model_folder(str(cfg.resolved.actor_rollout_ref.model.path))
+    model = cfg.resolved.actor_rollout_ref.model
+    check_model_folder(str(model.path))
+    if require_splits:  # verl's preflight names a folder without tokenizer files among its problems
+        check_tokenizer_folder(str(model.get("tokenizer_path") or model.path), "actor_rollout_ref.model.tokenizer_path")
+
+
+def _custom_reward(cfg: config.ComposedConfig) -> bool:
+    """Whether the config names a reward function of its own (verl's key, or its legacy top-level one)."""
+    from omegaconf import OmegaConf
+
+    return any(OmegaConf.select(cfg.resolved, key, default=None)
+               for key in ("reward.custom_reward_function.path", "custom_reward_function.path"))

@@ -20,13 +20,9 @@ from verlflow.config import ComposedConfig
 from verlflow.errors import VerlflowError
 from verlflow.models.model_path import SENTINELS, default_cache_dir
 from verlflow.models.tinymodel import BUILD_VERSION
-from verlflow.util import check_output_dir, free_space
+from verlflow.util import OUT_OF_SPACE, SPACE_PHRASE, check_output_dir, free_space
 
 CHECKPOINT_KEY = "trainer.default_local_dir"
-# How a write that failed for space reads: the OS's words (ENOSPC, EFBIG under ``ulimit -f``, EDQUOT), SQLite's
-# (SQLITE_FULL) and torch's zip writer's, which hides the OS error ("unexpected pos 1002112 vs 1002000").
-OUT_OF_SPACE = re.compile(r"No space left|Errno 28\b|File too large|Errno 27\b|Disk quota exceeded|Errno 122\b|"
-                          r"unexpected pos \d+ vs \d+|database or disk is full")
 
 
 def check_writable_folders(cfg: ComposedConfig, folders: Iterable[tuple[Path, str]] = ()) -> None:
@@ -57,11 +53,13 @@ def check_model_cache(cache: Path, model: str) -> None:
 
 
 def write_error(exc: BaseException) -> str:
-    """Why a write failed, in words: the OS's (``File too large``), or for torch's zip writer, which hides it,
-    "the file stopped short" with torch's own words."""
+    """Why a write failed, in words: the OS's (``File too large``, also out of safetensors' "Error while serializing:
+    I/O error: …"), or for torch's zip writer, which hides it, "the file stopped short" with torch's own words."""
     reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
     if stopped := re.search(r"unexpected pos \d+ vs \d+", reason):
         return f"the file stopped short: torch's {stopped.group(0)}"
+    if phrase := SPACE_PHRASE.search(reason):
+        return phrase.group(0)
     return reason
 
 

@@ -37,7 +37,7 @@ here.
 from __future__ import annotations
 
 from verlflow.config.compose import OWN_PREFIX, ComposedConfig, compose
-from verlflow.config.counts import check_config_counts, config_count_problems
+from verlflow.config.counts import check_config_counts, config_count_problems, group_size_problems
 from verlflow.config.device_defaults import PROFILE_FOR_DEVICE, VERL_CPU_PROFILE, default_recipe
 from verlflow.config.loading import (
     CONFIG_ROOT,
@@ -79,6 +79,7 @@ __all__ = [
     "check_config_counts",
     "compose",
     "config_count_problems",
+    "group_size_problems",
     "default_recipe",
     "flatten_tree",
     "hydra_overrides",

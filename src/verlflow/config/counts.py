@@ -67,8 +67,21 @@ def config_count_problems(resolved: Any) -> list[Problem]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             problems.append(Problem(key, repr(value), "must be a number >= 0"))
     if not problems:
-        problems += _rollout_size_problems(resolved)
+        problems += _rollout_size_problems(resolved) + group_size_problems(resolved)
     return problems
+
+
+def group_size_problems(resolved: Any) -> list[Problem]:
+    """GRPO with fewer than 2 responses per prompt: its advantage is a response's reward normalised by the mean and
+    std of its prompt's group of ``rollout.n`` responses, and a group of one has neither (verl's rollout.yaml: "n: >
+    1 for grpo"; its grpo estimator then passes the raw reward on, grpo_vectorized gives 0): nothing GRPO learns."""
+    n, estimator = _select(resolved, "actor_rollout_ref.rollout.n"), str(_select(resolved, "algorithm.adv_estimator"))
+    if not (_is_int(n) and n < 2 and estimator.startswith("grpo")):
+        return []
+    return [Problem("actor_rollout_ref.rollout.n", n,
+                    f"algorithm.adv_estimator={estimator} normalises each response's reward by its prompt's group of "
+                    "n responses, so the group size must be >= 2 (verl: \"> 1 for grpo\"); with one there is no "
+                    "group advantage: use n >= 2 (the guide uses 5)")]
 
 
 # What one rolled-out token holds at the least (its id as int64, its log-probability as float32), and more memory

@@ -57,3 +57,38 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict]:
     except Exception as exc:  # pyarrow's ArrowInvalid / OSError for damaged pages
         raise VerlflowError(f"{path} is corrupt: its rows cannot be read ({first_line(exc, 120)}): preprocess "
                             "again (mlflow run . -e preprocess), or give another data_dir") from None
+
+
+GSM8K_SOURCE = "openai/gsm8k"  # the data_source verl's reward registry scores with its GSM8K scorer
+
+
+def check_ground_truths(path: str | os.PathLike[str], source_key: str = "data_source") -> None:
+    """Refuse a split where verl's GSM8K scorer can match no row's ground truth: every reward would be 0.
+
+    A ground truth is matchable when the perfect answer, ``#### <ground truth>``, scores 1 with verl's own strict
+    scorer (``verl.utils.reward_score.gsm8k``: the number after ``#### ``, commas removed, compared as text), so
+    ``72 dollars`` or ``1,000`` never is. Only rows whose ``source_key`` column (``data.reward_fn_key``) says
+    ``openai/gsm8k`` are judged: other sources have other scorers. One matchable row is enough to pass.
+    """
+    import pyarrow.parquet as pq
+    from verl.utils.reward_score import gsm8k
+
+    try:
+        table = pq.read_table(path, columns=[source_key, "reward_model"])
+    except Exception:  # a column or page that cannot be read: the step's other checks name it
+        return
+    unmatchable = None
+    for index, (source, reward) in enumerate(zip(table.column(source_key).to_pylist(),
+                                                 table.column("reward_model").to_pylist(), strict=True)):
+        if source != GSM8K_SOURCE:
+            continue
+        truth = (reward or {}).get("ground_truth")
+        if isinstance(truth, str) and gsm8k.compute_score(f"#### {truth}", truth) > 0:
+            return
+        unmatchable = unmatchable or (index, truth)
+    if unmatchable is not None:
+        index, truth = unmatchable
+        raise VerlflowError(f"{path}: no row's reward_model.ground_truth is a number verl's GSM8K scorer can match "
+                            f"(row {index}: {str(truth)[:60]!r}), so every reward would be 0: give plain numbers such "
+                            "as '72' (as `verlflow preprocess` writes them), or a scorer of your own in "
+                            "reward.custom_reward_function.path")

@@ -30,7 +30,7 @@ from verlflow.data.synthetic import synthetic_examples
 from verlflow.errors import VerlflowError
 from verlflow.names import DATA_DIGEST_TAG, DATA_DIR_TAG
 from verlflow.outage.store_retry import retry_on_lock
-from verlflow.util import hub_unreachable
+from verlflow.util import hub_unreachable, out_of_space_failure
 
 PROMPT_SUFFIX = "Let's think step by step and output the final answer after \"####\"."
 # Every row carries this data_source, synthetic ones too: verl picks its GSM8K scorer by it and
@@ -142,8 +142,7 @@ def preprocess(
     for split in SPLITS:
         paths[split] = out / f"{split}.parquet"
         tmp = paths[split].with_suffix(f".parquet.{os.getpid()}.tmp")  # two pipelines may write one folder at once
-        pq.write_table(pa.Table.from_pylist(rows[split]), tmp)
-        os.replace(tmp, paths[split])  # never leave a half-written split behind
+        _write_split(pa.Table.from_pylist(rows[split]), tmp, paths[split])
         digests[split] = rows_digest(rows[split])
     result = PreprocessResult(
         output_dir=out,
@@ -157,6 +156,21 @@ def preprocess(
     if log_to_mlflow:
         _log_to_mlflow(result, rows, digests)
     return result
+
+
+def _write_split(table: pa.Table, tmp: Path, path: Path) -> None:
+    """Write one split through ``tmp`` (never a half-written split in place); a disk that is full, or a file-size
+    limit, is one line naming the folder and its free space, where pyarrow raised ``OSError`` with a traceback."""
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        failure = out_of_space_failure(f"the {path.stem} split", path.parent, exc,
+                                       "give an output_dir on a larger disk (-P output_dir=…), then preprocess again")
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def read_split(data_dir: str | Path, split: str) -> pd.DataFrame:

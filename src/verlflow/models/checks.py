@@ -16,6 +16,8 @@ from verlflow.errors import VerlflowError
 from verlflow.util import first_line
 
 _STEP = re.compile(r"global_step_(\d+)")
+# Files from which transformers' AutoTokenizer can load a tokenizer (one is enough).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def check_model_folder(path: str | os.PathLike[str]) -> None:
@@ -39,6 +41,19 @@ def check_model_folder(path: str | os.PathLike[str]) -> None:
             first = first_line(exc, 120)
             raise VerlflowError(f"model weights '{weights}' are unreadable ({first}): the file is corrupt or "
                                 "truncated; copy the model folder again") from None
+
+
+def check_tokenizer_folder(path: str | os.PathLike[str], other: str = "") -> None:
+    """Refuse a local folder holding none of :data:`TOKENIZER_FILES`: transformers then builds a tokenizer without
+    a vocabulary or chat template and fails later in other words ("set a chat template"). ``other``: a setting
+    that could name another tokenizer folder, offered in the fix."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir() or any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return  # a hub id or the tiny model: resolved elsewhere
+    instead = f", or name a folder that has them in {other}" if other else ""
+    raise VerlflowError(f"model folder '{path}' has no tokenizer files ({' or '.join(TOKENIZER_FILES)}): copy them "
+                        "from the model it was trained from (AutoTokenizer.from_pretrained(<base>).save_pretrained("
+                        f"<this folder>)){instead}")
 
 
 def check_trained_checkpoint(*paths: str) -> None:

@@ -12,6 +12,7 @@ import pickle
 from typing import Any
 
 from verlflow import stopping
+from verlflow.errors import VerlflowError
 from verlflow.models.checks import unsafe_pickle
 from verlflow.models.model_uri import ResolvedModel
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
@@ -37,17 +38,30 @@ def accelerator() -> Device:
     return found
 
 
+def chat_tokenizer(model: ResolvedModel) -> Any:
+    """The model's tokenizer, refused in one line when it has no chat template (every prompt goes through it):
+    transformers' own ``ValueError`` asks for a template without naming the folder."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
+    if tokenizer.chat_template is None:
+        raise VerlflowError(f"the tokenizer in '{model.tokenizer_dir}' has no chat template (evaluate prompts as "
+                            "training does, through it): copy tokenizer_config.json and chat_template.jinja from the "
+                            "model it was trained from")
+    return tokenizer
+
+
 def generate_hf(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int,
                 batch_size: int = DEFAULT_BATCH_SIZE) -> list[tuple[str, int]]:
     """Greedy answers (text, response tokens) with transformers: left-padded batches, KV cache."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     from verlflow.progress import progress_bar
 
     dev = accelerator()
     device = dev.torch_type  # what torch calls it: cuda, npu, cpu
-    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
+    tokenizer = chat_tokenizer(model)
     tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -131,10 +145,9 @@ def _response_length(tokens: list[int], eos: set[int]) -> int:
 
 def generate_vllm(model: ResolvedModel, prompts: list[list[dict]], max_new_tokens: int) -> list[tuple[str, int]]:
     """Greedy answers (text, response tokens) with vLLM, same prompts as :func:`generate_hf`."""
-    from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_dir)
+    tokenizer = chat_tokenizer(model)
     texts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in prompts]
     llm = LLM(model=str(model.model_dir), tokenizer=str(model.tokenizer_dir), seed=0)
     outputs = llm.generate(texts, SamplingParams(temperature=0.0, max_tokens=max_new_tokens), use_tqdm=True)

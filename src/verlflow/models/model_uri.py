@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from verlflow import stopping
 from verlflow.errors import VerlflowError
 from verlflow.models import absent
+from verlflow.models.checks import check_model_folder, check_tokenizer_folder
 from verlflow.models.model_path import is_hub_id
 from verlflow.names import CHECKPOINT_DIR_TAG, SOURCE_RUN_TAG
 from verlflow.util import first_line
@@ -198,12 +199,13 @@ def _from_folder(uri: str, folder: Path) -> ResolvedModel:
             raise VerlflowError(f"model '{uri}' is not a transformers model saved with its weights")
         model_dir = folder / flavor["model_binary"]
         tokenizer_dir = folder / "components" / "tokenizer"
-        return ResolvedModel(uri, model_dir, tokenizer_dir if tokenizer_dir.is_dir() else model_dir)
+        tokenizer_dir = tokenizer_dir if tokenizer_dir.is_dir() else model_dir
+        check_tokenizer_folder(tokenizer_dir)
+        return ResolvedModel(uri, model_dir, tokenizer_dir)
     if not (folder / "config.json").is_file():
         raise VerlflowError(f"model folder '{folder}' has no config.json: give a Hugging Face model folder")
-    from verlflow.models.checks import check_model_folder
-
     check_model_folder(folder)
+    check_tokenizer_folder(folder)  # else transformers loads no chat template and evaluate fails asking for one
     return ResolvedModel(uri, folder, folder)
 
 

@@ -60,6 +60,24 @@ PARENT_RUN_ID_ATTR = "mlflow_parent_run_id"
 DEFAULT_JOURNAL_DIR = "optuna"
 
 
+class _StoppedTrialLine(logging.Filter):
+    """Optuna's record of a trial the search's own stop ended (SIGTERM / SIGINT reach the objective as
+    :class:`~verlflow.stopping.RunInterrupted`, a ``KeyboardInterrupt``) kept as its one line, without the traceback
+    of where the stop was taken: the step's own line says it was interrupted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_stopped_trials() -> None:
+    """Put :class:`_StoppedTrialLine` on Optuna's optimize-loop logger (idempotent)."""
+    logger = logging.getLogger(compat_optuna.OPTIMIZE_LOGGER)
+    if not any(isinstance(f, _StoppedTrialLine) for f in logger.filters):
+        logger.addFilter(_StoppedTrialLine())
+
+
 def _retry_callback(max_retry: int):
     """Optuna's retry-on-stale-heartbeat callback (renamed in Optuna 4.9; both names work)."""
     retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)

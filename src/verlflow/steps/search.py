@@ -55,7 +55,7 @@ def run_search(request: SearchRequest) -> SearchResult:
     from verlflow.data import recipe_data
     from verlflow.search.results import summarize
     from verlflow.search.space import check_trial_configs, distributions, space_fingerprint, suggest
-    from verlflow.search.study import describe_storage
+    from verlflow.search.study import describe_storage, quiet_stopped_trials
     from verlflow.search.trial import TrialFailed, TrialRunner
 
     n_trials, study_name, storage, pruner = request.n_trials, request.study_name, request.storage, request.pruner
@@ -95,6 +95,7 @@ def run_search(request: SearchRequest) -> SearchResult:
             checkpoint_root=_checkpoint_root(base), poll_interval=search.poll_interval,
             stop_timeout=search.stop_timeout,
         )
+        quiet_stopped_trials()  # a SIGTERM is the step's "interrupted" line, not Optuna's traceback of the trial
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(lambda trial: runner(trial, suggest(trial, dists)), n_trials=n_trials,

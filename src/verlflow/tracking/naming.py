@@ -196,8 +196,9 @@ def refused_run_name(step: str, reason: str, verdict: str = "refused") -> str:
 def name_refused_run(step: str, reason: str, verdict: str = "refused", run_id: str | None = None) -> None:
     """Under ``mlflow run`` a step that refused its input leaves the run MLflow made (``skittish-sow-161``, ended
     FAILED): name it for the step and the reason, tag the reason. ``verdict``: "failed" when the input was good and
-    the work failed (out of memory), not a refusal. ``run_id``: that run (default ``MLFLOW_RUN_ID``; MLflow unsets
-    the variable when a step's run ends, so a step that refused inside its run passes what it read at start).
+    the work failed (out of memory, a full disk), not a refusal. ``run_id``: the run to name (default
+    ``MLFLOW_RUN_ID``; MLflow unsets the variable when a step's run ends, so the command line passes what it read
+    at start, and a step names the unnamed run it opened and failed).
 
     One short try (the store may be why it refused); a run with a real name is left as it is.
     """

@@ -33,12 +33,13 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_USER
 
 from verlflow import __version__, stopping
 from verlflow.compat import verl as compat_verl
-from verlflow.errors import VerlflowError
+from verlflow.errors import StepFailed, VerlflowError
 from verlflow.names import (
     BACKEND_TAG,
     ERROR_TAG,
     PROFILE_TAG,
     RECIPE_TAG,
+    STEP_TAG,
     TIMING_E2E,
     VERSION_TAG,
 )
@@ -46,7 +47,7 @@ from verlflow.outage import deadline, metric_buffer, spill, summaries
 from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.process import lifecycle
 from verlflow.processes import watch_launcher
-from verlflow.tracking import experiments
+from verlflow.tracking import experiments, naming
 from verlflow.util import filter_quote, first_line
 
 RunInterrupted = stopping.RunInterrupted
@@ -115,6 +116,7 @@ def tracked_run(
             stopping.stop_point()  # a stop taken in a body without safe points of its own (preprocess, register)
         except BaseException as exc:
             error = _after_stop(exc) or deadline.as_deadline(exc) or exc  # both: the end is short
+            _name_failed(run_id, all_tags.get(STEP_TAG), error)
             if error is not exc:
                 raise error from exc
             raise
@@ -122,6 +124,15 @@ def tracked_run(
             if heartbeat is not None:
                 heartbeat.stop()
             _end_run(run_id, error)
+
+
+def _name_failed(run_id: str, step: str | None, error: BaseException) -> None:
+    """A step whose work failed on good input (:class:`~verlflow.errors.StepFailed`: a full disk, out of memory) in a
+    run without a name of its own names it ``<step> · failed: <why>``, not MLflow's made-up one."""
+    if isinstance(error, StepFailed) and step:
+        from verlflow.secrets import mask_text
+
+        naming.name_refused_run(step, mask_text(str(error)), "failed", run_id=run_id)
 
 
 # One short try at the server for a run's end after an interrupt or a deadline: SIGTERM to exit stays seconds.

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from verlflow.backends.layout import complete_steps, newest_step, step_dir, step_of, write_tracker
 from verlflow.backends.writable import free_space, write_error
-from verlflow.errors import VerlflowError
+from verlflow.errors import StepFailed, VerlflowError
 from verlflow.models.tinymodel import make_tokenizer_config_portable
 
 STATE_FILE = "trainer_state.pt"
@@ -75,7 +76,7 @@ def save_checkpoint(
         tokenizer.save_pretrained(hf_dir(tmp))
         make_tokenizer_config_portable(hf_dir(tmp))
         torch.save(state, tmp / STATE_FILE)
-    except (OSError, RuntimeError) as exc:  # a full disk, a file-size limit (torch: "unexpected pos …")
+    except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, a file-size limit (safetensors: own type)
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_failure(root, step, exc) from None
     if final.exists():
@@ -119,9 +120,10 @@ def resume_candidates(root: str | os.PathLike[str], mode: str, resume_from: str 
     return [found, *(path for path in older if path != found)]
 
 
-def write_failure(root: Path, step: int, exc: BaseException) -> VerlflowError:
-    """One line for a checkpoint that could not be written: the folder, why, and the free space there."""
-    return VerlflowError(f"the step-{step} checkpoint could not be written to {root} ({write_error(exc)}; "
+def write_failure(root: Path, step: int, exc: BaseException) -> StepFailed:
+    """One line for a checkpoint that could not be written: the folder, why, and the free space there (a failure of
+    the machine, not of the input: a run ``mlflow run`` opened is named "train · failed: …")."""
+    return StepFailed(f"the step-{step} checkpoint could not be written to {root} ({write_error(exc)}; "
                          f"{free_space(root)}): "
                          "free space (or raise the file-size limit, ulimit -f) or point trainer.default_local_dir / "
                          "verlflow.output_dir at a larger disk; resume with --resume once it has room")

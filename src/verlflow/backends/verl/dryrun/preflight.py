@@ -36,7 +36,7 @@ from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
 from verlflow.backends.verl.dryrun.rehearsal.data_files import data_problems
 from verlflow.backends.verl.dryrun.rehearsal.names import VerlNames, name_problems, verl_names
 from verlflow.backends.verl.dryrun.rehearsal.versions import judge, legacy_reward_warnings, verl_versions, versions_note
-from verlflow.config import Device
+from verlflow.config import Device, group_size_problems
 from verlflow.errors import Problem
 
 # ``org/name`` as the Hugging Face hub spells repository ids.
@@ -100,7 +100,7 @@ def size_problems(cfg: DictConfig) -> list[Problem]:
         divisors = [d for d in range(1, per_node + 1) if per_node % d == 0]
         problems.append(Problem(f"{ROLLOUT}.tensor_model_parallel_size", tp,
                                 f"must divide trainer.n_gpus_per_node={per_node}: use one of {divisors}"))
-    return problems
+    return problems + group_size_problems(cfg)  # GRPO's group of rollout.n responses: 2 or more
 
 
 def model_problems(path: Any) -> tuple[list[Problem], list[str]]:

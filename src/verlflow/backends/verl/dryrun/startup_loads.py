@@ -178,9 +178,9 @@ def waste_warnings(cfg: DictConfig) -> list[str]:
         warnings.append(f"{ACTOR}.clip_ratio_low={low}: above clip_ratio_high={high}, so the clip range "
                         f"[1 - {low}, 1 + {high}] is lopsided the wrong way (DAPO raises the high side): swap them")
     n, estimator = value_of(cfg, f"{ROLLOUT}.n"), str(value_of(cfg, "algorithm.adv_estimator"))
-    if n == 1 and estimator in group_estimators():
+    if n == 1 and estimator in group_estimators() and not estimator.startswith("grpo"):  # GRPO's: refused (counts)
         warnings.append(f"{ROLLOUT}.n=1: the {estimator} estimator compares the responses of one prompt with each "
-                        "other, so with one response every advantage is 0 and nothing is learnt: use n >= 2 "
+                        "other, so with one response it has nothing to compare (no baseline): use n >= 2 "
                         "(the guide uses 5)")
     known = checkpoint_contents()
     for section in (f"{ACTOR}.checkpoint", "critic.checkpoint"):

@@ -36,6 +36,7 @@ from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.backends.verl.dryrun.rehearsal.state import Reached, Rehearsal, quiet
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
+from verlflow.models.checks import TOKENIZER_FILES
 
 # Engine name → the package its rollout server imports (verl's ``workers/rollout/<name>_rollout``).
 ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
@@ -116,8 +117,6 @@ def _engine_ref(cfg: DictConfig) -> DictConfig:
     return ref
 
 
-# Files from which transformers' AutoTokenizer can load a tokenizer.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def model_folder_problem(folder: str) -> Problem | None:
