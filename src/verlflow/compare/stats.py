@@ -3,16 +3,24 @@
     python -c "from verlflow.compare.stats import device_effect as d; print(d([41.0, 43.0, 42.0], [45.0, 46.5, 44.0]))"
 
 - :func:`device_effect`: one figure (final accuracy, a timing) measured once per seed on each side. Welch's t-test
-  (unequal variances) on candidate − baseline; ``Effect.low`` / ``Effect.high`` is its 95 % interval. A difference
-  is *shown* only when it is significant (p < alpha) and at least the figure's practical threshold; a significant
+  (unequal variances) on candidate − baseline, with Hsu's degrees of freedom (the smaller side's runs − 1) where the
+  sides have different numbers of runs; ``Effect.low`` / ``Effect.high`` is its 95 % interval. A difference is
+  *shown* only when it is significant (p < alpha) and at least the figure's practical threshold; a significant
   difference under the threshold is "significant but below the threshold". With fewer than 2 values on a side the
   noise is not measured and nothing is shown: the message says how many seeds per side would detect the threshold
   at the spread seen (80 % power).
-- :func:`curves_equivalent`: two sets of training curves. Each run's curve is reduced to its level (the mean over
-  the steps), relative to the baseline's mean level; two one-sided tests (TOST, Welch) ask whether the relative
-  difference lies inside ±margin (verl's alignment margins: 2 % loss, 4 % GRPO reward). Equivalence must be
-  *proved*: more seeds make a real bias easier to detect and a real match easier to prove. A bias that changes sign
-  along the curve averages out in the level; the report's per-step curves show it.
+- :func:`holm`: the verdicts one report prints, decided as one family. Holm's step-down correction bounds the
+  chance that *any* of them shows a difference where none is at alpha; each keeps its own p, gets its adjusted p
+  (``Effect.family_p``) and an interval at the level Holm tested it at, which excludes zero exactly when the verdict
+  is significant. :func:`scaled` prints the same verdict in another unit (points).
+- :func:`curves_equivalent`: two sets of training curves, compared as verl's alignment rule compares two curves: the
+  per-step relative difference, averaged as an absolute value over the curve (here over up to 10 windows of
+  steps), against verl's margins (2 % loss, 4 % GRPO reward). A shape difference (slower, then overshooting) fails
+  as a constant bias does. It is the difference of each run's score (its window levels signed by the observed
+  difference), so Welch's one-sided test of "at least the margin" carries the runs' own noise, autocorrelation
+  included. Where the baseline comes near zero (a window under a tenth of its largest level) the margin is
+  absolute: the margin × that largest level. Equivalence must be *proved*: more seeds make a real difference
+  easier to detect and a real match easier to prove.
 - :func:`promotion_gain`: two models' 0/1 scores on the same problems. Exact McNemar (a binomial test on the
   problems only one model got right), one-sided, at alpha/2 (the old 95 % interval's lower bound) divided by the
   number of models the challenger was picked from (Bonferroni; Holm's first step is the same); the interval of the
@@ -20,15 +28,27 @@
   passes.
 
 Error rates measured by simulation (``python tests/test_compare_stats.py``: 4,000 seeded draws per cell, alpha 0.05,
-no threshold; the tests assert the same at 2,000 draws):
+no threshold; the tests assert the same at 1,000–2,000 draws):
 
 - ``device_effect``, no effect, normal noise: shown in 2.4 % (2 seeds per side), 3.4 % (3) and 4.6 % (5) of draws;
-  a 2-sd effect at 10 seeds per side: shown in 98.6 %. (The old "beyond the largest within-side range" rule: 20.7 %
-  false at 2 seeds, 2.4 % power at 10.) A practical threshold only lowers the false rate.
+  a 2-sd effect at 10 seeds per side: shown in 98.6 %. A practical threshold only lowers the false rate. 2 seeds
+  against 7 (either way round, spreads equal or 2× apart): 0.0–0.1 % (Welch's own degrees of freedom: 8.3–12.5 %;
+  on a log scale no better); 3 against 7: 0.3–1.8 %; right-skewed step times (lognormal, log-sd 0.5), 7 against 2:
+  0.0 % (Welch: 8.1 %).
+- A report of 12 figures, none differing, decided by :func:`holm`: at least one shown in 1.6 % / 2.4 % / 3.7 % of
+  reports at 2 / 3 / 5 seeds per side, 0.0 % at 2 against 7 and at skewed 7 against 2 (each verdict at 5 % on its
+  own: 35 % at 3 seeds, 63 % at 2 against 7). Where one side's spread is twice the other's: 1.7 / 3.3 / 4.7 /
+  5.2 % at 2 / 3 / 5 / 10 seeds per side; four times: 3.1 / 6.9 / 7.5 / 5.4 % (Welch's t at equal counts is a
+  little liberal when the spreads differ that much; 20,000 draws).
 - ``curves_equivalent``, reward margin 4 %, a curve rising 0.2 → 0.6 over 20 steps with 1 % run-to-run and 1 %
-  step-to-step noise: a 6 % bias is not equivalent in 99.9 % / 100 % / 100 % of draws at 2 / 3 / 5 seeds per side
-  (the old "within the largest single-run difference" rule passed it 15 % / 52 % / 81 %); identical curves are
-  equivalent in 45 % / 95 % / 100 % (at 2 seeds a match is hard to prove: one degree of freedom).
+  step-to-step noise: a 6 % bias is not equivalent in 99.9 % / 100 % / 100 % of draws at 2 / 3 / 5 seeds per side;
+  identical curves are equivalent in 65.8 % / 95.9 % / 100 %. Slower then overshooting by 6.5 % (mean |relative
+  difference|) at an equal mean level: not equivalent in 100 % at 3 / 5 / 10 seeds (the old level test: 0 % at
+  5). A loss curve crossing zero (−0.01 → 0.03), margin 2 %, noise 1 % of its largest level per step and 0.5 % per
+  run: identical curves equivalent in 95.0 % / 99.9 % / 100 % at 3 / 5 / 10 seeds (1 % per run: 51 / 78 / 98 %); a
+  relative margin never proved it. AR(1) step noise (ρ 0.8) with 1 % run-level noise, identical reward curves
+  equivalent: stationary step sd 1 %: 90.7 % / 99.9 % / 100 % at 3 / 5 / 10 seeds; 2 %: 73.8 / 95.8 / 100 %;
+  3 %: 42.6 / 80.4 / 98.8 % (1,000 draws); a 6 % bias stays not equivalent in at least 99 %.
 - ``promotion_gain``: 4 problems right only for the challenger and 0 only for the holder (of 1,319): p = 0.0625,
   not beyond the noise. Five challengers exactly as good as the holder (1,319 problems at 60 %, agreeing with it on
   about 76 %), the best of them tested: false promotions in 9.7 % of draws with ``comparisons=1`` and 2.4 % with
