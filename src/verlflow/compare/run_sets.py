@@ -6,10 +6,11 @@ Two identically configured runs on one machine already differ (multi-threaded fl
 GRPO's sampling), so a device comparison of one run per side cannot tell a device effect from that noise. With two
 or more runs (seeds) on each side, every end-of-run figure is tested with Welch's t
 (:func:`verlflow.compare.stats.device_effect`) and counts as a device effect only when significant *and* at least
-the figure's practical threshold (:data:`THRESHOLDS`); the curves are tested for equivalence within verl's margins
-(:func:`verlflow.compare.stats.curves_equivalent`). With one run on a side the noise is not measured: nothing is
-called a device effect, the report says how many seeds would decide it, and the curves get verl's single-run rule,
-labelled as such. Plain computation on :class:`RunSnapshot` objects: no MLflow calls.
+the figure's practical threshold (:data:`THRESHOLDS`), significance decided for the report's verdicts together
+(:func:`one_family`: Holm, one error rate for the report, stated on its first screen); the curves are tested for
+equivalence within verl's margins (:func:`verlflow.compare.stats.curves_equivalent`). With one run on a side the
+noise is not measured: nothing is called a device effect, the report says how many seeds would decide it, and the
+curves get verl's single-run rule, labelled as such. Plain computation on :class:`RunSnapshot` objects: no MLflow calls.
 """
 
 from __future__ import annotations
