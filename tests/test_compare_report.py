@@ -303,7 +303,7 @@ def test_two_seeds_on_two_accelerators_get_a_tested_speed_claim(tmp_path, monkey
     first = result.report.split("## Runs")[0]
     assert "- speed (two accelerators, the same work): mean step time candidate / baseline 1.53×: " \
            "a device effect (p = " in first
-    assert "95% interval [" in first and "threshold 1.01 s" in first
+    assert "% interval [" in first and "threshold 1.01 s" in first and "Holm-adjusted p = " in first
     assert "- per chip: h20 is faster: a3 needs 1.53× the chip-time per training step" in first
     assert "1.57× end to end" in first
     step = next(f for f in result.figures if f.key == "timing_s_mean/step")

@@ -115,6 +115,7 @@ def _metric_values(
             values[f"compare/difference/{fig.key}"] = fig.difference
         if fig.effect.p_value is not None:
             values[f"compare/p_value/{fig.key}"] = fig.effect.p_value
+            values[f"compare/holm_p/{fig.key}"] = fig.effect.family_p  # over the report's family of verdicts
             values[f"compare/difference_low/{fig.key}"] = fig.effect.low
             values[f"compare/difference_high/{fig.key}"] = fig.effect.high
     values["compare/config_diff/recipe"] = len(diff.recipe)

@@ -4,20 +4,23 @@
 
 A speed claim ("faster") is made only between two accelerators on the same work (:mod:`.same_work`: recipe,
 model, batch, rollout n, ppo_epochs, response length limits, steps; a difference is named on the first line), and
-only as far as Welch's test of the runs' step times shows it (:func:`verlflow.compare.stats.device_effect`).
-Otherwise the screen says what differs and gives the run-vs-run figures, each labelled with its unit (per
-training step, per token, end to end), so no two of them read as a contradiction. Plain computation on
-:class:`RunSnapshot` objects and :class:`~verlflow.compare.efficiency.Efficiency` figures.
+each claim only as far as its own test shows it (:func:`verlflow.compare.stats.device_effect`): the step time on
+the runs' step times, per chip and per node on each run's chip- and node-seconds per training step (per token where
+the sides' steps carry different tokens), all decided with the report's other verdicts as one family
+(:func:`verlflow.compare.run_sets.one_family`: Holm), whose error rate the screen states once. Otherwise the screen
+says what differs and gives the run-vs-run figures, each labelled with its unit (per training step, per token, end
+to end), so no two of them read as a contradiction. Plain computation on :class:`RunSnapshot` objects and
+:class:`~verlflow.compare.efficiency.Efficiency` figures.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from verlflow import names
-from verlflow.compare import run_sets
-from verlflow.compare.efficiency import Efficiency
+from verlflow.compare import efficiency_figures, run_sets
+from verlflow.compare.efficiency import Efficiency, tokens_differ
 from verlflow.compare.report import constructed
 from verlflow.compare.same_work import steps as _steps
 from verlflow.compare.same_work import work_differences
@@ -80,34 +83,77 @@ def _per_hardware(base: Efficiency, cand: Efficiency, per: str) -> tuple[float |
     return per_step, per_token, whole
 
 
+def claims_speed(baseline: RunSnapshot, candidate: RunSnapshot) -> bool:
+    """Whether the first screen may say who is faster: two accelerators doing the same work."""
+    return not same_accelerator(baseline, candidate) and not work_differences(baseline, candidate)
+
+
+def _hardware_seconds(snap: RunSnapshot, per: str, per_token: bool) -> float | None:
+    """One run's ``chip``- or ``node``-seconds per training step (per 1k tokens when ``per_token``); None: unknown."""
+    count, step = efficiency_figures.hardware_of(snap).count(per), snap.metrics.get(STEP_KEY)
+    if not count or step is None or not math.isfinite(step) or step <= 0:
+        return None
+    if not per_token:
+        return step * count
+    tokens = efficiency_figures.mean_tokens_per_step(snap)
+    return step * count / tokens * 1000 if tokens and math.isfinite(tokens) else None
+
+
+def hardware_effects(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot],
+                     effs: Sequence[Efficiency]) -> dict[str, Effect]:
+    """Per chip and per node, each tested on what it names: every run's chip- (node-) seconds per training step, or
+    per 1k tokens where the sides' steps carry different tokens, Welch's test at the timing threshold.
+
+    Empty where no speed is claimed (one accelerator, or different work): those lines are no verdicts.
+    """
+    if not claims_speed(base_set[0], cand_set[0]):
+        return {}
+    per_token = tokens_differ(*effs)
+    out = {}
+    for per in ("chip", "node"):
+        b, c = ([v for s in snaps if (v := _hardware_seconds(s, per, per_token)) is not None]
+                for snaps in (base_set, cand_set))
+        threshold = run_sets.TIME_THRESHOLD.of(sum(b) / len(b)) if b else None
+        out[per] = device_effect(b, c, threshold=threshold, unit=f" {per}-s" + (" per 1k tokens" if per_token else ""))
+    return out
+
+
+def _hardware_line(per: str, effect: Effect | None, effs: Sequence[Efficiency], side: tuple[str, str]) -> str:
+    """One per-chip or per-node line: a claim only where its own test (in the report's family) shows it."""
+    step, token, whole = _per_hardware(*effs, per)
+    if step is None or effect is None or effect.difference is None:
+        return f"- per {per}: not measured (no step time, or no {per} count)"
+    figures = f"candidate / baseline {_x(step)} per training step, {_x(token)} per token, {_x(whole)} end to end"
+    per_token = tokens_differ(*effs)
+    judged = token if per_token and token else step
+    unit = "token" if per_token else "training step"
+    if effect.p_value is None:
+        faster = side[0] if judged > 1 else side[1]
+        return (f"- per {per}: {faster} took less {per}-time in these runs, not shown to be faster (no noise "
+                f"measured): {figures}")
+    if not effect.shown:
+        return f"- per {per}: no {per}-time difference shown per {unit} ({figures}): {effect.message}"
+    faster, slower = (side[0], side[1]) if effect.difference > 0 else (side[1], side[0])
+    times = max(judged, 1 / judged)
+    return (f"- per {per}: {faster} is faster: {slower} needs {times:.2f}× the {per}-time per {unit} ({figures}): "
+            f"{effect.message}")
+
+
 def speed_lines(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot], effs: Sequence[Efficiency],
-                side: tuple[str, str]) -> list[str]:
+                side: tuple[str, str], step_effect: Effect | None = None,
+                hardware: Mapping[str, Effect] | None = None) -> list[str]:
     """The speed part: a tested claim between two accelerators on the same work, else what differs and the
-    run-vs-run figures with their units."""
+    run-vs-run figures with their units. ``step_effect`` / ``hardware``: the step time's and the per-chip and
+    per-node tests as the report's family decided them (each tested alone when not given)."""
     baseline, candidate = base_set[0], cand_set[0]
-    effect = step_time_effect(base_set, cand_set)
+    effect = step_effect or step_time_effect(base_set, cand_set)
     differs = work_differences(baseline, candidate)
     if same_accelerator(baseline, candidate) or differs:
         return _run_vs_run(baseline, candidate, effs, differs, effect)
-    out = [f"- speed (two accelerators, the same work): mean step time candidate / baseline "
-           f"{_x(_ratio(_mean(base_set), _mean(cand_set)))}: {effect.message}"]
-    for per in ("chip", "node"):
-        step, token, whole = _per_hardware(*effs, per)
-        if step is None:
-            out.append(f"- per {per}: not measured (no step time)")
-            continue
-        figures = f"candidate / baseline {_x(step)} per training step, {_x(token)} per token, {_x(whole)} end to end"
-        faster, slower = (side[0], side[1]) if step > 1 else (side[1], side[0])
-        times = max(step, 1 / step)
-        if effect.shown:
-            out.append(f"- per {per}: {faster} is faster: {slower} needs {times:.2f}× the {per}-time per training "
-                       f"step ({figures})")
-        elif effect.p_value is None:
-            out.append(f"- per {per}: {faster} took less {per}-time in these runs, not shown to be faster (no "
-                       f"noise measured): {figures}")
-        else:
-            out.append(f"- per {per}: no speed difference shown ({figures})")
-    return out
+    hardware = hardware if hardware is not None else hardware_effects(base_set, cand_set, effs)
+    return [f"- speed (two accelerators, the same work): mean step time candidate / baseline "
+            f"{_x(_ratio(_mean(base_set), _mean(cand_set)))}: {effect.message}",
+            *(_hardware_line(per, hardware.get(per), effs, side) for per in ("chip", "node"))]
 
 
 def _mean(snaps: Sequence[RunSnapshot]) -> float | None:
@@ -147,13 +193,16 @@ def cost_line(effs: Sequence[Efficiency], side: tuple[str, str], prices_given: b
 
 def first_screen(base_set: Sequence[RunSnapshot], cand_set: Sequence[RunSnapshot], baseline: RunSnapshot,
                  candidate: RunSnapshot, effs: Sequence[Efficiency], figures: Sequence[run_sets.FigureRow],
-                 judged: bool, prices_given: bool) -> list[str]:
-    """The report's opening lines: the sides, speed (tested, or why not claimed), cost, accuracy."""
+                 judged: bool, prices_given: bool, hardware: Mapping[str, Effect] | None = None) -> list[str]:
+    """The report's opening lines: the sides, the report's error rate, speed (tested, or why not claimed), cost,
+    accuracy. ``figures`` and ``hardware`` (:func:`hardware_effects`) as :func:`run_sets.one_family` decided them."""
     side = side_names(baseline, candidate)
     made_up = constructed(*base_set, *cand_set)
     differs = work_differences(baseline, candidate)
+    step = next((f.effect for f in figures if f.key == STEP_KEY), None)
     return [f"{header(baseline, candidate)}" + (f" — not the same work: {'; '.join(differs)}:" if differs else ":"),
             *([f"- ⚠ constructed figures, not measurements: {made_up}"] if made_up else []),
-            *speed_lines(base_set, cand_set, effs, side),
+            run_sets.family_line(figures, hardware or {}),
+            *speed_lines(base_set, cand_set, effs, side, step, hardware),
             cost_line(effs, side, prices_given),
             run_sets.accuracy_line(figures, judged)]

@@ -4,7 +4,8 @@
 
 verl's NPU/GPU alignment rule compares two curves by their mean relative difference (2 % for loss, 4 % for the
 GRPO reward); with two runs or more per side :func:`verlflow.compare.run_sets.judged_by_test` replaces it by an
-equivalence test (:func:`verlflow.compare.stats.curves_equivalent`). Plain computation on
+equivalence test of the same measure (:func:`verlflow.compare.stats.curves_equivalent`: the mean |difference| over
+windows of steps, on an absolute margin where a curve comes near zero). Plain computation on
 :class:`RunSnapshot` objects.
 """
 
@@ -148,8 +149,8 @@ def parity_summary(rows: Sequence[ParityRow], threshold: float, *, judged: bool 
     if any(r.equivalence is not None and r.equivalence.tested for r in compared):
         word = "PASS" if len(passed) == len(compared) else "NOT SHOWN"
         return (f"parity {word}: {len(passed)}/{len(compared)} curves shown equivalent within {margins_text(threshold)}"
-                f" (two one-sided tests on the runs' curves; a curve not shown equivalent has a bias or too few seeds "
-                f"to prove a match); {_worst(compared)}")
+                f" (each curve's mean |difference| over the steps, tested on the runs' curves; a curve not shown "
+                f"equivalent has a bias, a different shape or too few seeds to prove a match); {_worst(compared)}")
     word = "PASS" if len(passed) == len(compared) else "FAIL"
     return (f"parity {word}: {len(passed)}/{len(compared)} curves within {margins_text(threshold)}, mean relative "
             f"difference (a side has one run: verl's single-run rule, no p-value or interval, the noise between seeds "

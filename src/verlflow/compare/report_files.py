@@ -21,7 +21,7 @@ from pathlib import Path
 
 from verlflow.compare import efficiency, profiles, run_sets
 from verlflow.compare.diff import ConfigDiff, config_diff, launch_param_names, profile_param_keys
-from verlflow.compare.first_screen import first_screen, same_accelerator
+from verlflow.compare.first_screen import first_screen, hardware_effects, same_accelerator
 from verlflow.compare.plot_worker import CurvePlotter
 from verlflow.compare.report import (
     CURVE_DIR,
@@ -114,7 +114,8 @@ def _plot_note(row: ParityRow) -> str:
     """The verdict written on a curve's plot."""
     if row.equivalence is not None and row.equivalence.tested:
         test = row.equivalence
-        return f"{test.relative_difference:+.2%} " + ("equivalent" if test.equivalent else "not shown equivalent")
+        return (f"|diff| {test.shown(test.relative_difference)} "
+                + ("equivalent" if test.equivalent else "not shown equivalent"))
     return f"{row.mean_relative_difference:.2%} " + ("mean rel. diff" if row.passed is None
                                                      else "PASS" if row.passed else "FAIL")
 
@@ -138,14 +139,16 @@ def _write_report(
     versions = version_rows(baseline, candidate)
     timings = timing_rows(baseline, candidate)
     # a difference is a device's doing only between two accelerators (two profiles of one CPU are one device)
-    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings],
-                                   judged and not same_accelerator(baseline, candidate))
+    device_judged = judged and not same_accelerator(baseline, candidate)
+    figures = run_sets.figure_rows(base_set, cand_set, [(r.key, r.label) for r in timings], device_judged)
+    effs = (efficiency.efficiency_of(baseline, prices), efficiency.efficiency_of(candidate, prices))
+    # every verdict the report prints, decided together: one stated error rate (issue 55)
+    figures, hardware = run_sets.one_family(figures, hardware_effects(base_set, cand_set, effs), device_judged)
     used = (run_utilisation(baseline, baseline.histories), run_utilisation(candidate, candidate.histories))
     both = used[0] is not None and used[1] is not None
     util_rows = utilisation_rows(*used) if both else []
     util_image = plot_utilisation(baseline, candidate, used, out_dir / UTILISATION_IMAGE) if both else None
     link = compare_link(baseline, candidate)
-    effs = (efficiency.efficiency_of(baseline, prices), efficiency.efficiency_of(candidate, prices))
     report = render_markdown(
         baseline=baseline,
         candidate=candidate,
@@ -161,7 +164,8 @@ def _write_report(
         sections_after_runs=[run_sets.render_section(base_set, cand_set, figures),
                              efficiency.render_section(*effs, prices is not None),
                              profiles.render_section(*step_profiles)],
-        first_screen=first_screen(base_set, cand_set, baseline, candidate, effs, figures, judged, prices is not None),
+        first_screen=first_screen(base_set, cand_set, baseline, candidate, effs, figures, judged, prices is not None,
+                                  hardware),
         guide=guide_check(base_set, cand_set, effs),
     )
     (out_dir / "report.md").write_text(report, encoding="utf-8")

@@ -6,10 +6,11 @@ Two identically configured runs on one machine already differ (multi-threaded fl
 GRPO's sampling), so a device comparison of one run per side cannot tell a device effect from that noise. With two
 or more runs (seeds) on each side, every end-of-run figure is tested with Welch's t
 (:func:`verlflow.compare.stats.device_effect`) and counts as a device effect only when significant *and* at least
-the figure's practical threshold (:data:`THRESHOLDS`); the curves are tested for equivalence within verl's margins
-(:func:`verlflow.compare.stats.curves_equivalent`). With one run on a side the noise is not measured: nothing is
-called a device effect, the report says how many seeds would decide it, and the curves get verl's single-run rule,
-labelled as such. Plain computation on :class:`RunSnapshot` objects: no MLflow calls.
+the figure's practical threshold (:data:`THRESHOLDS`), significance decided for the report's verdicts together
+(:func:`one_family`: Holm, one error rate for the report, stated on its first screen); the curves are tested for
+equivalence within verl's margins (:func:`verlflow.compare.stats.curves_equivalent`). With one run on a side the
+noise is not measured: nothing is called a device effect, the report says how many seeds would decide it, and the
+curves get verl's single-run rule, labelled as such. Plain computation on :class:`RunSnapshot` objects: no MLflow calls.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from verlflow import names
 from verlflow.compare.diff import BACKEND_PARAMS, LOCATION_PARAMS, SEED_PARAMS
 from verlflow.compare.report import ParityRow, table
 from verlflow.compare.snapshot import MISSING, RunSnapshot
-from verlflow.compare.stats import Effect, curves_equivalent, device_effect
+from verlflow.compare.stats import Effect, curves_equivalent, device_effect, holm, scaled
 from verlflow.names import DETERMINISTIC_TAG
 
 # The end-of-run figures whose mean and interval the report gives, with a label, before the timing figures.
@@ -150,9 +151,36 @@ def figure_rows(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot],
             continue
         threshold = threshold_for(key)
         effect = device_effect(b.values if b else [], c.values if c else [],
-                               threshold=threshold.of(b.mean) if b else None)
+                               threshold=threshold.of(b.mean) if b else None,
+                               unit=" s" if threshold is TIME_THRESHOLD else "")
         rows.append(FigureRow(key, label, b, c, effect, threshold, effect_verdict(effect, judged)))
     return rows
+
+
+def one_family(rows: Sequence[FigureRow], others: Mapping[str, Effect],
+               judged: bool = True) -> tuple[list[FigureRow], dict[str, Effect]]:
+    """The report's verdicts decided as one family (:func:`verlflow.compare.stats.holm`): every figure's test and
+    the first screen's own tests (``others``: per chip, per node), so the report as a whole calls a difference
+    where there is none at most 5 % of the time. ``judged`` as for :func:`figure_rows`."""
+    decided = holm([*(r.effect for r in rows), *others.values()])
+    figures = [dataclasses.replace(r, effect=e, verdict=effect_verdict(e, judged))
+               for r, e in zip(rows, decided, strict=False)]
+    return figures, dict(zip(others, decided[len(figures):], strict=True))
+
+
+def family_line(figures: Sequence[FigureRow], others: Mapping[str, Effect]) -> str:
+    """The first screen's one statement of the report's error rate: how many verdicts, decided how."""
+    tested = [e for e in (*(f.effect for f in figures), *others.values()) if e.p_value is not None]
+    if not tested:
+        return ("- error rate: no difference was tested (a side has one run), so none is shown; parity, where judged, "
+                "is verl's single-run rule")
+    alpha = tested[0].alpha
+    if len(tested) == 1:
+        return f"- error rate: one difference tested, at {alpha:.0%}"
+    return (f"- error rate: the {len(tested)} differences this report tests (its figures, and per chip and per node "
+            f"where claimed) are decided as one family: at most {alpha:.0%} chance that any of them is shown where "
+            "nothing differs (Holm's correction; each p is given with its Holm-adjusted value, each interval at the "
+            "level it was tested at)")
 
 
 def mean_snapshot(snaps: Sequence[RunSnapshot]) -> RunSnapshot:
@@ -252,7 +280,9 @@ def _signed(value: float | None) -> str:
 
 
 def _difference_interval(effect: Effect) -> str:
-    return MISSING if effect.low is None else f"[{_fmt(effect.low, '+')}, {_fmt(effect.high, '+')}]"
+    if effect.low is None:
+        return MISSING
+    return f"[{_fmt(effect.low, '+')}, {_fmt(effect.high, '+')}] ({effect.level * 100:.3g}%)"
 
 
 def _threshold_cell(row: FigureRow) -> str:
@@ -278,19 +308,23 @@ def render_section(base: Sequence[RunSnapshot], cand: Sequence[RunSnapshot], row
                        "`verlflow.deterministic=true`): a rerun of one seed on the same device may differ")
     out.append("")
     if min(len(base), len(cand)) >= 2:
-        out += ["Each difference (candidate − baseline) is tested with Welch's t on the runs' values: its 95% "
-                "interval and p-value. A device effect needs p < 0.05 *and* a difference at least the figure's "
-                "practical threshold; a significant difference under it is \"significant but below the "
-                "threshold\". Error rates: `verlflow/compare/stats.py`.", ""]
+        out += ["Each difference (candidate − baseline) is tested with Welch's t on the runs' values (Hsu's degrees "
+                "of freedom where the sides have different numbers of runs), and the report's tests are decided "
+                "together: Holm's correction keeps the chance of any false verdict in the report at 5%. A device "
+                "effect needs a Holm-adjusted p < 0.05 *and* a difference at least the figure's practical threshold; "
+                "a significant difference under it is \"significant but below the threshold\". Each interval is at "
+                "the level Holm tested it at. Error rates: `verlflow/compare/stats.py`.", ""]
     else:
         out += ["**The noise could not be measured: a side has one run.** Give each side two or more runs (a comma "
                 "list of runs, or a tag filter matching several seeds) to learn how far reruns on one device fall "
                 "apart; until then no difference is called a device effect and the curves are judged by verl's "
                 "single-run rule.", ""]
-    header = ["figure", "metric", "baseline", "candidate", "difference", "95% interval", "p", "threshold", "verdict"]
+    header = ["figure", "metric", "baseline", "candidate", "difference", "interval (level)", "p", "Holm p",
+              "threshold", "verdict"]
     body = [(r.label, f"`{r.key}`", _with_interval(r.baseline), _with_interval(r.candidate), _signed(r.difference),
              _difference_interval(r.effect), MISSING if r.effect.p_value is None else f"{r.effect.p_value:.2g}",
-             _threshold_cell(r), r.verdict) for r in rows]
+             MISSING if r.effect.family_p is None else f"{r.effect.family_p:.2g}", _threshold_cell(r), r.verdict)
+            for r in rows]
     return "\n".join([*out, table(header, body), ""])
 
 
@@ -301,8 +335,11 @@ def accuracy_line(rows: Sequence[FigureRow], judged: bool) -> str:
     if row is None:
         return "- accuracy: not compared (no run logged a validation or test accuracy)"
     text = f"- accuracy ({row.label}): candidate {row.difference * 100:+.2f} points vs baseline"
-    points = device_effect([v * 100 for v in row.baseline.values], [v * 100 for v in row.candidate.values],
-                           threshold=row.threshold.of(row.baseline.mean) * 100, unit=" points")
+    if row.effect.p_value is None:  # untested: the message of why, in points
+        points = device_effect([v * 100 for v in row.baseline.values], [v * 100 for v in row.candidate.values],
+                               threshold=row.threshold.of(row.baseline.mean) * 100, unit=" points")
+    else:  # the verdict the report's family decided, in points
+        points = scaled(row.effect, 100, " points")
     words = points.message.replace(" 1 points", " 1 point")
     if points.shown and not judged:
         words = words.replace("a device effect", "beyond the noise (not a device question: parity is not judged here)")

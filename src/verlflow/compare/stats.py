@@ -3,16 +3,24 @@
     python -c "from verlflow.compare.stats import device_effect as d; print(d([41.0, 43.0, 42.0], [45.0, 46.5, 44.0]))"
 
 - :func:`device_effect`: one figure (final accuracy, a timing) measured once per seed on each side. Welch's t-test
-  (unequal variances) on candidate − baseline; ``Effect.low`` / ``Effect.high`` is its 95 % interval. A difference
-  is *shown* only when it is significant (p < alpha) and at least the figure's practical threshold; a significant
+  (unequal variances) on candidate − baseline, with Hsu's degrees of freedom (the smaller side's runs − 1) where the
+  sides have different numbers of runs; ``Effect.low`` / ``Effect.high`` is its 95 % interval. A difference is
+  *shown* only when it is significant (p < alpha) and at least the figure's practical threshold; a significant
   difference under the threshold is "significant but below the threshold". With fewer than 2 values on a side the
   noise is not measured and nothing is shown: the message says how many seeds per side would detect the threshold
   at the spread seen (80 % power).
-- :func:`curves_equivalent`: two sets of training curves. Each run's curve is reduced to its level (the mean over
-  the steps), relative to the baseline's mean level; two one-sided tests (TOST, Welch) ask whether the relative
-  difference lies inside ±margin (verl's alignment margins: 2 % loss, 4 % GRPO reward). Equivalence must be
-  *proved*: more seeds make a real bias easier to detect and a real match easier to prove. A bias that changes sign
-  along the curve averages out in the level; the report's per-step curves show it.
+- :func:`holm`: the verdicts one report prints, decided as one family. Holm's step-down correction bounds the
+  chance that *any* of them shows a difference where none is at alpha; each keeps its own p, gets its adjusted p
+  (``Effect.family_p``) and an interval at the level Holm tested it at, which excludes zero exactly when the verdict
+  is significant. :func:`scaled` prints the same verdict in another unit (points).
+- :func:`curves_equivalent`: two sets of training curves, compared as verl's alignment rule compares two curves: the
+  per-step relative difference, averaged as an absolute value over the curve (here over up to 10 windows of
+  steps), against verl's margins (2 % loss, 4 % GRPO reward). A shape difference (slower, then overshooting) fails
+  as a constant bias does. It is the difference of each run's score (its window levels signed by the observed
+  difference), so Welch's one-sided test of "at least the margin" carries the runs' own noise, autocorrelation
+  included. Where the baseline comes near zero (a window under a tenth of its largest level) the margin is
+  absolute: the margin × that largest level. Equivalence must be *proved*: more seeds make a real difference
+  easier to detect and a real match easier to prove.
 - :func:`promotion_gain`: two models' 0/1 scores on the same problems. Exact McNemar (a binomial test on the
   problems only one model got right), one-sided, at alpha/2 (the old 95 % interval's lower bound) divided by the
   number of models the challenger was picked from (Bonferroni; Holm's first step is the same); the interval of the
@@ -20,15 +28,27 @@
   passes.
 
 Error rates measured by simulation (``python tests/test_compare_stats.py``: 4,000 seeded draws per cell, alpha 0.05,
-no threshold; the tests assert the same at 2,000 draws):
+no threshold; the tests assert the same at 1,000–2,000 draws):
 
 - ``device_effect``, no effect, normal noise: shown in 2.4 % (2 seeds per side), 3.4 % (3) and 4.6 % (5) of draws;
-  a 2-sd effect at 10 seeds per side: shown in 98.6 %. (The old "beyond the largest within-side range" rule: 20.7 %
-  false at 2 seeds, 2.4 % power at 10.) A practical threshold only lowers the false rate.
+  a 2-sd effect at 10 seeds per side: shown in 98.6 %. A practical threshold only lowers the false rate. 2 seeds
+  against 7 (either way round, spreads equal or 2× apart): 0.0–0.1 % (Welch's own degrees of freedom: 8.3–12.5 %;
+  on a log scale no better); 3 against 7: 0.3–1.8 %; right-skewed step times (lognormal, log-sd 0.5), 7 against 2:
+  0.0 % (Welch: 8.1 %).
+- A report of 12 figures, none differing, decided by :func:`holm`: at least one shown in 1.6 % / 2.4 % / 3.7 % of
+  reports at 2 / 3 / 5 seeds per side, 0.0 % at 2 against 7 and at skewed 7 against 2 (each verdict at 5 % on its
+  own: 35 % at 3 seeds, 63 % at 2 against 7). Where one side's spread is twice the other's: 1.7 / 3.3 / 4.7 /
+  5.2 % at 2 / 3 / 5 / 10 seeds per side; four times: 3.1 / 6.9 / 7.5 / 5.4 % (Welch's t at equal counts is a
+  little liberal when the spreads differ that much; 20,000 draws).
 - ``curves_equivalent``, reward margin 4 %, a curve rising 0.2 → 0.6 over 20 steps with 1 % run-to-run and 1 %
-  step-to-step noise: a 6 % bias is not equivalent in 99.9 % / 100 % / 100 % of draws at 2 / 3 / 5 seeds per side
-  (the old "within the largest single-run difference" rule passed it 15 % / 52 % / 81 %); identical curves are
-  equivalent in 45 % / 95 % / 100 % (at 2 seeds a match is hard to prove: one degree of freedom).
+  step-to-step noise: a 6 % bias is not equivalent in 99.9 % / 100 % / 100 % of draws at 2 / 3 / 5 seeds per side;
+  identical curves are equivalent in 65.8 % / 95.9 % / 100 %. Slower then overshooting by 6.5 % (mean |relative
+  difference|) at an equal mean level: not equivalent in 100 % at 3 / 5 / 10 seeds (the old level test: 0 % at
+  5). A loss curve crossing zero (−0.01 → 0.03), margin 2 %, noise 1 % of its largest level per step and 0.5 % per
+  run: identical curves equivalent in 95.0 % / 99.9 % / 100 % at 3 / 5 / 10 seeds (1 % per run: 51 / 78 / 98 %); a
+  relative margin never proved it. AR(1) step noise (ρ 0.8) with 1 % run-level noise, identical reward curves
+  equivalent: stationary step sd 1 %: 90.7 % / 99.9 % / 100 % at 3 / 5 / 10 seeds; 2 %: 73.8 / 95.8 / 100 %;
+  3 %: 42.6 / 80.4 / 98.8 % (1,000 draws); a 6 % bias stays not equivalent in at least 99 %.
 - ``promotion_gain``: 4 problems right only for the challenger and 0 only for the holder (of 1,319): p = 0.0625,
   not beyond the noise. Five challengers exactly as good as the holder (1,319 problems at 60 %, agreeing with it on
   about 76 %), the best of them tested: false promotions in 9.7 % of draws with ``comparisons=1`` and 2.4 % with
@@ -37,16 +57,22 @@ no threshold; the tests assert the same at 2,000 draws):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 from scipy import stats as sp
 
 # Power at which "seeds needed" is computed: the usual 80 %.
 POWER = 0.8
 MAX_SEEDS = 1000
+# Parity: curves are cut into this many windows of consecutive steps (or one per step when shorter).
+WINDOWS = 10
+# A curve whose baseline window level falls under this share of its largest one is judged on an absolute margin.
+NEAR_ZERO = 0.1
 
 
 @dataclass(frozen=True)
@@ -54,13 +80,20 @@ class Effect:
     """Whether one figure differs between the sides beyond the seed-to-seed noise and the practical threshold."""
 
     difference: float | None  # candidate mean − baseline mean; None when a side has no value
-    p_value: float | None  # Welch's two-sided p; None when the noise could not be measured
-    low: float | None  # 95 % interval of candidate − baseline (at 1 − alpha)
+    p_value: float | None  # the figure's own two-sided p (Welch); None when the noise could not be measured
+    low: float | None  # interval of candidate − baseline at ``level`` (95 % alone; Holm's step level in a family)
     high: float | None
     threshold: float | None  # the practical threshold in the figure's unit; None: any significant difference
     shown: bool  # significant and at least the threshold: a device effect on the first screen
-    significant: bool  # p < alpha, whatever the size
+    significant: bool  # family_p < alpha, whatever the size
     message: str  # the verdict in words
+    family_p: float | None = None  # Holm-adjusted p over the report's verdicts (:func:`holm`); p_value alone
+    family: int = 1  # how many tested verdicts the family holds
+    level: float = 0.95  # the interval's confidence
+    se: float | None = None  # standard error of the difference and its degrees of freedom: what :func:`holm`
+    df: float | None = None  # and :func:`scaled` re-decide the verdict from
+    unit: str = ""
+    alpha: float = 0.05
 
     @property
     def below_threshold(self) -> bool:
@@ -70,16 +103,39 @@ class Effect:
 
 @dataclass(frozen=True)
 class Parity:
-    """Whether two sets of curves match within ±margin (relative), proved by two one-sided tests."""
+    """Whether two sets of curves match within the margin, proved by a one-sided test of their mean |difference|."""
 
-    relative_difference: float | None  # (candidate level − baseline level) / |baseline level|
-    low: float | None  # the (1 − 2·alpha) interval of that relative difference (90 % at alpha 0.05)
+    relative_difference: float | None  # mean over windows of |candidate − baseline| / the baseline's size (≥ 0)
+    low: float | None  # the (1 − 2·alpha) interval of that mean difference (90 % at alpha 0.05)
     high: float | None
     margin: float
-    p_value: float | None  # TOST: the larger of the two one-sided p; None when the noise could not be measured
-    equivalent: bool  # proved inside ±margin
+    p_value: float | None  # p of "the mean |difference| is at least the margin"; None when noise was not measured
+    equivalent: bool  # proved under the margin
     tested: bool  # both sides had two runs or more (else verl's single-run rule is all there is)
     message: str
+    windows: int = 0  # how many windows of steps the curves were cut into
+    # Where the baseline's level comes near zero the margin is absolute: ``margin`` × this size (the largest |level|
+    # of the baseline's windows), in the curve's own unit; None: relative, window by window.
+    absolute_size: float | None = None
+
+    @property
+    def absolute(self) -> bool:
+        """Whether the curve was judged against an absolute margin (its level comes near zero)."""
+        return self.absolute_size is not None
+
+    def shown(self, value: float | None) -> str:
+        """A difference of this test as the report prints it: a percentage, or the curve's unit when absolute."""
+        if value is None:
+            return "-"
+        return f"{value * self.absolute_size:.3g}" if self.absolute_size is not None else f"{value:.2%}"
+
+    @property
+    def margin_text(self) -> str:
+        """``±4%`` or, for a curve near zero, ``±0.0006 (absolute: 2% of its largest level 0.03)``."""
+        if self.absolute_size is None:
+            return f"±{self.margin:.0%}"
+        return (f"±{self.margin * self.absolute_size:.3g} (absolute: {self.margin:.0%} of its largest level "
+                f"{self.absolute_size:.3g}, as its level comes near zero)")
 
 
 @dataclass(frozen=True)
@@ -123,11 +179,24 @@ def seeds_needed(sd: float, threshold: float, alpha: float = 0.05, power: float 
 
 
 def _welch(base: np.ndarray, cand: np.ndarray) -> tuple[float, float, float]:
-    """Difference of means, its standard error and Welch-Satterthwaite degrees of freedom."""
+    """Difference of means, its standard error and the degrees of freedom of its t (:func:`degrees_of_freedom`)."""
     vb, vc = base.var(ddof=1) / base.size, cand.var(ddof=1) / cand.size
     se = math.sqrt(vb + vc)
-    df = (vb + vc) ** 2 / (vb**2 / (base.size - 1) + vc**2 / (cand.size - 1)) if se > 0 else float("nan")
+    df = degrees_of_freedom(base, cand) if se > 0 else float("nan")
     return float(cand.mean() - base.mean()), se, df
+
+
+def degrees_of_freedom(base: np.ndarray, cand: np.ndarray) -> float:
+    """Welch-Satterthwaite's degrees of freedom when both sides have as many runs; Hsu's min(n) − 1 when they differ.
+
+    Welch's estimate trusts a variance measured on few runs: with 2 runs against 7 its false rate reaches
+    7–11 % at a nominal 5 %. Hsu's smaller count keeps the rate at or under nominal whatever the two variances
+    (measured: the module's docstring), at the cost of power on the side with few runs.
+    """
+    if base.size != cand.size:
+        return float(min(base.size, cand.size) - 1)
+    vb, vc = base.var(ddof=1) / base.size, cand.var(ddof=1) / cand.size
+    return (vb + vc) ** 2 / (vb**2 / (base.size - 1) + vc**2 / (cand.size - 1))
 
 
 def _not_measured(base: np.ndarray, cand: np.ndarray, threshold: float | None, alpha: float, unit: str = "") -> str:
@@ -155,7 +224,8 @@ def device_effect(baseline: Sequence[float], candidate: Sequence[float], *, alph
 
     ``baseline`` / ``candidate``: one value per run (seed) of each side. ``threshold``: the smallest difference
     that matters, in the figure's unit (None: every significant difference is shown); ``unit``: how the message
-    names that unit (``" points"``).
+    names that unit (``" points"``). Alone it is one verdict at ``alpha``; a report decides its verdicts together
+    (:func:`holm`).
     """
     base, cand = np.asarray(baseline, float), np.asarray(candidate, float)
     if base.size == 0 or cand.size == 0:
@@ -168,11 +238,19 @@ def device_effect(baseline: Sequence[float], candidate: Sequence[float], *, alph
     if not se > 0:
         return Effect(diff, None, None, None, threshold, False, False,
                       _not_measured(base, cand, threshold, alpha, unit))
-    p = float(2 * sp.t.sf(abs(diff) / se, df))
-    half = float(sp.t.ppf(1 - alpha / 2, df)) * se
-    significant = p < alpha
+    p = float(2 * special.stdtr(df, -abs(diff) / se))  # Student's t tail: scipy.stats.t.sf without its overhead
+    return _decided(diff, se, df, p, threshold=threshold, unit=unit, alpha=alpha, family_p=p, family=1,
+                    level=1 - alpha)
+
+
+def _decided(diff: float, se: float, df: float, p: float, *, threshold: float | None, unit: str, alpha: float,
+             family_p: float, family: int, level: float) -> Effect:
+    """The verdict of a tested difference: significant when ``family_p`` < ``alpha``, its interval at ``level``."""
+    half = float(special.stdtrit(df, 1 - (1 - level) / 2)) * se
+    significant = family_p < alpha
     shown = significant and (threshold is None or abs(diff) >= threshold)
-    where = f"p = {p:.2g}, {1 - alpha:.0%} interval [{_fmt(diff - half)}, {_fmt(diff + half)}]{unit}"
+    tested = f"p = {p:.2g}" + (f", Holm-adjusted p = {family_p:.2g} over {family} verdicts" if family > 1 else "")
+    where = f"{tested}, {level * 100:.3g}% interval [{_fmt(diff - half)}, {_fmt(diff + half)}]{unit}"
     limit = f", threshold {_fmt(threshold)}{unit}" if threshold is not None else ""
     if shown:
         text = f"a device effect ({where}{limit})"
@@ -180,48 +258,98 @@ def device_effect(baseline: Sequence[float], candidate: Sequence[float], *, alph
         text = f"significant but below the threshold ({where}{limit})"
     else:
         text = f"within the noise ({where}{limit})"
-    return Effect(diff, p, diff - half, diff + half, threshold, shown, significant, text)
+    return Effect(diff, p, diff - half, diff + half, threshold, shown, significant, text, family_p, family, level,
+                  se, df, unit, alpha)
 
 
-def _levels(curves: Sequence[Sequence[float]]) -> np.ndarray:
-    """Each run's level: the mean of its per-step values (the runs of a side cut to their common length)."""
-    length = min(len(c) for c in curves)
-    return np.asarray([np.mean(np.asarray(c[:length], float)) for c in curves], float)
+def holm(effects: Sequence[Effect]) -> list[Effect]:
+    """The verdicts of one report decided as one family: Holm's step-down correction across the tested ones.
+
+    The chance that any verdict of the family calls a difference where there is none stays at or under
+    ``alpha``, whatever the dependence between the figures. Each tested effect gets its Holm-adjusted p (the
+    smallest family-wise level at which it would be shown) and an interval at the level Holm tested it at
+    (1 − alpha / (m − rank) up to the first verdict not shown, that one's level after it), so an interval
+    excludes zero exactly when the verdict is significant. Untested effects (one run on a side) pass unchanged.
+    """
+    tested = sorted((i for i, e in enumerate(effects) if e.p_value is not None and e.se),
+                    key=lambda i: effects[i].p_value)
+    out, count = list(effects), len(tested)
+    adjusted, stopped = 0.0, None
+    for rank, i in enumerate(tested):
+        e = effects[i]
+        adjusted = max(adjusted, min(1.0, (count - rank) * e.p_value))
+        if stopped is None and not adjusted < e.alpha:
+            stopped = rank
+        level = 1 - e.alpha / (count - (rank if stopped is None else stopped))
+        out[i] = _decided(e.difference, e.se, e.df, e.p_value, threshold=e.threshold, unit=e.unit, alpha=e.alpha,
+                          family_p=adjusted, family=count, level=level)
+    return out
+
+
+def scaled(effect: Effect, factor: float, unit: str) -> Effect:
+    """The same verdict in another unit (a fraction as points: ``factor`` 100): difference, interval, threshold."""
+    if effect.p_value is None or effect.se is None or effect.difference is None:
+        raise ValueError("only a tested effect can be rescaled")
+    threshold = None if effect.threshold is None else effect.threshold * factor
+    return _decided(effect.difference * factor, effect.se * abs(factor), effect.df, effect.p_value,
+                    threshold=threshold, unit=unit, alpha=effect.alpha, family_p=effect.family_p, family=effect.family,
+                    level=effect.level)
+
+
+def _windows(curves: Sequence[Sequence[float]], length: int, count: int) -> np.ndarray:
+    """runs × windows: each run's mean over each of ``count`` runs of consecutive steps (its first ``length``)."""
+    values = np.asarray([np.asarray(c[:length], float) for c in curves], float)
+    return np.stack([values[:, part].mean(axis=1) for part in np.array_split(np.arange(length), count)], axis=1)
 
 
 def curves_equivalent(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]], *, margin: float,
-                      alpha: float = 0.05) -> Parity:
-    """Whether the candidate's curves match the baseline's within ±``margin`` of the baseline's level (TOST).
+                      alpha: float = 0.05, windows: int = WINDOWS) -> Parity:
+    """Whether the candidate's curves match the baseline's within ``margin``, step by step as verl means it.
 
-    ``baseline`` / ``candidate``: one curve (per-step values over the same steps) per run. With one run on a side
-    the noise is not measured: ``equivalent`` is verl's single-run rule (|relative difference| ≤ margin),
-    ``tested`` False.
+    ``baseline`` / ``candidate``: one curve (per-step values over the same steps) per run. The steps are cut into
+    ``windows`` windows; in each, the relative difference of the sides' mean levels; the statistic is its mean
+    absolute value over the windows, so a curve that learns slower and then overshoots fails as a constant bias
+    does. It is the difference of each run's score (its window levels, signed by the observed difference,
+    relative to the baseline's), so Welch's test on those scores carries the runs' own noise, autocorrelated
+    steps included; equivalent when the one-sided upper bound is under the margin (p < ``alpha``). Where a baseline
+    window's level is under :data:`NEAR_ZERO` of its largest, a relative difference there means nothing: the
+    margin is ``margin`` × that largest level, absolute. With one run on a side ``tested`` is False and ``equivalent``
+    is verl's single-run rule on the same statistic.
     """
     if not baseline or not candidate or min(len(c) for c in (*baseline, *candidate)) == 0:
         return Parity(None, None, None, margin, None, False, False, "not comparable: a side has no curve")
-    base, cand = _levels(baseline), _levels(candidate)
-    scale = abs(float(base.mean()))
-    if scale == 0:
+    length = min(len(c) for c in (*baseline, *candidate))
+    count = min(windows, length)
+    base, cand = _windows(baseline, length, count), _windows(candidate, length, count)
+    level = base.mean(axis=0)
+    size = float(np.abs(level).max())
+    if not size > 0:
         return Parity(None, None, None, margin, None, False, False, "not comparable: the baseline's level is 0")
+    near_zero = bool(np.abs(level).min() < NEAR_ZERO * size)
+    scale = size if near_zero else np.abs(level)
     base, cand = base / scale, cand / scale
-    relative = float(cand.mean() - base.mean())
-    if base.size < 2 or cand.size < 2:
-        within = abs(relative) <= margin
-        return Parity(relative, None, None, margin, None, within, False,
-                      f"one run on a side: {relative:+.2%} against ±{margin:.0%} by verl's single-run rule "
-                      "(the noise between seeds was not measured; give each side 3 seeds or more to test it)")
-    diff, se, df = _welch(base, cand)
+    signs = np.where(cand.mean(axis=0) - base.mean(axis=0) >= 0, 1.0, -1.0)
+    base_scores, cand_scores = (base * signs).mean(axis=1), (cand * signs).mean(axis=1)
+    mean_abs = float(cand_scores.mean() - base_scores.mean())
+    found = Parity(mean_abs, None, None, margin, None, False, False, "", count, size if near_zero else None)
+    if base.shape[0] < 2 or cand.shape[0] < 2:
+        return dataclasses.replace(found, equivalent=mean_abs <= margin, message=(
+            f"one run on a side: mean |difference| {found.shown(mean_abs)} over {count} windows against "
+            f"{found.margin_text} by verl's single-run rule (the noise between seeds was not measured; give each side "
+            "3 seeds or more to test it)"))
+    _, se, df = _welch(base_scores, cand_scores)
     if not se > 0:
-        within = abs(relative) <= margin
-        return Parity(relative, relative, relative, margin, None, within, False,
-                      f"{relative:+.2%} against ±{margin:.0%}: the runs of a side are identical, no noise measured")
-    p = float(max(sp.t.sf((diff + margin) / se, df), sp.t.cdf((diff - margin) / se, df)))
-    half = float(sp.t.ppf(1 - alpha, df)) * se
-    equivalent = p < alpha
-    where = f"{relative:+.2%}, {1 - 2 * alpha:.0%} interval [{diff - half:+.2%}, {diff + half:+.2%}], TOST p = {p:.2g}"
-    text = (f"equivalent within ±{margin:.0%} ({where})" if equivalent
-            else f"not shown equivalent within ±{margin:.0%} ({where})")
-    return Parity(relative, diff - half, diff + half, margin, p, equivalent, True, text)
+        return dataclasses.replace(found, low=mean_abs, high=mean_abs, equivalent=mean_abs <= margin, message=(
+            f"mean |difference| {found.shown(mean_abs)} against {found.margin_text}: the runs of a side are "
+            "identical, no noise measured"))
+    p = float(special.stdtr(df, (mean_abs - margin) / se))
+    half = float(special.stdtrit(df, 1 - alpha)) * se
+    tested = dataclasses.replace(found, low=mean_abs - half, high=mean_abs + half, p_value=p, equivalent=p < alpha,
+                                 tested=True)
+    where = (f"mean |difference| {tested.shown(mean_abs)} over {count} windows, {1 - 2 * alpha:.0%} interval "
+             f"[{tested.shown(tested.low)}, {tested.shown(tested.high)}], p = {p:.2g}")
+    word = "equivalent" if tested.equivalent else "not shown equivalent"
+    return dataclasses.replace(tested, message=f"{word} within {tested.margin_text} ({where})")
 
 
 def promotion_gain(challenger: Sequence[float], holder: Sequence[float], *, comparisons: int = 1,
