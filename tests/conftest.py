@@ -307,6 +307,21 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+@contextlib.contextmanager
+def file_size_limit(size: int):
+    """Writes past ``size`` bytes fail with EFBIG in this process, as on a full disk, until the block ends (Python
+    ignores SIGXFSZ, so the write fails instead of the process dying)."""
+    import resource
+
+    assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
 def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.05, watch: Iterable[subprocess.Popen] = (),
                detail=None):
     """Poll ``condition`` until it returns something truthy, and return that; fail naming ``what`` after ``timeout_s``,

@@ -10,13 +10,11 @@ cgroup files (tests/fixtures/cgroup: the hardware boundary).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
 import random
 import re
-import resource
 import shutil
 import signal
 import string
@@ -26,7 +24,7 @@ import optuna
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import cli_in_process, every_experiment
+from conftest import cli_in_process, every_experiment, file_size_limit
 from mlflow.tracking import MlflowClient
 
 from verlflow.data import gsm8k
@@ -51,18 +49,6 @@ def _error_line(done, step: str) -> str:
 def _runs() -> list:
     client = MlflowClient()
     return client.search_runs(every_experiment(client))
-
-
-@contextlib.contextmanager
-def _file_size_limit(size: int):
-    """Writes past ``size`` bytes fail with EFBIG in this process, as on a full disk, until the block ends."""
-    assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN  # Python's default: the write fails, no death
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 # --- 7: input that cannot train is refused before a run opens ---------------------------------------------------
@@ -157,7 +143,7 @@ def test_preprocess_into_a_full_disk_is_one_line_and_a_run_named_for_the_failure
     # MLflow named (skittish-sow-161).
     source, out = _big_source(tmp_path / "source"), tmp_path / "out"
     limit = (tmp_path / "mlflow.db").stat().st_size + 2 * 2**20  # the store may grow, a split may not fit
-    with _file_size_limit(limit):
+    with file_size_limit(limit):
         done = cli_in_process(["preprocess", "--source", str(source), "--output_dir", str(out)])
     line = _error_line(done, "preprocess")
     assert re.fullmatch(
@@ -185,7 +171,7 @@ def test_a_checkpoint_safetensors_cannot_write_is_one_line_naming_the_folder_and
     folder = resolve_model_path(TINY_SENTINEL, tiny_workdir / "cache")
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
     root = tmp_path / "checkpoints"
-    with _file_size_limit(64 * 1024), pytest.raises(VerlflowError) as failed:  # below the tiny model's weights
+    with file_size_limit(64 * 1024), pytest.raises(VerlflowError) as failed:  # below the tiny model's weights
         save_checkpoint(root, 2, model, tokenizer, {"global_step": 2})
     assert re.fullmatch(
         rf"the step-2 checkpoint could not be written to {re.escape(str(root))} \(File too large; \d+ MiB free "

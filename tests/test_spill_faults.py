@@ -13,12 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import file_size_limit, wait_until
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -42,17 +41,7 @@ def small_folder(tmp_path):
         finally:
             subprocess.run(["umount", "-l", str(folder)], check=True)
     else:
-        yield folder, _file_size_limit(SMALL)
-
-
-@contextlib.contextmanager
-def _file_size_limit(size: int):
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        yield folder, file_size_limit(SMALL)
 
 
 def _log_steps(buffer: MetricBuffer) -> None:
