@@ -75,6 +75,7 @@ def run_step(name: str, values: dict[str, str]):
     with stopping.installed():  # a SIGTERM before or after the step's run is one line, exit 143, too
         lifecycle.die_with_launcher()
         stopping.stop_point()  # a stop taken while the step loaded and checked its inputs
+        stopping.tell_stand(None)  # where a stop leaves this step's work: told by the work itself
         try:
             result = step.run(request)
         except (Exception, deadline.TrackingDeadline):  # after a stop: a call that failed riding out its timeout

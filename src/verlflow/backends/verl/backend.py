@@ -37,7 +37,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verlflow import config, secrets
+from verlflow import config, secrets, stopping
 from verlflow.backends.train_setup import node_hint
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import forced
@@ -236,7 +236,12 @@ def train_verl(
         nodes_at = verl_node_sampler.sampler_address(ray_address, plan.overrides.get("trainer.nnodes", 1))
         with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=lookups.tracking_uri(),
                                               interval_s=system_metrics.sampling_interval(cfg.verlflow)):
-            rc = _launch(plan, run_id, spec=spec, ray_address=ray_address)
+            try:
+                rc = _launch(plan, run_id, spec=spec, ray_address=ray_address)
+            except KeyboardInterrupt:  # the stop line names the checkpoint a resume continues after (not a Ray job's)
+                if not spec:
+                    stopping.tell_stand(verl_resume.stop_stand(run_id, plan.checkpoint_dir))
+                raise
     tracking.log_run_summaries(run_id, started_at)
     if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
         from verlflow.tracking.profiling import log_profile_folder
