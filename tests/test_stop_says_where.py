@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from verlflow.data import gsm8k
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 8
+STEPS = 40  # a tenth of a second each here: a stop held off until two are logged lands with many left
 
 
 def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, str, MlflowClient]:
@@ -41,15 +41,19 @@ def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, str, MlflowClient
         env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "VERLFLOW_METRICS_WRITE_S": "0",
              "VERLFLOW_METRICS_NICE": "0"})
     try:
-        run = wait_until(lambda: (client.search_runs(["0"], "tags.`verlflow.step` = 'train'") or [None])[0], 300,
-                         "the train run", poll_s=0.5, watch=[proc])
+        run = wait_until(lambda: _train_run(client), 300, "the train run", poll_s=0.2, watch=[proc])
         wait_until(lambda: len(client.get_metric_history(run.info.run_id, "timing_s/step")) >= 2, 600,
-                   "two logged steps", poll_s=0.5, watch=[proc])
+                   "two logged steps", poll_s=0.2, watch=[proc])
     except BaseException:
         proc.kill()
-        proc.communicate()
+        print(proc.communicate()[1][-3000:])
         raise
     return proc, run.info.run_id, client
+
+
+def _train_run(client: MlflowClient):
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`verlflow.step` = 'train'")
+    return runs[0] if runs else None
 
 
 def _logged_steps(client: MlflowClient, run_id: str) -> list[int]:
