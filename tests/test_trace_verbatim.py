@@ -55,4 +55,5 @@ def test_a_trained_runs_traces_read_as_its_samples_table(smoke_store, tmp_path):
         table = json.loads(Path(client.download_artifacts(run_id, f"samples/step_{step}.json", str(tmp_path)))
                            .read_text())
         written = table["data"][int(index)][table["columns"].index("response")]
-        assert shown(traced) == written, (step, index, traced)
+        # CommonMark shows a NUL (the tiny model writes some) as U+FFFD, in a code block too: its one change.
+        assert shown(traced) == written.replace("\x00", "\ufffd"), (step, index, traced)
