@@ -1,9 +1,9 @@
 """A local run killed mid-way resumes from its last checkpoint and ends as if never interrupted.
 
-The kill is a real SIGTERM to this process during step 3 (after the step-2 checkpoint): the tracked
-run turns it into KILLED. Resuming with ``trainer.resume_mode=auto`` in the same MLflow run must end
-at the same step count, log every step exactly once, and (CPU, restored RNG and optimizer state) land
-on the same weights as an uninterrupted run.
+The kill is a real SIGTERM to this process as step 3 ends (after the step-2 checkpoint): the trainer keeps step 3
+as a checkpoint on its way out and the tracked run turns the stop into KILLED. Resuming with
+``trainer.resume_mode=auto`` in the same MLflow run must end at the same step count, log every step exactly once,
+and (CPU, restored RNG and optimizer state) land on the same weights as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ def test_killed_run_resumes_to_the_same_end_without_duplicate_steps(workdir, mon
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)  # as `mlflow run` does when a run is restarted
     trained = []
     resumed = _train(workdir, "resumed", on_step_end=lambda step, _: trained.append(step))
-    assert trained == [3, 4, 5, 6]  # from the step-2 checkpoint, not from scratch
+    assert trained == [4, 5, 6]  # after step 3, which the stop kept (not from scratch, nor from step 2)
     assert resumed.run_id == run_id and resumed.steps == straight.steps == 6
     finished = client.get_run(run_id)
     assert finished.info.status == "FINISHED"
-    assert finished.data.tags["verlflow.resumed_from"] == str((workdir / "resumed" / "global_step_2").resolve())
-    assert finished.data.tags["verlflow.superseded_steps"] == "3"  # the killed attempt's step 3, trained again
+    assert finished.data.tags["verlflow.resumed_from"] == str((workdir / "resumed" / "global_step_3").resolve())
+    assert "verlflow.superseded_steps" not in finished.data.tags  # the stop kept step 3: nothing trained twice
     for name in ("timing_s/step", "critic/score/mean", "actor/pg_loss"):
         assert sorted(m.step for m in client.get_metric_history(run_id, name)) == [1, 2, 3, 4, 5, 6], name
     val = "val-core/openai/gsm8k/reward/mean_at_1"
@@ -92,8 +92,8 @@ def _kill_during_step_5(step, _metrics):
 @pytest.mark.slow
 def test_a_truncated_newest_checkpoint_resumes_from_the_one_before(workdir, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
-        _train(workdir, "torn", on_step_end=_kill_during_step_5)  # checkpoints at steps 2 and 4, killed in 5
-    state = workdir / "torn" / "global_step_4" / "trainer_state.pt"
+        _train(workdir, "torn", on_step_end=_kill_during_step_5)  # checkpoints at steps 2 and 4, 5 kept on stop
+    state = workdir / "torn" / "global_step_5" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[:1000])  # a crash or a full disk while it was written
     client = MlflowClient()
     (killed,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
@@ -102,13 +102,13 @@ def test_a_truncated_newest_checkpoint_resumes_from_the_one_before(workdir, monk
     monkeypatch.setenv("MLFLOW_RUN_ID", killed.info.run_id)
     trained = []
     resumed = _train(workdir, "torn", on_step_end=lambda step, _: trained.append(step))
-    assert trained == [3, 4, 5, 6]  # from step 2, the newest checkpoint that can be read
+    assert trained == [5, 6]  # from step 4, the newest checkpoint that can be read
     assert resumed.steps == 6
     run = client.get_run(killed.info.run_id)
     assert run.info.status == "FINISHED"
-    assert run.data.tags["verlflow.resumed_from"] == str((workdir / "torn" / "global_step_2").resolve())
+    assert run.data.tags["verlflow.resumed_from"] == str((workdir / "torn" / "global_step_4").resolve())
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "timing_s/step")) == [1, 2, 3, 4, 5, 6]
-    # Steps 3-5 came from the killed attempt, trained again from step 2: marked, and where the attempt continued.
-    assert run.data.tags["verlflow.superseded_steps"] == "3-5"
+    # Step 5 came from the killed attempt, trained again from step 4: marked, and where the attempt continued.
+    assert run.data.tags["verlflow.superseded_steps"] == "5"
     resumed_from = client.get_metric_history(run.info.run_id, "attempt/resumed_from_step")
-    assert [m.value for m in resumed_from] == [2.0]  # one resumed attempt, from step 2
+    assert [m.value for m in resumed_from] == [4.0]  # one resumed attempt, from step 4

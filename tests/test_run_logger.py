@@ -91,7 +91,7 @@ def test_a_backends_logger_writes_everything_a_trainer_records_into_its_run(open
     assert {k: traced.info.tags[k] for k in ("step", "sample_index", "validate")} == \
         {"step": "2", "sample_index": "0", "validate": "false"}
     [span] = traced.data.spans
-    assert (span.inputs, span.outputs) == ({"prompt": "1+1?"}, {"response": "2", "reward": 1.0})
+    assert (span.inputs, span.outputs) == ({"prompt": "1+1?"}, {"response": "```text\n2\n```", "reward": 1.0})
 
     models = {m.name: m for m in logged_models.run_models(run_id)}
     assert set(models) == {"checkpoint-2", "model"}

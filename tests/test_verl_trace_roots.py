@@ -67,7 +67,8 @@ def test_verls_root_span_carries_prompt_response_reward_and_step(tmp_path, tiny_
     (root,) = [span for span in trace.data.spans if span.parent_id is None]
     assert root.name == "agent_loop"
     assert root.inputs == {"prompt": "What is 6 x 7?"}
-    assert root.outputs == {"response": "6 times 7 is 42. #### 42", "reward": 1.0}
+    # in a fenced block, so MLflow's Markdown viewer shows "#### 42" as written, not as a heading
+    assert root.outputs == {"response": "```text\n6 times 7 is 42. #### 42\n```", "reward": 1.0}
     assert {key: root.attributes.get(key) for key in ("step", "sample_index", "rollout_n", "validate")} == {
         "step": 3, "sample_index": 5, "rollout_n": 1, "validate": False}
     assert trace.info.tags["step"] == "3"  # verl's own tag, kept

@@ -68,14 +68,16 @@ def run_step(name: str, values: dict[str, str]):
     known_warnings.install()
     progress.quiet_library_bars()
     ui_links.replace_mlflow_links()
-    probe.use_default_store()
-    probe.check_tracking_server()
-    if (uri := lookups.tracking_uri()).startswith(("http://", "https://")):
-        deadline.bound_tracking(uri)
-        compat_mlflow.http_retries_end_at(stopping.STOP)  # a stop ends a hung request after its try under way
+    if step.tracks:  # a step that only looks at the machine (doctor) leaves no mlflow.db behind
+        probe.use_default_store()
+        probe.check_tracking_server()
+        if (uri := lookups.tracking_uri()).startswith(("http://", "https://")):
+            deadline.bound_tracking(uri)
+            compat_mlflow.http_retries_end_at(stopping.STOP)  # a stop ends a hung request after its try under way
     with stopping.installed():  # a SIGTERM before or after the step's run is one line, exit 143, too
         lifecycle.die_with_launcher()
         stopping.stop_point()  # a stop taken while the step loaded and checked its inputs
+        stopping.tell_stand(None)  # where a stop leaves this step's work: told by the work itself
         try:
             result = step.run(request)
         except (Exception, deadline.TrackingDeadline):  # after a stop: a call that failed riding out its timeout

@@ -37,6 +37,7 @@ STOP = threading.Event()  # set by the first stop signal; cleared only by the bl
 _received: list[int] = []  # every stop signal since the handler was installed, in order
 _state = {"raising": False}  # True only while the entry imports (raising_while_loading)
 _safe_point_hooks: list[Callable[[], bool]] = []  # called at each safe point until each returns True
+_stand: list[str] = []  # where the stopped work stands (its last checkpoint, or why none): the stop line's end
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -166,6 +167,12 @@ def interrupted() -> RunInterrupted:
     return RunInterrupted(stop_signal() or signal.SIGTERM)
 
 
+def tell_stand(text: str | None) -> None:
+    """Say where the work being stopped stands, for the step's stop line (:func:`stop_interrupted`): its last
+    checkpoint and how to continue after it, or that it has none and why. ``None`` forgets it (a step starts)."""
+    _stand[:] = [text] if text else []
+
+
 def stop_point() -> None:
     """A safe point: raise :class:`RunInterrupted` when a stop has come (the run ends KILLED)."""
     for hook in list(_safe_point_hooks):
@@ -190,13 +197,15 @@ def _on_stop(signum: int, frame) -> None:
 
 
 def stop_interrupted(step: str, exc: KeyboardInterrupt) -> None:
-    """Exit the interrupted ``step``: one line, the status a shell expects (128 + the signal), and, under ``mlflow
-    run``, a watcher that ends the launcher's run KILLED if the step never did
-    (:mod:`verlflow.process.launcher_status`). Imports nothing that an interrupted import could have left half made."""
+    """Exit the interrupted ``step``: one line (with where its work stands, :func:`tell_stand`), the status a shell
+    expects (128 + the signal), and, under ``mlflow run``, a watcher that ends the launcher's run KILLED if the step
+    never did (:mod:`verlflow.process.launcher_status`). Imports nothing that an interrupted import could have left
+    half made."""
     signum = exc.signum if isinstance(getattr(exc, "signum", None), int) else signal.SIGINT
     _state["raising"] = False
     from verlflow.processes import LAUNCHER_RUN_ID, watch_launcher
 
     watch_launcher(LAUNCHER_RUN_ID, interrupted_by=signal.Signals(signum).name)
-    print(f"verlflow {step}: interrupted", file=sys.stderr)
+    stand = f"; {_stand.pop()}" if _stand else ""
+    print(f"verlflow {step}: interrupted{stand}", file=sys.stderr)
     sys.exit(128 + signum)

@@ -6,7 +6,8 @@ Run names and tags come from people (and from anyone who can write to the tracki
 escape sequence retitles or clears the reader's terminal (``\\e]0;…\\a``, ``\\e[2J``); rendered raw, markup runs
 script in whoever opens the report. :func:`terminal_text` is called where verlflow prints run text,
 :func:`markdown_to_html` where it renders Markdown that holds run text (raw HTML off, only ``data:`` images),
-:func:`html_text` where it writes run text into HTML itself.
+:func:`html_text` where it writes run text into HTML itself, :func:`markdown_verbatim` where text a model wrote goes
+where MLflow renders Markdown (a trace's response).
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def terminal_text(text: str) -> str:
     """``text`` with terminal escape sequences and control characters removed (newlines and tabs kept)."""
     return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def markdown_verbatim(text: str) -> str:
+    """``text`` as a fenced code block, so a Markdown renderer (MLflow's trace viewer renders a span's string fields as
+    Markdown) shows it as written: a model's ``#### 40`` stays ``#### 40``, not a bold heading "40". The fence is
+    longer than any run of backticks in ``text`` (CommonMark's rule), so no line of it closes the block early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 def html_text(text: object) -> str:

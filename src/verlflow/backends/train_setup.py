@@ -25,7 +25,7 @@ from verlflow import config
 from verlflow.backends.registry import AUTO, default_backend, get_backend
 from verlflow.config import PROFILE_FOR_DEVICE, check_config_counts, default_recipe
 from verlflow.device import identity
-from verlflow.device.detect import Probe, detect_device, identify_node, lister_error
+from verlflow.device.detect import Probe, absence, detect_device, identify_node, lister_error
 from verlflow.errors import VerlflowError
 from verlflow.platforms import Device
 
@@ -55,6 +55,40 @@ def auto_profile(dev: Device, *, probe: Probe | None = None) -> str:
     device's default (its platform's ``default_profile``)."""
     node = identify_node(dev, probe=probe) if Device(dev).is_accelerator else None
     return (node.profile if node is not None else None) or PROFILE_FOR_DEVICE[dev]
+
+
+def node_hint(profile: config.Profile) -> str:
+    """Where a launch of ``profile`` belongs, named by its hardware record ("run on an A2 node"), not by its device."""
+    record = profile.accelerator
+    if record is not None:
+        return f"run on an {record.name} node"
+    return f"run on a node with {profile.device.word}s" if profile.device.is_accelerator else "use backend=local"
+
+
+def settle_device(dev: Device, recipe: str, profile: str, overrides: str = "", *, dry_run: bool | None,
+                  ray_address: str = "", probe: Probe | None = None) -> None:
+    """The first thing a train on the wrong machine hears: that its accelerator is not here, before anything about
+    its data (whose fix, a download, is no use on a machine that cannot train).
+
+    A real launch without the device is refused in one line; a dry run is told that this is expected off the node
+    and what it still checks, and goes on (``dry_run=None``: a step that has no dry run, main or search). Nothing is
+    asked for the CPU or a Ray job (the devices are the cluster's), and nothing is said under the recipe's
+    ``verlflow.skip_preflight=true`` (a launcher of one's own, a detection that is wrong on some machine).
+    """
+    from verlflow.data.recipe_data import recipe_block
+
+    if not dev.is_accelerator or ray_address:
+        return
+    absent = absence(dev, probe=probe)
+    if absent is None or recipe_block(recipe, overrides).skip_preflight:
+        return
+    if not dry_run:
+        instead = " or pass -P dry_run=true" if dry_run is False else ""
+        raise VerlflowError(f"device={dev}: {absent}; {node_hint(config.load_profile(profile))}{instead}")
+    print(f"verlflow: dry run: {absent}, as expected off the node (a laptop, a CPU runner): it still checks the "
+          f"launch against the installed verl (config, batch arithmetic for the profile's {dev.short_word}s, data "
+          f"and model files) and launches nothing; `verlflow doctor --device {dev}` on the node checks the node itself",
+          flush=True)
 
 
 def fit_hardware(cfg: config.ComposedConfig, *, probe: Probe | None = None) -> identity.Node | None:

@@ -10,7 +10,8 @@ read. The local trainer's traces show prompt, response and reward on the root sp
 (:mod:`verlflow.backends.local.traces`); this makes verl's the same:
 
 - inputs ``{"prompt": …}``: the prompt's text, as the dataset gave it (the chat messages' contents);
-- outputs ``{"response": …, "reward": …}``: the decoded response and the reward verl scored it with;
+- outputs ``{"response": …, "reward": …}``: the decoded response (in a fenced code block, so the trace viewer
+  shows ``#### 42`` as written, not as a Markdown heading) and the reward verl scored it with;
 - attributes ``step``, ``sample_index``, ``rollout_n``, ``validate``: verl's own trace attributes.
 
 verl offers no hook on that span, so :func:`install` wraps ``AgentLoopWorker._agent_loop_postprocess`` (private,
@@ -28,6 +29,8 @@ import functools
 import logging
 import sys
 from typing import Any
+
+from verlflow.text_safety import markdown_verbatim
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,8 @@ def fill_root_span(tokenizer: Any, output: Any, raw_prompt: Any) -> bool:
         attributes = rollout_trace._trace_attributes.get() or {}
         response = tokenizer.decode(list(output.response_ids), skip_special_tokens=True) if tokenizer else None
         span.set_inputs({"prompt": prompt_text(raw_prompt)})
-        span.set_outputs({"response": response, "reward": output.reward_score})
+        shown = markdown_verbatim(response) if response is not None else None  # MLflow renders strings as Markdown
+        span.set_outputs({"response": shown, "reward": output.reward_score})
         span.set_attributes({key: attributes[key] for key in _ATTRIBUTES if key in attributes})
         return True
     except Exception as exc:  # noqa: BLE001 - any failure here must leave verl's rollout alone

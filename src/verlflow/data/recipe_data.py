@@ -30,15 +30,21 @@ def default_data_dir(source: str) -> Path:
     return default_output_dir(source)
 
 
-def recipe_source(recipe: str, overrides: str = "") -> str:
-    """The recipe's ``verlflow.data_source`` after ``verlflow.*`` overrides, without composing verl's config."""
-    from verlflow.config import OWN_PREFIX, VerlflowBlock, load_recipe, parse_overrides, with_overrides
+def recipe_block(recipe: str, overrides: str = ""):
+    """The recipe's ``verlflow:`` block after ``verlflow.*`` overrides, without composing verl's config."""
+    from verlflow.config import OWN_PREFIX, load_recipe, parse_overrides, with_overrides
 
     _, block, _ = load_recipe(recipe)
     own = {k.removeprefix(OWN_PREFIX): v for k, v in parse_overrides(overrides).items() if k.startswith(OWN_PREFIX)}
-    block = with_overrides(block, own, what="recipe", prefix=OWN_PREFIX)
+    return with_overrides(block, own, what="recipe", prefix=OWN_PREFIX)
+
+
+def recipe_source(recipe: str, overrides: str = "") -> str:
+    """The recipe's ``verlflow.data_source`` after ``verlflow.*`` overrides, without composing verl's config."""
+    from verlflow.config import VerlflowBlock
+
     # An empty data_source in a recipe means the default, as an absent one does (as in ``main``).
-    return block.data_source or VerlflowBlock.data_source
+    return recipe_block(recipe, overrides).data_source or VerlflowBlock.data_source
 
 
 def missing_splits(data_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> list[str]:

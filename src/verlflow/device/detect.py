@@ -46,7 +46,7 @@ from verlflow.platforms import tags as device_tags
 from verlflow.secrets import looks_secret, mask_text
 
 __all__ = [  # the parsers and the probe are re-exported: callers use verlflow.device.detect only
-    "DeviceProfile", "Probe", "NpuChip", "GpuInfo", "detect_device", "count_visible",
+    "DeviceProfile", "Probe", "NpuChip", "GpuInfo", "detect_device", "count_visible", "absence",
     "collect_device_profile", "capture_env", "package_versions", "parse_npu_smi_info",
     "parse_npu_smi_version", "parse_nvidia_smi_query", "parse_nvidia_smi_table",
     "parse_nvidia_smi_q_versions", "parse_ascend_version_file", "parse_key_values", "soc_name",
@@ -181,6 +181,30 @@ def count_visible(device_type: Device | str, *, probe: Probe | None = None,
     if lists is None:
         return probe.cpu_count
     return listing.visible(lists.count_listed(probe), device_type, environ)[0]
+
+
+def absence(device_type: Device | str, *, probe: Probe | None = None,
+            environ: Mapping[str, str] | None = None) -> str | None:
+    """Why an accelerator ``device_type`` cannot be used here, as the start of a line ("no NPU is visible on this
+    machine (torch_npu not installed)", "no CUDA GPU is visible here (nvidia-smi not found on PATH)"); None when
+    its lister lists one, and for the CPU. The lister's own first error line wins over "lists none" (npu-smi's
+    ``dcmi ... ret is -8020`` says more than "no NPU"). Asked before anything about data, so a missing device is
+    the first thing a step on the wrong machine says."""
+    dev = as_device(device_type)
+    if not dev.is_accelerator:
+        return None
+    probe = probe or Probe()
+    extension = dev.platform.torch_extension
+    if extension and not probe.import_ok(extension):
+        return f"no {dev.word} is visible on this machine ({extension} not installed)"
+    if count_visible(dev, probe=probe, environ=environ):
+        return None
+    lister = lister_command(dev)
+    said = probe.failure(lister)
+    why = f"{lister[0]} lists none"
+    if said:
+        why = said if said.startswith(lister[0]) else f"{' '.join(lister)}: {said}"
+    return f"no {dev.word} is visible here ({why})"
 
 
 def _host_cpu(probe: Probe) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import sys
 import threading
 import time
 import urllib.error
@@ -44,12 +45,31 @@ def use_default_store() -> None:
     MLflow 3.5 and 3.6 (which verlflow supports) fall back to a ``./mlruns`` file store that MLflow 3 no longer
     supports, where 3.7 and later fall back to this SQLite file: without it, every step on those releases was
     refused until MLFLOW_TRACKING_URI was set. Set in the environment, so verl and the metric writer see it too.
+    When that file does not exist yet, one line on stderr says so first (:func:`new_store_line`).
     """
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return
     if mlflow.get_tracking_uri() == (Path.cwd() / "mlruns").as_uri():  # MLflow's own fall-back, not a choice
         os.environ["MLFLOW_TRACKING_URI"] = DEFAULT_TRACKING_URI
         mlflow.set_tracking_uri(DEFAULT_TRACKING_URI)
+    here = Path.cwd() / "mlflow.db"  # MLflow >= 3.7 names it by its absolute path
+    if mlflow.get_tracking_uri() in (DEFAULT_TRACKING_URI, f"sqlite:///{here}") and not here.exists():
+        print(new_store_line(), file=sys.stderr, flush=True)
+
+
+def new_store_line() -> str:
+    """The line a step says before MLflow creates ``./mlflow.db``, the store nothing named: which store it is, that it
+    is new (empty: a registry, runs and data made from another folder are not in it), and the checkout's own store
+    when there is one elsewhere, so a step started in the wrong folder says so instead of "run register first"."""
+    import verlflow
+
+    here = Path.cwd() / "mlflow.db"
+    line = f"verlflow: no MLFLOW_TRACKING_URI set: using {DEFAULT_TRACKING_URI}, a new, empty store at {here}"
+    project = Path(verlflow.__file__).resolve().parents[2]  # the checkout of an editable install
+    theirs = project / "mlflow.db"
+    if (project / "MLproject").is_file() and theirs.is_file() and theirs.resolve() != here.resolve():
+        return f"{line}; the project's store is {theirs}: set MLFLOW_TRACKING_URI=sqlite:///{theirs} to use it"
+    return f"{line}; set MLFLOW_TRACKING_URI to use another"
 
 
 def check_tracking_uri(uri: str) -> None:

@@ -4,7 +4,8 @@
 
 The local trainer hands a step's sampled completions to its buffer (:func:`verlflow.outage.metric_buffer.log_traces`)
 as one ``traces`` record ``{"step", "rows": [{"prompt", "response", "reward"}, ...]}``; the writer process (or the
-spill file's upload, after an outage) makes them traces of the run with :func:`write_traces`: one root span each,
+spill file's upload, after an outage) makes them traces of the run with :func:`write_traces`: one root span each
+(its response in a fenced code block, so the trace viewer shows it as written),
 verl's tags (``step``, ``sample_index``, ``validate``), linked to the run. MLflow's exporter only logs a failed
 send, so the traces are searched for afterwards: those missing raise (the record is retried, or kept in the spill
 file), and those already there are not made twice.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 from typing import Any
+
+from verlflow.text_safety import markdown_verbatim
 
 
 class TracesNotStored(OSError):
@@ -54,7 +57,9 @@ def write_traces(client, run_id: str, record: dict[str, Any]) -> int:
         span = client.start_trace("rollout", span_type="LLM", inputs={"prompt": row["prompt"]},
                                   attributes={"step": int(step), "sample_index": index}, tags=tags,
                                   experiment_id=experiment_id, **({"run_id": run_id} if takes_run else {}))
-        client.end_trace(span.trace_id, outputs={"response": row["response"], "reward": row["reward"]})
+        # As written: MLflow's trace viewer renders a string as Markdown ("#### 40" would read as a bold "40").
+        outputs = {"response": markdown_verbatim(row["response"]), "reward": row["reward"]}
+        client.end_trace(span.trace_id, outputs=outputs)
         made.append(span.trace_id)
     if made and not takes_run:
         client.link_traces_to_run(made, run_id)

@@ -257,8 +257,8 @@ def _tee(proc: subprocess.Popen, number: int, log_path: Path, tail: collections.
     assert proc.stdout is not None
     with log_path.open("w") as log_file:
         for line in proc.stdout:
-            if pruning.is_set() and _INTERRUPTED_LINE.fullmatch(line.strip()):
-                line = f"{line.strip().removesuffix('interrupted')}stopped by the search's pruner (not a failure)\n"
+            if pruning.is_set() and (interrupted := _INTERRUPTED_LINE.fullmatch(line.strip())):
+                line = f"{interrupted.group(1)}stopped by the search's pruner (not a failure)\n"
             log_file.write(line)
             tail.append(line.rstrip())
             sys.stdout.write(f"[trial {number}] {line}")
@@ -266,7 +266,7 @@ def _tee(proc: subprocess.Popen, number: int, log_path: Path, tail: collections.
 
 
 # The train step's exit line on SIGTERM/SIGINT (verlflow.stopping.stop_interrupted).
-_INTERRUPTED_LINE = re.compile(r"verlflow \w+: interrupted")
+_INTERRUPTED_LINE = re.compile(r"(verlflow \w+: )interrupted(?:; .*)?")  # and where its work stands
 
 
 def _stop(proc: subprocess.Popen, timeout: float) -> bool:

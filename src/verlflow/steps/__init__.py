@@ -47,6 +47,8 @@ class Step:
     run: Callable[[Any], Any]
     help: str
     request: type
+    # Whether it uses the tracking store: one that does not (doctor) neither names, opens nor creates one.
+    tracks: bool = True
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -66,7 +68,8 @@ STEPS: dict[str, Step] = {
         Step("promote", run_promote, "move an alias to the best version", PromoteRequest),
         Step("search", run_search, "Optuna search over lr, KL coefficient and group size", SearchRequest),
         Step("compare", run_compare, "A3-vs-H20 report from two runs (the guide's §6)", CompareRequest),
-        Step("doctor", run_doctor, "can verl launch here? this machine against the guide's stack", DoctorRequest),
+        Step("doctor", run_doctor, "can verl launch here? this machine against the guide's stack", DoctorRequest,
+             tracks=False),
     )
 }
 

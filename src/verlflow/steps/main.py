@@ -129,10 +129,11 @@ class Plan:
 
 def make_plan(request: MainRequest) -> Plan:
     """Resolve defaults (the recipe's data source and model name, the device) and fail fast on bad input."""
-    from verlflow.backends.train_setup import choose_train_setup
+    from verlflow.backends.train_setup import choose_train_setup, settle_device
 
     recipe, source, model_name, overrides = request.recipe, request.source, request.model_name, request.overrides
     _, dev, profile, _ = choose_train_setup(recipe, request.device, "auto", "auto")
+    settle_device(dev, recipe, profile, overrides, dry_run=None)  # no NPU/GPU here: said before the data's download
     composed = config.compose(recipe, profile, overrides)  # an unknown override key fails here, not later
     # An empty data_source in a recipe means the default, as an absent one does.
     source = source or composed.verlflow.data_source or VerlflowBlock.data_source

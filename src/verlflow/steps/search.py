@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from verlflow import config
 from verlflow.backends.registry import get_backend
-from verlflow.backends.train_setup import choose_train_setup, compose_train_config
+from verlflow.backends.train_setup import choose_train_setup, compose_train_config, settle_device
 from verlflow.errors import VerlflowError
 from verlflow.names import OBJECTIVE_TAG, RECIPE_TAG, SPACE_TAG, STEP_TAG
 from verlflow.outage.store_retry import retry_on_lock
@@ -63,6 +63,8 @@ def run_search(request: SearchRequest) -> SearchResult:
         check_name_inside(study_name, "study_name", "optuna")
     search = _checked_search(n_trials, pruner, storage, request.search_config)
     recipe, dev, profile, backend = choose_train_setup(request.recipe, request.device, "auto", "auto")
+    # No NPU/GPU here: said before anything about the data.
+    settle_device(dev, recipe, profile, shlex.join(config.hydra_overrides(search.trial_overrides)), dry_run=None)
     data_dir = recipe_data.step_data_dir(request.data_dir, recipe_data.recipe_source(recipe))
 
     def compose_trial(values: dict[str, Any]) -> config.ComposedConfig:

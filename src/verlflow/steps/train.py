@@ -16,7 +16,12 @@ import time
 
 from verlflow import config, stopping
 from verlflow.backends.registry import TrainLaunch, get_backend
-from verlflow.backends.train_setup import check_train_inputs, choose_train_setup, compose_train_config
+from verlflow.backends.train_setup import (
+    check_train_inputs,
+    choose_train_setup,
+    compose_train_config,
+    settle_device,
+)
 from verlflow.backends.writable import check_writable_folders
 from verlflow.device import system_metrics
 from verlflow.errors import VerlflowError
@@ -62,6 +67,8 @@ def run_train(request: TrainRequest, *, run_id: str | None = None):
         request.recipe, request.device, request.profile, request.data_dir, request.model, request.overrides)
     recipe, dev, profile, backend_name = choose_train_setup(recipe, device, profile, request.backend)
     backend = get_backend(backend_name)
+    # No NPU/GPU here: said first (refused, or a dry run told it is expected), before anything about the data.
+    settle_device(dev, recipe, profile, overrides, dry_run=request.dry_run, ray_address=request.ray_address)
     launch = TrainLaunch(data_dir=data_dir, dry_run=request.dry_run, ray_address=request.ray_address,
                          resume=resume or "")
     cluster = backend.find_cluster(launch)

@@ -29,9 +29,11 @@ class LocalBackend(TrainBackend):
         read_settings(cfg)
 
     def prepare(self, cfg: ComposedConfig, launch: TrainLaunch, cluster: Any) -> None:
-        """Refuse what only a verl launch has: a dry run, a Ray cluster."""
+        """Refuse what only a verl launch has (a dry run, a Ray cluster) and a resume that would start over."""
         if launch.dry_run or launch.ray_address:
             raise VerlflowError("dry_run and ray_address apply to backend=verl only; the local trainer runs here")
+        if launch.resume:
+            check_resumable(cfg, launch.resume)
 
     def run_logging(self, cfg: ComposedConfig) -> RunLogging:
         """Through a metric buffer that spills under the recipe's output folder (default outputs/local),
@@ -46,3 +48,28 @@ class LocalBackend(TrainBackend):
         from verlflow.backends.local.trainer import train_local
 
         return train_local(cfg, data_dir=launch.data_dir, run_id=run_id, started_at=started_at, logger=logger)
+
+
+def check_resumable(cfg: ComposedConfig, run_id: str) -> None:
+    """Before a resumed run reopens: it continues after a checkpoint (the trainer says which), or from step 1 when no
+    step reached the run (said here); a run that logged steps but kept no checkpoint is refused in one line, never
+    restarted at step 0 in place, its logged steps trained again under the old numbers. Starting over is a new run.
+    """
+    from verlflow.backends.local import checkpoint as ckpt
+    from verlflow.backends.local.settings import read_settings
+    from verlflow.backends.local.trainer import with_run_folder
+    from verlflow.names import TIMING_STEP, metric_names
+    from verlflow.tracking import lookups
+
+    settings = read_settings(with_run_folder(cfg, run_id))
+    if ckpt.resume_candidates(settings.default_local_dir, settings.resume_mode, settings.resume_from_path):
+        return
+    logged = lookups.metric_steps(run_id, metric_names(TIMING_STEP))
+    if not logged:
+        print(f"verlflow: resume: run {run_id} continues from step 1 (no step had reached the run)", flush=True)
+        return
+    why = ("trainer.resume_mode=disable" if settings.resume_mode == "disable" else
+           f"none was saved or all were removed; trainer.save_freq={settings.save_freq}")
+    raise VerlflowError(f"resume: run {run_id} logged steps up to {max(logged)} but has no checkpoint under "
+                        f"{settings.default_local_dir} ({why}): resuming would restart it at step 0; to start over, "
+                        "start a new run (the same command without --resume)")

@@ -95,6 +95,9 @@ def train_local(
     try:
         trainer.setup()
         return trainer.train(on_step_end=on_step_end, started_at=started_at)
+    except KeyboardInterrupt:  # a stop (Ctrl-C, SIGTERM): the last whole step is kept, and the stop line says where
+        trainer.keep_on_stop()
+        raise
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
@@ -248,8 +251,9 @@ class LocalTrainer:
         self.last_saved = ckpt.hf_dir(found)
         self.logger.set_tags({RESUMED_FROM_TAG: str(Path(found).resolve())})
         origin = state.get("run_id")
-        other = f" (written by run {origin})" if origin and origin != self.run_id else ""
-        log.warning("resuming from %s%s at step %d of %d", found, other, self.global_step, self.total_steps)
+        other = f", written by run {origin}" if origin and origin != self.run_id else ""
+        print(f"verlflow: resume: run {self.run_id} continues after step {self.global_step} of {self.total_steps} "
+              f"(checkpoint {found}{other})", flush=True)
 
     def _read_checkpoint(self, candidates: list[Path]) -> tuple[Path, dict, Any]:
         """The first of ``candidates`` whose trainer state and model load: (folder, state, model); a newest one
@@ -284,14 +288,15 @@ class LocalTrainer:
             self.global_step += 1
             step = self.global_step
             last = step >= self.total_steps
-            if step in self.cfg.verlflow.profile_steps:
-                metrics, samples = self._profiled_step(step)
-            else:
-                metrics, samples = self._train_step()
+            metrics, samples = self._whole_step(step)
             if self.settings.test_freq > 0 and (last or step % self.settings.test_freq == 0):
                 timing: dict[str, float] = {}
-                with timer("testing", timing):
-                    metrics.update(self._validate())
+                try:
+                    with timer("testing", timing):
+                        metrics.update(self._validate())
+                except KeyboardInterrupt:  # stopped while validating: the step trained, its metrics are kept
+                    self._log(metrics, step)
+                    raise
                 metrics["timing_s/testing"] = timing["testing"]
             self._log(metrics, step)
             if last or (self.settings.test_freq > 0 and step % self.settings.test_freq == 0):
@@ -309,6 +314,18 @@ class LocalTrainer:
         summaries = run_record.record_final(self.logger, final, self.global_step, started_at)
         return TrainResult(final_checkpoint=final, steps=self.global_step, run_id=self.run_id,
                            metrics={**metrics, **summaries})
+
+    def _whole_step(self, step: int) -> tuple[dict[str, float], dict[str, list]]:
+        """Step ``step`` (profiled when the recipe says so), or none of it: a stop inside it (the rollout's safe points
+        come before the update) undoes the step's count and the random draws it made, so the model, optimizer and
+        RNG a stop saves are those of the step before, as an uninterrupted run had them."""
+        drawn_from = ckpt.rng_state()
+        try:
+            return self._profiled_step(step) if step in self.cfg.verlflow.profile_steps else self._train_step()
+        except KeyboardInterrupt:
+            self.global_step = step - 1
+            ckpt.set_rng_state(drawn_from)
+            raise
 
     def _train_step(self) -> tuple[dict[str, float], dict[str, list]]:
         """One GRPO step on the next ``train_batch_size`` prompts; returns (metrics, samples)."""
@@ -357,6 +374,32 @@ class LocalTrainer:
                                                self.tokenizer, state, keep=self.settings.max_ckpt_to_keep)
         if self.global_step < self.total_steps:  # the last one becomes the run's final model, in train()
             self.logger.log_checkpoint_model(self.last_saved.resolve(), self.global_step)
+
+    def keep_on_stop(self) -> None:
+        """On a stop: save the last whole step (``global_step``) unless it is saved already, and tell the stop line
+        which checkpoint ``--resume`` continues after, or that there is none and why (:func:`stopping.tell_stand`).
+
+        Every recipe, ``save_freq=-1`` included (the smoke recipe): a Ctrl-C at step 15 of 40 keeps step 15. A save
+        that fails (a full disk) costs the checkpoint, never the stop; the line says so."""
+        step, failed = self.global_step, ""
+        saved = ckpt.checkpoint_step(self.last_saved.parent.parent) if self.last_saved is not None else None
+        if step > 0 and step != saved and getattr(self, "model", None) is not None:
+            try:
+                self._save()
+            except Exception as exc:  # noqa: BLE001 - the stop goes on; its line names what was lost
+                failed = f" (step {step} could not be saved on stop: {first_line(exc, 200)})"
+        resume = f"`verlflow train --resume {self.run_id}` (-P resume={self.run_id})"
+        newest = ckpt.find_resume_checkpoint(self.settings.default_local_dir, "auto", None)
+        total = getattr(self, "total_steps", None)
+        if newest is not None:
+            of = f" of {total}" if total else ""
+            stand = (f"last checkpoint: step {ckpt.checkpoint_step(newest)}{of}, {newest}{failed}; "
+                     f"{resume} continues after it")
+        elif step == 0:
+            stand = f"no checkpoint: it stopped before step 1 ended; {resume} starts it from step 1"
+        else:
+            stand = f"no checkpoint{failed}: nothing to resume from; start a new run"
+        stopping.tell_stand(stand)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         """Log a step's metrics under verl's sanitized names (``mean@1`` → ``mean_at_1``), as verl's logger."""

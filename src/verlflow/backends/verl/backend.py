@@ -37,7 +37,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verlflow import config, secrets
+from verlflow import config, secrets, stopping
+from verlflow.backends.train_setup import node_hint
 from verlflow.backends.verl import command as verl_command
 from verlflow.backends.verl import forced
 from verlflow.backends.verl import launch as verl_launch
@@ -91,14 +92,6 @@ class VerlTrainResult:
     ray_job_id: str | None = None
 
 
-def node_hint(profile: config.Profile) -> str:
-    """Where a launch of ``profile`` belongs, named by its hardware record ("run on an A2 node"), not by its device."""
-    record = profile.accelerator
-    if record is not None:
-        return f"run on an {record.name} node"
-    return f"run on a node with {profile.device.word}s" if profile.device.is_accelerator else "use backend=local"
-
-
 def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Probe | None = None,
               environ: dict[str, str] | None = None) -> None:
     """Refuse, in one line, a launch that cannot work here: no device, too few devices, missing data/model.
@@ -116,16 +109,9 @@ def preflight(cfg: config.ComposedConfig, plan: LaunchPlan, *, probe: device.Pro
 
         verl_cpu.check_cpu_launch(plan.env)
         return
-    if platform.torch_extension and not probe.import_ok(platform.torch_extension):
-        raise VerlflowError(f"no {word} is visible on this machine ({platform.torch_extension} not installed); {hint}")
+    if absent := device.absence(dev, probe=probe, environ=environ):
+        raise VerlflowError(f"{absent}; {hint}")
     visible = device.count_visible(dev, probe=probe, environ=environ)
-    if visible == 0:
-        lister = device.lister_command(dev)
-        said = probe.failure(lister)  # the tool's own first error line, e.g. npu-smi's "dcmi ... ret is -8020"
-        why = f"{lister[0]} lists none"
-        if said:
-            why = said if said.startswith(lister[0]) else f"{' '.join(lister)}: {said}"
-        raise VerlflowError(f"no {word} is visible here ({why}); {hint}")
     if platform.needs_cuda_torch and probe.torch_cuda() is None:
         raise VerlflowError(f"torch here is a CPU build (torch.version.cuda is None): install a CUDA torch; {hint}")
     wanted = int(plan.overrides.get("trainer.n_gpus_per_node", config.verl_defaults()["trainer.n_gpus_per_node"]))
@@ -250,7 +236,12 @@ def train_verl(
         nodes_at = verl_node_sampler.sampler_address(ray_address, plan.overrides.get("trainer.nnodes", 1))
         with verl_node_sampler.sampling_nodes(run_id, address=nodes_at, tracking_uri=lookups.tracking_uri(),
                                               interval_s=system_metrics.sampling_interval(cfg.verlflow)):
-            rc = _launch(plan, run_id, spec=spec, ray_address=ray_address)
+            try:
+                rc = _launch(plan, run_id, spec=spec, ray_address=ray_address)
+            except KeyboardInterrupt:  # the stop line names the checkpoint a resume continues after (not a Ray job's)
+                if not spec:
+                    stopping.tell_stand(verl_resume.stop_stand(run_id, plan.checkpoint_dir))
+                raise
     tracking.log_run_summaries(run_id, started_at)
     if "global_profiler.save_path" in plan.overrides:  # verlflow.profile_steps: verl's traces, by step
         from verlflow.tracking.profiling import log_profile_folder

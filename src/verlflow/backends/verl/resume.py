@@ -77,6 +77,21 @@ def choose_resume_point(run_id: str, checkpoint_dir: str | Path) -> ResumePoint:
         "trainer.save_freq=<N> (and trainer.max_actor_ckpt_to_keep=<K> to bound the disk it takes)")
 
 
+def stop_stand(run_id: str, checkpoint_dir: str | Path) -> str | None:
+    """Where a stopped verl run stands, for its stop line: the checkpoint ``--resume`` continues after, or why there
+    is none (:func:`choose_resume_point`'s own reasons); None when the store cannot say (the stop goes on)."""
+    resume = f"`verlflow train --resume {run_id}` (-P resume={run_id})"
+    try:
+        point = choose_resume_point(run_id, checkpoint_dir)
+    except VerlflowError as exc:
+        return f"no checkpoint to continue from: {str(exc).removeprefix('resume: ')}"
+    except Exception:  # noqa: BLE001 - a store that does not answer now costs the line's end, never the stop
+        return None
+    if point.folder is None:
+        return f"no checkpoint: no step had reached the run; {resume} starts it from step 1"
+    return f"last checkpoint: step {point.step}, {point.folder}; {resume} continues after it"
+
+
 def trained_through(checkpoint_dir: str | Path, total_steps: object) -> int | None:
     """The last step, when verl's tracker under ``checkpoint_dir`` already points at it; None while steps remain.
 
