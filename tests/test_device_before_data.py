@@ -23,9 +23,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not Non
 
 
 def _laptop(root: Path) -> dict[str, str]:
-    """The environment of a laptop with no NPU and no NVIDIA driver, a fresh store of its own."""
+    """The environment of a laptop with no NPU (no npu-smi at all) and nvidia-smi but no NVIDIA driver (it fails as
+    nvidia-utils without a GPU does), a fresh store of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "MLFLOW_RUN_ID"))}
-    return {**env, "PATH": f"{FAKES}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": fresh_store(root)}
+    tools = root / "bin"
+    tools.mkdir(exist_ok=True)
+    (tools / "nvidia-smi").symlink_to(FAKES / "nvidia-smi")
+    return {**env, "PATH": f"{tools}:{os.environ['PATH']}", "MLFLOW_TRACKING_URI": fresh_store(root)}
 
 
 def _runs(uri: str) -> list:
