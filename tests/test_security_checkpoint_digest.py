@@ -43,8 +43,7 @@ def _trained_run(client: MlflowClient, folder: Path, *, record: bool = True) -> 
                                                     "verlflow.model_name": "tiny-digest"}).info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in PARAMS.items()])
     if record:
-        record_digest(run_id, folder, lambda p: client.log_batch(run_id, params=[Param(k, v) for k, v in p.items()]),
-                      client)
+        record_digest(run_id, folder, lambda p: client.log_batch(run_id, params=[Param(k, v) for k, v in p.items()]))
     client.set_tag(run_id, CHECKPOINT_DIR_TAG, str(folder))
     client.set_terminated(run_id, "FINISHED")
     return run_id

@@ -21,18 +21,19 @@ from verlflow.util import first_line
 log = logging.getLogger(__name__)
 
 
-def record_digest(run_id: str, folder: str | Path, log_params: Callable[[dict[str, str]], Any], client: Any) -> None:
+def record_digest(run_id: str, folder: str | Path, log_params: Callable[[dict[str, str]], Any]) -> None:
     """Log the weights' digest of ``run_id``'s final checkpoint as its param (through ``log_params``, the run's
     own writer). Written once: a run resumed after it recorded its checkpoint keeps the first record (a warning
     when the new one differs). Best effort: with the store away, a warning says reuse will retrain the run and
     register will take the folder as it is; the run's end is not put at risk for it."""
+    from verlflow.tracking import lookups
     from verlflow.tracking.run_logger import store_errors
 
     digest = weights_digest(folder)
     if digest is None:
         return
     try:
-        recorded = client.get_run(run_id).data.params.get(CHECKPOINT_DIGEST_PARAM)
+        recorded = lookups.run_by_id(run_id).data.params.get(CHECKPOINT_DIGEST_PARAM)
         if recorded is None:
             log_params({CHECKPOINT_DIGEST_PARAM: digest})
     except store_errors() as exc:

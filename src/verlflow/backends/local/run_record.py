@@ -88,11 +88,9 @@ def record_final(logger: RunLogger, final: Path, step: int, started_at: float) -
     final model; returns the summaries."""
     logger.flush()  # the summaries are over the per-step history
     summaries = logger.log_summaries(started_at)
-    from mlflow.tracking import MlflowClient
-
     from verlflow.models.checkpoint_record import record_digest
 
-    record_digest(logger.run_id, final, logger.log_params, MlflowClient())
+    record_digest(logger.run_id, final, logger.log_params)
     logger.set_tags({CHECKPOINT_DIR_TAG: str(final)})
     logger.log_final_model(final, step)
     return summaries

@@ -343,11 +343,9 @@ def _merge_final_checkpoint(plan: LaunchPlan, run_id: str) -> Path:
     finally:
         if merge_log.is_file():
             writes.log_file(str(merge_log), "logs")
-    from mlflow.tracking import MlflowClient
-
     from verlflow.models.checkpoint_record import record_digest
 
-    record_digest(run_id, hf_dir, writes.log_params, MlflowClient())
+    record_digest(run_id, hf_dir, writes.log_params)
     writes.set_tags({CHECKPOINT_DIR_TAG: str(hf_dir), CHECKPOINT_SOURCE_TAG: str(actor)})
     print(f"verlflow: final checkpoint {actor} merged into {hf_dir}")
     logged_models.record_final_model(run_id, hf_dir, step_of(actor.parent))
