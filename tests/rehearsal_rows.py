@@ -227,6 +227,9 @@ MISTAKES: dict[str, Row] = {
                                 skip("verl 0.5.0 runs its agent loop only with rollout.mode=async")),
     "trace_weave": Row("rollout side", "npu", f"{R}.trace.backend=weave", warning(f"{R}.trace.backend"),
                        skip(NO_KEY_05)),
+    "agent_loop_target_nowhere": Row("rollout side", "npu", f"{R}.agent.agent_loop_config_path={{agent_loops_nowhere}} "
+                                                            f"{R}.agent.default_agent_loop=my_lost_loop",
+                                     error(f"{R}.agent.agent_loop_config_path"), skip(NO_KEY_05)),  # agent_loop.py:682
     "reward_workers_zero": Row("rollout side", "npu", "reward.num_workers=0", error("reward.num_workers"),
                                skip(NO_KEY_05)),
     # Judged for the cluster's verl (the profile's stack names it; rehearsal/versions.py): legal on 0.9.1.
@@ -333,6 +336,15 @@ LEGAL: dict[str, Row] = {
                     skip("DRO came after verl 0.5.0")),
     "gen_batch_half": Row("legal", "npu", "data.gen_batch_size=256", PASS, extra={"guide": "+data.gen_batch_size=256"}),
     "vllm_logprobs_raw": Row("legal", "gpu", f"{R}.logprobs_mode=raw_logprobs", PASS, skip(NO_KEY_05)),
+    # The user's own code verl loads, called or looked up as verl does (a false refusal blocks a correct launch).
+    "reward_reads_num_turns": Row("legal", "npu", "reward.custom_reward_function.path={reward_turns}", PASS,
+                                  skip("verl 0.5.0's sync rollout passes num_turns=None and no rollout_reward_scores"
+                                       " (workers/reward_manager/naive.py:80)")),  # 0.9 reward_manager/naive.py:49
+    "agent_loop_own_module": Row("legal", "npu", f"{R}.agent.default_agent_loop=my_single_turn", PASS,
+                                 skip(NO_KEY_05), profile="a3_agents"),  # verl/__init__.py:49, agent_loop.py:475
+    "agent_loop_config_file": Row("legal", "gpu", f"{R}.agent.agent_loop_config_path={{agent_loops}} "
+                                                  f"{R}.agent.default_agent_loop=my_config_loop", PASS,
+                                  skip(NO_KEY_05)),  # agent_loop.py:534-539
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -448,10 +460,40 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
     signature = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     for name, value in returns.items():
         (root / f"{name}.py").write_text(f"{signature}    return {value}\n")
-    return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns},
+    return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns}, **_user_code(root),
             "data:full": str(full), "data:small": str(small),
             **{f"model:{k}": str(v) for k, v in variants.items()},
             "reward": str(reward), "reward_broken": str(broken), "not_parquet": str(not_parquet)}
+
+
+def _user_code(root: Path) -> dict[str, str]:
+    """A user's own code verl loads: a reward reading what verl adds to extra_info (0.9 reward_loop/reward_manager/
+    naive.py:49-52), an agent-loop module registered through the profile's env (verl/__init__.py:49
+    VERL_USE_EXTERNAL_MODULES) and agent-loop config files (agent_loop.py:534-539), one naming a class that is
+    nowhere."""
+    import yaml
+
+    reward = root / "reward_turns.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    turns, earlier = extra_info['num_turns'], extra_info['rollout_reward_scores']\n"
+                      "    correct = float(solution_str.strip().endswith(str(ground_truth)))\n"
+                      "    return earlier.get('score', correct - 0.1 * max(0, turns - 2))\n")
+    code = root / "user-code"
+    code.mkdir()
+    (code / "rehearsal_agents.py").write_text(
+        "from verl.experimental.agent_loop.agent_loop import register\n"
+        "from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop\n\n\n"
+        "@register('my_single_turn')\nclass MySingleTurn(SingleTurnAgentLoop):\n    pass\n")
+    single_turn = "verl.experimental.agent_loop.single_turn_agent_loop.SingleTurnAgentLoop"
+    loops = {"agent_loops": [{"name": "my_config_loop", "_target_": single_turn}],
+             "agent_loops_nowhere": [{"name": "my_lost_loop", "_target_": "my_agents.loops.LostLoop"}]}
+    for name, entries in loops.items():
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(entries))
+    profile = yaml.safe_load((REPO / "src" / "verlflow" / "config" / "profiles" / "a3.yaml").read_text())
+    profile.setdefault("env", {}).update({"VERL_USE_EXTERNAL_MODULES": "rehearsal_agents", "PYTHONPATH": str(code)})
+    (root / "a3_agents.yaml").write_text(yaml.safe_dump(profile))
+    return {"reward_turns": str(reward), "profile:a3_agents": str(root / "a3_agents.yaml"),
+            **{name: str(root / f"{name}.yaml") for name in loops}}
 
 
 def _profiles_with_verl(root: Path, version: str) -> dict[str, str]:
