@@ -119,6 +119,8 @@ MISTAKES: dict[str, Row] = {
                         error(f"{REF}.ulysses_sequence_parallel_size")),
     "sp_world_h20": Row("device meshes", "gpu", f"{A}.ulysses_sequence_parallel_size=3",
                         error(f"{A}.ulysses_sequence_parallel_size")),
+    "response_past_positions": Row("device meshes", "npu", "data.max_response_length=3500",
+                                   error("data.max_response_length")),  # 0.5 vllm_rollout_spmd.py:120
     "max_model_len_positions": Row("device meshes", "npu", f"{R}.max_model_len=8192", error(f"{R}.max_model_len")),
     # The rollout engine and vLLM's own arguments.
     "gpu_memory_over": Row("rollout engine", "npu", f"{R}.gpu_memory_utilization=1.5",
@@ -193,6 +195,14 @@ MISTAKES: dict[str, Row] = {
                          extra={"guide": "custom_reward_function.path={reward_raises}"}),
     "reward_manager": Row("reward", "npu", "reward.reward_manager.name=nave", error("reward.reward_manager.name"),
                           error("reward_model.reward_manager"), extra={"guide": "reward_model.reward_manager=nave"}),
+    # The function's signature against what verl passes (0.9 reward_manager/naive.py:67, reward.py:38).
+    "reward_no_extra_info": Row("reward", "npu", "reward.custom_reward_function.path={reward_no_extra_info}",
+                                error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
+                                extra={"guide": "custom_reward_function.path={reward_no_extra_info}"}),
+    "reward_needs_kwarg": Row("reward", "gpu", "reward.custom_reward_function.path={reward_needs_scale}",
+                              error("reward.custom_reward_function.reward_kwargs"),
+                              error("custom_reward_function.reward_kwargs"),
+                              extra={"guide": "custom_reward_function.path={reward_needs_scale}"}),
     "reward_source": Row("reward", "npu", "reward.reward_manager.source=registry",
                          error("reward.reward_manager.source"), skip(NO_KEY_05)),
     # The first step on a tiny batch: the reward's return read as verl reads it, the advantage estimator and the
@@ -200,6 +210,10 @@ MISTAKES: dict[str, Row] = {
     "reward_no_score": Row("first step", "npu", "reward.custom_reward_function.path={reward_dict}",
                            error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
                            extra={"guide": "custom_reward_function.path={reward_dict}"}),
+    "reward_score_string": Row("first step", "npu", "reward.custom_reward_function.path={reward_score_string}",
+                               error("reward.custom_reward_function.path"),
+                               skip("0.5.0 reads the return the same way; reward_no_score runs there")),
+    # ^ 0.9 reward_manager/naive.py:93 result["score"], base.py:assemble_rm_scores new_tensor
     "reward_none": Row("first step", "gpu", "reward.custom_reward_function.path={reward_none}",
                        error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
                        extra={"guide": "custom_reward_function.path={reward_none}"}),
@@ -235,6 +249,8 @@ MISTAKES: dict[str, Row] = {
     # Judged for the cluster's verl (the profile's stack names it; rehearsal/versions.py): legal on 0.9.1.
     "max_model_len_short_091": Row("verl versions", "npu", f"{R}.max_model_len=1024", warning(f"{R}.max_model_len"),
                                    profile="a3_091"),
+    "response_past_positions_091": Row("verl versions", "npu", "data.max_response_length=3500",
+                                       warning("data.max_response_length"), profile="a3_091"),  # async_server:593
     "trainer_device_091": Row("verl versions", "npu", "trainer.device=cuda", warning("trainer.device"),
                               profile="a3_091"),
     "reward_legacy_missing_091": Row("verl versions", "npu", "custom_reward_function.path=/nope.py",
@@ -282,6 +298,9 @@ MISTAKES: dict[str, Row] = {
                                error("trainer.resume_from_path")),
     "resume_world_size": Row("resume", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w8}",
                              error("trainer.resume_from_path")),
+    "resume_path_actor": Row("resume", "gpu", "trainer.resume_mode=resume_path "
+                                              "trainer.resume_from_path={ckpt_w8}/actor",
+                             error("trainer.resume_from_path")),  # 0.9 ray_trainer.py:1083 int(…global_step_…)
     "resume_hdfs": Row("resume", "npu", "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
                        error("trainer.default_hdfs_dir")),
 }
@@ -345,6 +364,10 @@ LEGAL: dict[str, Row] = {
     "agent_loop_config_file": Row("legal", "gpu", f"{R}.agent.agent_loop_config_path={{agent_loops}} "
                                                   f"{R}.agent.default_agent_loop=my_config_loop", PASS,
                                   skip(NO_KEY_05)),  # agent_loop.py:534-539
+    "reward_kwarg_given": Row("legal", "gpu", "reward.custom_reward_function.path={reward_needs_scale} "
+                                              "+reward.custom_reward_function.reward_kwargs.scale=2", PASS,
+                              extra={"guide": "custom_reward_function.path={reward_needs_scale} "
+                                              "+custom_reward_function.reward_kwargs.scale=2"}),
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -478,6 +501,13 @@ def _user_code(root: Path) -> dict[str, str]:
                       "    turns, earlier = extra_info['num_turns'], extra_info['rollout_reward_scores']\n"
                       "    correct = float(solution_str.strip().endswith(str(ground_truth)))\n"
                       "    return earlier.get('score', correct - 0.1 * max(0, turns - 2))\n")
+    signatures = {"reward_no_extra_info": "def compute_score(data_source, solution_str, ground_truth):\n",
+                  "reward_needs_scale": "def compute_score(data_source, solution_str, ground_truth, extra_info, *, "
+                                        "scale):\n"}
+    for name, signature in signatures.items():
+        (root / f"{name}.py").write_text(f"{signature}    return float(str(ground_truth) in solution_str)\n")
+    (root / "reward_score_string.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {'score': '1.0'}\n")
     code = root / "user-code"
     code.mkdir()
     (code / "rehearsal_agents.py").write_text(
@@ -493,6 +523,7 @@ def _user_code(root: Path) -> dict[str, str]:
     profile.setdefault("env", {}).update({"VERL_USE_EXTERNAL_MODULES": "rehearsal_agents", "PYTHONPATH": str(code)})
     (root / "a3_agents.yaml").write_text(yaml.safe_dump(profile))
     return {"reward_turns": str(reward), "profile:a3_agents": str(root / "a3_agents.yaml"),
+            **{name: str(root / f"{name}.py") for name in (*signatures, "reward_score_string")},
             **{name: str(root / f"{name}.yaml") for name in loops}}
 
 

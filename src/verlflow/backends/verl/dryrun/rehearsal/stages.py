@@ -260,6 +260,7 @@ def reward_call(rehearsal: Rehearsal) -> None:
             result = one_call()
     except Exception as exc:  # whatever the user's function or verl's wrapper raises
         raised = first_step.reward_raised_problem(exc, key, value_of(cfg, key)) if key else None
+        raised = raised or (first_step.reward_signature_problem(exc, key, cfg) if key else None)
         if raised is not None:
             rehearsal.findings.problems.append(raised)
         else:
