@@ -251,6 +251,8 @@ MISTAKES: dict[str, Row] = {
                                    profile="a3_091"),
     "response_past_positions_091": Row("verl versions", "npu", "data.max_response_length=3500",
                                        warning("data.max_response_length"), profile="a3_091"),  # async_server:593
+    "ref_strategy_091": Row("verl versions", "npu", f"{REF}.strategy=fsdp_2", error(f"{REF}.strategy"),
+                            profile="a3_091"),  # 0.9 workers/config/actor.py:325, workers/engine/base.py:401
     "trainer_device_091": Row("verl versions", "npu", "trainer.device=cuda", warning("trainer.device"),
                               profile="a3_091"),
     "reward_legacy_missing_091": Row("verl versions", "npu", "custom_reward_function.path=/nope.py",
@@ -274,6 +276,10 @@ MISTAKES: dict[str, Row] = {
                              error(f"{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap")),
     "model_dtype": Row("engine", "npu", f"{A}.fsdp_config.model_dtype=bfloat", error(f"{A}.fsdp_config.model_dtype"),
                        extra={"guide": f"+{A}.fsdp_config.model_dtype=bfloat"}),
+    "mixed_precision_dtype": Row("engine", "npu", f"+{A}.fsdp_config.mixed_precision.param_dtype=bfloat",
+                                 error(f"{A}.fsdp_config.mixed_precision.param_dtype")),
+    # ^ 0.9 workers/engine/fsdp/transformer_impl.py:393, 0.5 workers/fsdp_workers.py PrecisionType.to_dtype
+    "ref_strategy": Row("engine", "npu", f"{REF}.strategy=fsdp_2", warning(f"{REF}.strategy")),  # 0.5 never reads it
     "fsdp_size": Row("engine", "npu", f"{A}.fsdp_config.fsdp_size=3", error(f"{A}.fsdp_config.fsdp_size")),
     "lora_targets": Row("engine", "gpu", f"{LORA} {M}.target_modules=[q_projx]", error(f"{M}.target_modules")),
     "lora_targets_string": Row("engine", "npu", f"{LORA} {M}.target_modules=q_projx", error(f"{M}.target_modules")),
@@ -368,6 +374,7 @@ LEGAL: dict[str, Row] = {
                                               "+reward.custom_reward_function.reward_kwargs.scale=2", PASS,
                               extra={"guide": "custom_reward_function.path={reward_needs_scale} "
                                               "+custom_reward_function.reward_kwargs.scale=2"}),
+    "mixed_precision_fp32": Row("legal", "npu", f"+{A}.fsdp_config.mixed_precision.param_dtype=fp32", PASS),
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }

@@ -13,6 +13,8 @@ since the user probably meant something else). When the two verls differ the dry
 - ``data.max_prompt_length + max_response_length`` over the model's positions (no ``rollout.max_model_len``):
   0.5.0's vLLM rollout asserts they fit (``vllm_rollout_spmd.py:120``); 0.9.1 sets ``max_model_len`` to the
   positions and caps each response to what is left (``vllm_async_server.py:1105``, ``:593``).
+- ``ref.strategy`` that names no engine (``fsdp_2``): 0.9.1's reference worker builds its engine with it
+  (``workers/engine/base.py:401`` asserts the backend); 0.5.0 never reads it (the reverse: fatal on the newer).
 - ``trainer.device`` not the profile's: 0.5.0 asks Ray for those devices (``RayPPOTrainer.device_name``) and
   waits for ever; 0.9.1 resets it to the platform it detects (``utils/device.py:auto_set_device``).
 - the top-level ``custom_reward_function``: 0.5.0 loads it (``trainer/ppo/reward.py:get_custom_reward_fn``);
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from verlflow.backends.verl.dryrun.keys import ROLLOUT
+from verlflow.backends.verl.dryrun.keys import REF, ROLLOUT
 from verlflow.errors import Problem
 
 LEGACY_REWARD = "custom_reward_function"
@@ -61,6 +63,8 @@ class VersionRule:
     fatal_at: str
     legal_at: str
     clue: str = ""  # only the lines on ``key`` whose fix says this (another check may name the same key)
+    # Fatal from ``legal_from`` on and legal (ignored) before it: a key the older verl never reads.
+    inverted: bool = False
 
     def covers(self, problem: Problem) -> bool:
         """Whether ``problem`` is this rule's line."""
@@ -80,6 +84,10 @@ RULES = (
                 "verl 0.9.1 sets rollout.max_model_len to the model's positions (vllm_async_server.py:1105) and "
                 "caps each response to what is left (:593), so long prompts get shorter responses",
                 clue="max_position_embeddings"),
+    VersionRule(f"{REF}.strategy", "0.9.1",
+                "verl 0.9.1 builds the reference model's engine for it (workers/engine/base.py:401)",
+                "verl 0.5.0 never reads it: the reference is built with the actor's strategy "
+                "(workers/fsdp_workers.py:369); a 0.9.1 image would refuse it", inverted=True),
     VersionRule("trainer.device", "0.9.1",
                 "verl 0.5.0 asks Ray for these devices (RayPPOTrainer.device_name) and waits for ever",
                 "verl 0.9.1 resets it to the platform it detects on the nodes (utils/device.py:auto_set_device)"),
@@ -125,7 +133,7 @@ def versions_note(versions: VerlVersions) -> list[str]:
 
 def _legal(rule: VersionRule, version: str) -> bool:
     judged, boundary = _release(version), _release(rule.legal_from)
-    return judged is not None and boundary is not None and judged >= boundary
+    return judged is not None and boundary is not None and (judged >= boundary) != rule.inverted
 
 
 def judge(problems: list[Problem], versions: VerlVersions) -> tuple[list[Problem], list[str]]:
