@@ -102,6 +102,12 @@ MISTAKES: dict[str, Row] = {
                                              f"{R}.log_prob_micro_batch_size_per_gpu=48 "
                                              f"{REF}.log_prob_micro_batch_size_per_gpu=8",
                              error(f"{R}.log_prob_micro_batch_size_per_gpu"), PASS),
+    # Dynamic batches' token budgets (utils/seqlen_balancing.py:277 on 0.5.0, which pads to prompt + response).
+    "token_budget": Row("sizes", "npu", f"{A}.ppo_max_token_len_per_gpu=1024", error(f"{A}.ppo_max_token_len_per_gpu")),
+    "ref_token_budget": Row("sizes", "gpu", f"{REF}.log_prob_max_token_len_per_gpu=2000",
+                            error(f"{REF}.log_prob_max_token_len_per_gpu")),  # 0.5 fsdp_workers.py:821
+    "token_budget_null": Row("sizes", "npu", f"{R}.log_prob_max_token_len_per_gpu=null",
+                             error(f"{R}.log_prob_max_token_len_per_gpu")),  # 0.5 dp_actor.py:322 None × sp
     "remove_padding": Row("sizes", "npu", f"{A}.ulysses_sequence_parallel_size=2 {M}.use_remove_padding=false",
                           error(f"{M}.use_remove_padding")),
     # What needs the devices, by arithmetic for the profile's world size (16 on A3, 8 on H20).
@@ -253,6 +259,8 @@ MISTAKES: dict[str, Row] = {
                                        warning("data.max_response_length"), profile="a3_091"),  # async_server:593
     "ref_strategy_091": Row("verl versions", "npu", f"{REF}.strategy=fsdp_2", error(f"{REF}.strategy"),
                             profile="a3_091"),  # 0.9 workers/config/actor.py:325, workers/engine/base.py:401
+    "token_budget_091": Row("verl versions", "npu", f"{A}.ppo_max_token_len_per_gpu=1024",
+                            warning(f"{A}.ppo_max_token_len_per_gpu"), profile="a3_091"),  # seqlen_balancing.py:384
     "trainer_device_091": Row("verl versions", "npu", "trainer.device=cuda", warning("trainer.device"),
                               profile="a3_091"),
     "reward_legacy_missing_091": Row("verl versions", "npu", "custom_reward_function.path=/nope.py",
@@ -319,8 +327,6 @@ WARNINGS: dict[str, Row] = {
     "one_response_per_group": Row("warnings", "npu", f"{R}.n=1", warning(f"{R}.n")),
     "save_contents_unknown": Row("warnings", "npu", f"{A}.checkpoint.save_contents=['model','optimizer','weights']",
                                  warning(f"{A}.checkpoint.save_contents")),
-    "token_budget": Row("warnings", "npu", f"{A}.ppo_max_token_len_per_gpu=1024",
-                        warning(f"{A}.ppo_max_token_len_per_gpu")),
     "prometheus": Row("warnings", "npu", f"{R}.prometheus.enable=True", warning(f"{R}.prometheus.enable"),
                       skip(NO_KEY_05)),
 }
@@ -375,6 +381,8 @@ LEGAL: dict[str, Row] = {
                               extra={"guide": "custom_reward_function.path={reward_needs_scale} "
                                               "+custom_reward_function.reward_kwargs.scale=2"}),
     "mixed_precision_fp32": Row("legal", "npu", f"+{A}.fsdp_config.mixed_precision.param_dtype=fp32", PASS),
+    "token_budget_sequence_parallel": Row("legal", "npu", f"{A}.ppo_max_token_len_per_gpu=1024 "
+                                                          f"{A}.ulysses_sequence_parallel_size=2", PASS),
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }

@@ -205,16 +205,7 @@ def waste_warnings(cfg: DictConfig) -> list[str]:
             if unknown:
                 warnings.append(f"{section}.{field}={value_of(cfg, f'{section}.{field}')}: verl's checkpoint manager "
                                 f"never looks for {', '.join(map(str, unknown))}: use some of {', '.join(known)}")
-    prompt, response = value_of(cfg, "data.max_prompt_length"), value_of(cfg, "data.max_response_length")
-    longest = prompt + response if isinstance(prompt, int) and isinstance(response, int) else None
-    for key, dynamic in ((f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ACTOR}.use_dynamic_bsz"),
-                         (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz")):
-        budget = value_of(cfg, key)
-        if longest and value_of(cfg, dynamic) and isinstance(budget, int) and budget < longest:
-            warnings.append(f"{key}={budget}: below max_prompt_length + max_response_length = {longest}, so a "
-                            f"full-length sequence does not fit one micro-batch: use >= {longest} (the guide: "
-                            "3 × that for the actor)")
-    return warnings
+    return warnings  # a token budget below one sequence: startup_checks.token_budget_problems
 
 
 @functools.lru_cache(maxsize=1)

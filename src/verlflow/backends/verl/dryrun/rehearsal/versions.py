@@ -15,6 +15,9 @@ since the user probably meant something else). When the two verls differ the dry
   positions and caps each response to what is left (``vllm_async_server.py:1105``, ``:593``).
 - ``ref.strategy`` that names no engine (``fsdp_2``): 0.9.1's reference worker builds its engine with it
   (``workers/engine/base.py:401`` asserts the backend); 0.5.0 never reads it (the reverse: fatal on the newer).
+- a dynamic batch's token budget × sequence parallel below prompt + response: 0.5.0 pads every sequence to
+  that length, so ``rearrange_micro_batches`` asserts at the first batch; 0.9.1 packs them and asserts only on a
+  batch holding a sequence that long (a warning).
 - ``trainer.device`` not the profile's: 0.5.0 asks Ray for those devices (``RayPPOTrainer.device_name``) and
   waits for ever; 0.9.1 resets it to the platform it detects (``utils/device.py:auto_set_device``).
 - the top-level ``custom_reward_function``: 0.5.0 loads it (``trainer/ppo/reward.py:get_custom_reward_fn``);
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from verlflow.backends.verl.dryrun.keys import REF, ROLLOUT
+from verlflow.backends.verl.dryrun.keys import ACTOR, REF, ROLLOUT
 from verlflow.errors import Problem
 
 LEGACY_REWARD = "custom_reward_function"
@@ -88,6 +91,13 @@ RULES = (
                 "verl 0.9.1 builds the reference model's engine for it (workers/engine/base.py:401)",
                 "verl 0.5.0 never reads it: the reference is built with the actor's strategy "
                 "(workers/fsdp_workers.py:369); a 0.9.1 image would refuse it", inverted=True),
+    *(VersionRule(key, "0.9.1", "verl 0.5.0 pads every sequence to prompt + response, so "
+                                "rearrange_micro_batches asserts at the first batch (utils/seqlen_balancing.py:277)",
+                  "verl 0.9.1 packs sequences first (ray_trainer.py:1255) and asserts only on a batch holding one "
+                  "longer than the budget × sp (utils/seqlen_balancing.py:384): it fails when a response runs that "
+                  "long", clue="verl 0.5.0 pads every sequence")
+      for key in (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
+                  f"{REF}.log_prob_max_token_len_per_gpu")),
     VersionRule("trainer.device", "0.9.1",
                 "verl 0.5.0 asks Ray for these devices (RayPPOTrainer.device_name) and waits for ever",
                 "verl 0.9.1 resets it to the platform it detects on the nodes (utils/device.py:auto_set_device)"),
