@@ -31,6 +31,7 @@ MICRO_SET = f"{FIXED_BATCH} {R}.log_prob_micro_batch_size_per_gpu=8 {REF}.log_pr
 ENGINE_ONLY = "verl 0.5.0's fsdp_workers split batches their own way (rows of docs/preflight.md cover them)"
 NO_KEY_05 = "the key does not exist in verl 0.5.0"
 LORA = f"{M}.lora_rank=32 {M}.lora_alpha=32"
+LOADED = ("model", "optim", "extra_state")  # the files of verl's FSDP checkpoint, per rank
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,9 @@ MISTAKES: dict[str, Row] = {
     "resume_path_actor": Row("resume", "gpu", "trainer.resume_mode=resume_path "
                                               "trainer.resume_from_path={ckpt_w8}/actor",
                              error("trainer.resume_from_path")),  # 0.9 ray_trainer.py:1083 int(…global_step_…)
+    "resume_model_only": Row("resume", "npu", "trainer.resume_mode=resume_path "
+                                              "trainer.resume_from_path={ckpt_model_only}",
+                             error("trainer.resume_from_path")),  # fsdp_checkpoint_manager.py:233 optim_…pt
     "resume_hdfs": Row("resume", "npu", "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
                        error("trainer.default_hdfs_dir")),
 }
@@ -383,6 +387,8 @@ LEGAL: dict[str, Row] = {
     "mixed_precision_fp32": Row("legal", "npu", f"+{A}.fsdp_config.mixed_precision.param_dtype=fp32", PASS),
     "token_budget_sequence_parallel": Row("legal", "npu", f"{A}.ppo_max_token_len_per_gpu=1024 "
                                                           f"{A}.ulysses_sequence_parallel_size=2", PASS),
+    "resume_model_only_loaded": Row("legal", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path="
+                                                    f"{{ckpt_model_only}} {A}.checkpoint.load_contents=[model]", PASS),
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -489,12 +495,14 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
                "reward_raises": "1 / 0"}
     profiles = _profiles_with_verl(root, "0.9.1")
     checkpoints = {}
-    for world in (8, 16):  # verl's FSDP shards, one per rank (empty: the dry run reads names, never loads them)
-        actor = root / f"ckpt-w{world}" / "global_step_5" / "actor"
+    # verl's FSDP shards, one per rank and content (empty: the dry run reads names, never loads them); the last a
+    # model-only save (fsdp_checkpoint_manager.py:213/233/241 load model, optim and extra_state by default).
+    for name, world, contents in (("ckpt_w8", 8, LOADED), ("ckpt_w16", 16, LOADED), ("ckpt_model_only", 16, ["model"])):
+        actor = root / name / "global_step_5" / "actor"
         actor.mkdir(parents=True)
-        for rank in range(world):
-            (actor / f"model_world_size_{world}_rank_{rank}.pt").touch()
-        checkpoints[f"ckpt_w{world}"] = str(actor.parent)
+        for rank, content in ((r, c) for r in range(world) for c in contents):
+            (actor / f"{content}_world_size_{world}_rank_{rank}.pt").touch()
+        checkpoints[name] = str(actor.parent)
     signature = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     for name, value in returns.items():
         (root / f"{name}.py").write_text(f"{signature}    return {value}\n")
