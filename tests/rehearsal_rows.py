@@ -221,6 +221,15 @@ MISTAKES: dict[str, Row] = {
                                error("reward.custom_reward_function.path"),
                                skip("0.5.0 reads the return the same way; reward_no_score runs there")),
     # ^ 0.9 reward_manager/naive.py:93 result["score"], base.py:assemble_rm_scores new_tensor
+    "reward_keys_vary": Row("first step", "gpu", "reward.custom_reward_function.path={reward_keys_vary}",
+                            error("reward.custom_reward_function.path"),
+                            skip("0.5.0 fails at validation's length assert; the same row runs on 0.9.1")),
+    # ^ 0.9 experimental/agent_loop/agent_loop.py:1111 info[key]
+    "reward_extra_list": Row("first step", "npu", "reward.custom_reward_function.path={reward_extra_list}",
+                             error("reward.custom_reward_function.path"),
+                             skip("the same np.mean in 0.5.0's validation")),  # metric_utils.py:1016 np.mean
+    "truth_float": Row("first step", "npu", "", error("data.train_files"), data="float_truth"),  # gsm8k.py:72
+    "truth_none": Row("first step", "gpu", "", error("data.train_files"), data="no_truth"),  # gsm8k.py:72
     "reward_none": Row("first step", "gpu", "reward.custom_reward_function.path={reward_none}",
                        error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
                        extra={"guide": "custom_reward_function.path={reward_none}"}),
@@ -389,6 +398,10 @@ LEGAL: dict[str, Row] = {
                                                           f"{A}.ulysses_sequence_parallel_size=2", PASS),
     "resume_model_only_loaded": Row("legal", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path="
                                                     f"{{ckpt_model_only}} {A}.checkpoint.load_contents=[model]", PASS),
+    "reward_extra_text": Row("legal", "npu", "reward.custom_reward_function.path={reward_extra_text}", PASS,
+                             extra={"guide": "custom_reward_function.path={reward_extra_text}"}),
+    "truth_float_own_reward": Row("legal", "gpu", "reward.custom_reward_function.path={reward}", PASS,
+                                  extra={"guide": "custom_reward_function.path={reward}"}, data="float_truth"),
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -480,6 +493,14 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
     small.mkdir()
     train.head(100).to_parquet(small / "train.parquet")
     shutil.copy(full / "test.parquet", small / "test.parquet")
+    truths = {"float_truth": lambda truth: float(truth.replace(",", "")), "no_truth": lambda truth: None}
+    for name, change in truths.items():  # the ground truth another preprocessing wrote (verlflow's: a string)
+        (root / f"data-{name}").mkdir()
+        for split in ("train", "test"):
+            frame = pd.read_parquet(full / f"{split}.parquet")
+            frame["reward_model"] = [{**row, "ground_truth": change(row["ground_truth"])}
+                                     for row in frame["reward_model"]]
+            frame.to_parquet(root / f"data-{name}" / f"{split}.parquet")
     variants = {"good": model, "missing": root / "nowhere-qwen"}
     for name, damage in (("no_arch", _drop_architectures), ("no_template", _drop_chat_template),
                          ("no_tokenizer", _drop_tokenizer)):
@@ -507,7 +528,7 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
     for name, value in returns.items():
         (root / f"{name}.py").write_text(f"{signature}    return {value}\n")
     return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns}, **_user_code(root),
-            "data:full": str(full), "data:small": str(small),
+            "data:full": str(full), "data:small": str(small), **{f"data:{n}": str(root / f"data-{n}") for n in truths},
             **{f"model:{k}": str(v) for k, v in variants.items()},
             "reward": str(reward), "reward_broken": str(broken), "not_parquet": str(not_parquet)}
 
@@ -529,6 +550,13 @@ def _user_code(root: Path) -> dict[str, str]:
                                         "scale):\n"}
     for name, signature in signatures.items():
         (root / f"{name}.py").write_text(f"{signature}    return float(str(ground_truth) in solution_str)\n")
+    right = "float(str(ground_truth) in solution_str)"
+    extras = {"reward_keys_vary": f"{{'score': {right}, 'acc': True}} if '####' in solution_str else {{'score': 0.0}}",
+              "reward_extra_list": f"{{'score': {right}, 'steps': solution_str.split()}}",
+              "reward_extra_text": f"{{'score': {right}, 'pred': solution_str[-20:]}}"}
+    for name, value in extras.items():
+        (root / f"{name}.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):"
+                                         f"\n    return {value}\n")
     (root / "reward_score_string.py").write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {'score': '1.0'}\n")
     code = root / "user-code"
@@ -546,7 +574,7 @@ def _user_code(root: Path) -> dict[str, str]:
     profile.setdefault("env", {}).update({"VERL_USE_EXTERNAL_MODULES": "rehearsal_agents", "PYTHONPATH": str(code)})
     (root / "a3_agents.yaml").write_text(yaml.safe_dump(profile))
     return {"reward_turns": str(reward), "profile:a3_agents": str(root / "a3_agents.yaml"),
-            **{name: str(root / f"{name}.py") for name in (*signatures, "reward_score_string")},
+            **{name: str(root / f"{name}.py") for name in (*signatures, *extras, "reward_score_string")},
             **{name: str(root / f"{name}.yaml") for name in loops}}
 
 

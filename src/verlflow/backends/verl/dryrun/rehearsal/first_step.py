@@ -64,6 +64,55 @@ def _shown_return(result: Any) -> str:
     return f"{type(result).__name__} {result!r:.60}"
 
 
+# The second response the reward is called on: no answer at all (a group holds wrong answers beside right ones).
+WRONG_ANSWER = "I do not know."
+# Reward extra values verl's metrics take: numbers, bools, strings (skipped) and None (dropped).
+SCALARS = (int, float, bool, str, type(None))
+
+
+def reward_extra_problems(results: list[Any], key: str, cfg: DictConfig) -> tuple[list[Problem], list[str]]:
+    """The extra keys of the reward's dict returns, as verl gathers them over a batch.
+
+    verl 0.9 gathers each key of the first sample's dict over every sample (``experimental/agent_loop/
+    agent_loop.py:1109-1111`` ``info[key]``: a key another sample lacks is a KeyError; 0.5 the validation's
+    ``ray_trainer.py`` length assert) and averages them per data source in validation
+    (``trainer/ppo/metric_utils.py:process_validation_metrics``, ``np.mean``: a list or dict value fails).
+    """
+    dicts = [result for result in results if isinstance(result, dict)]
+    path = value_of(cfg, key)
+    if len(dicts) == len(results) and len({frozenset(d) for d in dicts}) > 1:
+        first, other = (set(d) for d in dicts[:2])
+        return [Problem(key, path, (
+            f"the reward function returned the keys {', '.join(sorted(map(str, first)))} for a right answer and "
+            f"{', '.join(sorted(map(str, other)))} for a wrong one; verl gathers every key of the first sample's "
+            "dict from each sample of the batch (experimental/agent_loop/agent_loop.py:1111, info[key]): return "
+            "the same keys every time (0.0 or None where a value does not apply)"))], []
+    bad = sorted({str(k) for d in dicts for k, v in d.items() if k != "score" and not isinstance(v, SCALARS)})
+    if not bad:
+        return [], []
+    line = (f"the reward function returns {', '.join(bad)} as a list or dict; verl averages every extra key of the "
+            "reward per data source in validation (trainer/ppo/metric_utils.py:process_validation_metrics, "
+            "np.mean): return numbers (or strings, which it skips)")
+    validates = value_of(cfg, "trainer.val_before_train") or (value_of(cfg, "trainer.test_freq") or 0) > 0
+    if validates:
+        return [Problem(key, path, line)], []
+    return [], [f"{key}={path}: {line} (this run does not validate, so only its dumps carry them)"]
+
+
+def ground_truth_problems(truth: Any, source: Any, cfg: DictConfig) -> list[Problem]:
+    """A ground truth verl's default GSM8K scorer can never match: it compares the answer it extracts, a string,
+    with ``ground_truth`` (``utils/reward_score/gsm8k.py:compute_score``, ``answer == ground_truth``), so a float
+    or a missing one makes every reward 0, silently."""
+    if isinstance(truth, str) or "gsm8k" not in str(source).lower():
+        return []
+    key = "data.train_files"
+    return [Problem(key, value_of(cfg, key), (
+        f"the first row's reward_model.ground_truth is {type(truth).__name__} {truth!r:.40}, and verl's default "
+        f"scorer for {source} compares it with the answer it extracts as a string (utils/reward_score/gsm8k.py:"
+        "compute_score), so every reward would be 0: write the ground truth as a string (verlflow preprocess "
+        "does), or give reward.custom_reward_function"))]
+
+
 def reward_raised_problem(exc: BaseException, key: str, path: Any) -> Problem | None:
     """An exception raised inside the reward function's own file (``path``), named on ``key``; None when it was
     raised elsewhere (verl calling it with arguments it does not take is verl's site, :mod:`.raise_sites`)."""

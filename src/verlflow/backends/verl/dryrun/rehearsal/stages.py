@@ -246,18 +246,29 @@ def reward_call(rehearsal: Rehearsal) -> None:
         rehearsal.findings.skipped.append("reward call: this verl's reward manager has no compute_score to call")
         return
     truth = (row.get("reward_model") or {}).get("ground_truth", "")
-    source_key = str(value_of(cfg, "data.reward_fn_key") or "data_source")
-    extra_info = reward_extra_info(row, cfg, manager)
-
-    def one_call() -> Any:
-        result = score(data_source=row.get(source_key), solution_str=f"#### {truth}", ground_truth=truth,
-                       extra_info=extra_info)
-        return asyncio.run(result) if asyncio.iscoroutine(result) else result
-
+    source = row.get(str(value_of(cfg, "data.reward_fn_key") or "data_source"))
     key = reward_function_key(cfg)
+    results = []
+    for solution in (f"#### {truth}", first_step.WRONG_ANSWER):  # a right and a wrong answer, as a group holds
+        ok, result = _one_reward_call(rehearsal, score, dict(data_source=source, solution_str=solution,
+                                                            ground_truth=truth,
+                                                            extra_info=reward_extra_info(row, cfg, manager)), key)
+        if not ok:
+            return
+        results.append(result)
+    if key is None:
+        rehearsal.add(first_step.ground_truth_problems(truth, source, cfg))
+    else:
+        rehearsal.add(*first_step.reward_extra_problems(results, key, cfg))
+
+
+def _one_reward_call(rehearsal: Rehearsal, score: Any, arguments: dict[str, Any], key: str | None) -> tuple[bool, Any]:
+    """One call of the scoring function as verl's reward manager makes it; False when it failed (said)."""
+    cfg = rehearsal.cfg
     try:
         with quiet():
-            result = one_call()
+            result = score(**arguments)
+            result = asyncio.run(result) if asyncio.iscoroutine(result) else result
     except Exception as exc:  # whatever the user's function or verl's wrapper raises
         raised = first_step.reward_raised_problem(exc, key, value_of(cfg, key)) if key else None
         raised = raised or (first_step.reward_signature_problem(exc, key, cfg) if key else None)
@@ -265,10 +276,12 @@ def reward_call(rehearsal: Rehearsal) -> None:
             rehearsal.findings.problems.append(raised)
         else:
             rehearsal.record(exc, "reward")
-        return
+        return False, None
     returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if key else None
     if returned is not None:
         rehearsal.findings.problems.append(returned)
+        return False, None
+    return True, result
 
 
 # What the single-turn agent loop puts beside a rollout (0.9 ``experimental/agent_loop/single_turn_agent_loop.py``:
