@@ -260,6 +260,10 @@ MISTAKES: dict[str, Row] = {
     "agent_loop_target_nowhere": Row("rollout side", "npu", f"{R}.agent.agent_loop_config_path={{agent_loops_nowhere}} "
                                                             f"{R}.agent.default_agent_loop=my_lost_loop",
                                      error(f"{R}.agent.agent_loop_config_path"), skip(NO_KEY_05)),  # agent_loop.py:682
+    "tool_config_missing": Row("rollout side", "gpu", f"{R}.multi_turn.tool_config_path=/nowhere/tools.yaml",
+                               error(f"{R}.multi_turn.tool_config_path"), skip(NO_KEY_05)),  # tool_registry.py:44
+    "tool_class_nowhere": Row("rollout side", "npu", f"{R}.multi_turn.tool_config_path={{tools_nowhere}}",
+                              error(f"{R}.multi_turn.tool_config_path"), skip(NO_KEY_05)),  # tool_registry.py:42
     "reward_workers_zero": Row("rollout side", "npu", "reward.num_workers=0", error("reward.num_workers"),
                                skip(NO_KEY_05)),
     # Judged for the cluster's verl (the profile's stack names it; rehearsal/versions.py): legal on 0.9.1.
@@ -402,6 +406,8 @@ LEGAL: dict[str, Row] = {
                              extra={"guide": "custom_reward_function.path={reward_extra_text}"}),
     "truth_float_own_reward": Row("legal", "gpu", "reward.custom_reward_function.path={reward}", PASS,
                                   extra={"guide": "custom_reward_function.path={reward}"}, data="float_truth"),
+    "tool_config_own": Row("legal", "npu", f"{R}.multi_turn.tool_config_path={{tools}}", PASS, skip(NO_KEY_05),
+                           profile="a3_agents"),  # the class on the profile's PYTHONPATH
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -568,6 +574,11 @@ def _user_code(root: Path) -> dict[str, str]:
     single_turn = "verl.experimental.agent_loop.single_turn_agent_loop.SingleTurnAgentLoop"
     loops = {"agent_loops": [{"name": "my_config_loop", "_target_": single_turn}],
              "agent_loops_nowhere": [{"name": "my_lost_loop", "_target_": "my_agents.loops.LostLoop"}]}
+    (code / "rehearsal_tools.py").write_text("from verl.tools.base_tool import BaseTool\n\n\n"
+                                            "class Calculator(BaseTool):\n    pass\n")
+    loops |= {"tools": {"tools": [{"class_name": "rehearsal_tools.Calculator", "config": {"type": "native"}}]},
+              "tools_nowhere": {"tools": [{"class_name": "my_tools.calculator.Calculator",
+                                           "config": {"type": "native"}}]}}
     for name, entries in loops.items():
         (root / f"{name}.yaml").write_text(yaml.safe_dump(entries))
     profile = yaml.safe_load((REPO / "src" / "verlflow" / "config" / "profiles" / "a3.yaml").read_text())

@@ -114,7 +114,7 @@ def _first_step_config(rehearsal: Rehearsal) -> None:
 @stage("rollout_side.problems", needs=("config", "verl", "cluster"))
 def _rollout_side(rehearsal: Rehearsal) -> None:
     rehearsal.add(*rollout_side.problems(rehearsal.cfg, check_files=rehearsal.check_files,
-                                         image_says=rehearsal.image_says))
+                                         image_says=rehearsal.image_says, launch_env=rehearsal.launch_env))
 
 
 @stage("stages.first_step_calls", needs=("config", "verl"), after=("stages.worker_configs",))
