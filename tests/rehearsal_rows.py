@@ -31,6 +31,7 @@ MICRO_SET = f"{FIXED_BATCH} {R}.log_prob_micro_batch_size_per_gpu=8 {REF}.log_pr
 ENGINE_ONLY = "verl 0.5.0's fsdp_workers split batches their own way (rows of docs/preflight.md cover them)"
 NO_KEY_05 = "the key does not exist in verl 0.5.0"
 LORA = f"{M}.lora_rank=32 {M}.lora_alpha=32"
+LOADED = ("model", "optim", "extra_state")  # the files of verl's FSDP checkpoint, per rank
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ MISTAKES: dict[str, Row] = {
                                              f"{R}.log_prob_micro_batch_size_per_gpu=48 "
                                              f"{REF}.log_prob_micro_batch_size_per_gpu=8",
                              error(f"{R}.log_prob_micro_batch_size_per_gpu"), PASS),
+    # Dynamic batches' token budgets (utils/seqlen_balancing.py:277 on 0.5.0, which pads to prompt + response).
+    "token_budget": Row("sizes", "npu", f"{A}.ppo_max_token_len_per_gpu=1024", error(f"{A}.ppo_max_token_len_per_gpu")),
+    "ref_token_budget": Row("sizes", "gpu", f"{REF}.log_prob_max_token_len_per_gpu=2000",
+                            error(f"{REF}.log_prob_max_token_len_per_gpu")),  # 0.5 fsdp_workers.py:821
+    "token_budget_null": Row("sizes", "npu", f"{R}.log_prob_max_token_len_per_gpu=null",
+                             error(f"{R}.log_prob_max_token_len_per_gpu")),  # 0.5 dp_actor.py:322 None × sp
     "remove_padding": Row("sizes", "npu", f"{A}.ulysses_sequence_parallel_size=2 {M}.use_remove_padding=false",
                           error(f"{M}.use_remove_padding")),
     # What needs the devices, by arithmetic for the profile's world size (16 on A3, 8 on H20).
@@ -120,6 +127,8 @@ MISTAKES: dict[str, Row] = {
                         error(f"{REF}.ulysses_sequence_parallel_size")),
     "sp_world_h20": Row("device meshes", "gpu", f"{A}.ulysses_sequence_parallel_size=3",
                         error(f"{A}.ulysses_sequence_parallel_size")),
+    "response_past_positions": Row("device meshes", "npu", "data.max_response_length=3500",
+                                   error("data.max_response_length")),  # 0.5 vllm_rollout_spmd.py:120
     "max_model_len_positions": Row("device meshes", "npu", f"{R}.max_model_len=8192", error(f"{R}.max_model_len")),
     # The rollout engine and vLLM's own arguments.
     "gpu_memory_over": Row("rollout engine", "npu", f"{R}.gpu_memory_utilization=1.5",
@@ -194,6 +203,14 @@ MISTAKES: dict[str, Row] = {
                          extra={"guide": "custom_reward_function.path={reward_raises}"}),
     "reward_manager": Row("reward", "npu", "reward.reward_manager.name=nave", error("reward.reward_manager.name"),
                           error("reward_model.reward_manager"), extra={"guide": "reward_model.reward_manager=nave"}),
+    # The function's signature against what verl passes (0.9 reward_manager/naive.py:67, reward.py:38).
+    "reward_no_extra_info": Row("reward", "npu", "reward.custom_reward_function.path={reward_no_extra_info}",
+                                error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
+                                extra={"guide": "custom_reward_function.path={reward_no_extra_info}"}),
+    "reward_needs_kwarg": Row("reward", "gpu", "reward.custom_reward_function.path={reward_needs_scale}",
+                              error("reward.custom_reward_function.reward_kwargs"),
+                              error("custom_reward_function.reward_kwargs"),
+                              extra={"guide": "custom_reward_function.path={reward_needs_scale}"}),
     "reward_source": Row("reward", "npu", "reward.reward_manager.source=registry",
                          error("reward.reward_manager.source"), skip(NO_KEY_05)),
     # The first step on a tiny batch: the reward's return read as verl reads it, the advantage estimator and the
@@ -201,6 +218,19 @@ MISTAKES: dict[str, Row] = {
     "reward_no_score": Row("first step", "npu", "reward.custom_reward_function.path={reward_dict}",
                            error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
                            extra={"guide": "custom_reward_function.path={reward_dict}"}),
+    "reward_score_string": Row("first step", "npu", "reward.custom_reward_function.path={reward_score_string}",
+                               error("reward.custom_reward_function.path"),
+                               skip("0.5.0 reads the return the same way; reward_no_score runs there")),
+    # ^ 0.9 reward_manager/naive.py:93 result["score"], base.py:assemble_rm_scores new_tensor
+    "reward_keys_vary": Row("first step", "gpu", "reward.custom_reward_function.path={reward_keys_vary}",
+                            error("reward.custom_reward_function.path"),
+                            skip("0.5.0 fails at validation's length assert; the same row runs on 0.9.1")),
+    # ^ 0.9 experimental/agent_loop/agent_loop.py:1111 info[key]
+    "reward_extra_list": Row("first step", "npu", "reward.custom_reward_function.path={reward_extra_list}",
+                             error("reward.custom_reward_function.path"),
+                             skip("the same np.mean in 0.5.0's validation")),  # metric_utils.py:1016 np.mean
+    "truth_float": Row("first step", "npu", "", error("data.train_files"), data="float_truth"),  # gsm8k.py:72
+    "truth_none": Row("first step", "gpu", "", error("data.train_files"), data="no_truth"),  # gsm8k.py:72
     "reward_none": Row("first step", "gpu", "reward.custom_reward_function.path={reward_none}",
                        error("reward.custom_reward_function.path"), error("custom_reward_function.path"),
                        extra={"guide": "custom_reward_function.path={reward_none}"}),
@@ -228,11 +258,24 @@ MISTAKES: dict[str, Row] = {
                                 skip("verl 0.5.0 runs its agent loop only with rollout.mode=async")),
     "trace_weave": Row("rollout side", "npu", f"{R}.trace.backend=weave", warning(f"{R}.trace.backend"),
                        skip(NO_KEY_05)),
+    "agent_loop_target_nowhere": Row("rollout side", "npu", f"{R}.agent.agent_loop_config_path={{agent_loops_nowhere}} "
+                                                            f"{R}.agent.default_agent_loop=my_lost_loop",
+                                     error(f"{R}.agent.agent_loop_config_path"), skip(NO_KEY_05)),  # agent_loop.py:682
+    "tool_config_missing": Row("rollout side", "gpu", f"{R}.multi_turn.tool_config_path=/nowhere/tools.yaml",
+                               error(f"{R}.multi_turn.tool_config_path"), skip(NO_KEY_05)),  # tool_registry.py:44
+    "tool_class_nowhere": Row("rollout side", "npu", f"{R}.multi_turn.tool_config_path={{tools_nowhere}}",
+                              error(f"{R}.multi_turn.tool_config_path"), skip(NO_KEY_05)),  # tool_registry.py:42
     "reward_workers_zero": Row("rollout side", "npu", "reward.num_workers=0", error("reward.num_workers"),
                                skip(NO_KEY_05)),
     # Judged for the cluster's verl (the profile's stack names it; rehearsal/versions.py): legal on 0.9.1.
     "max_model_len_short_091": Row("verl versions", "npu", f"{R}.max_model_len=1024", warning(f"{R}.max_model_len"),
                                    profile="a3_091"),
+    "response_past_positions_091": Row("verl versions", "npu", "data.max_response_length=3500",
+                                       warning("data.max_response_length"), profile="a3_091"),  # async_server:593
+    "ref_strategy_091": Row("verl versions", "npu", f"{REF}.strategy=fsdp_2", error(f"{REF}.strategy"),
+                            profile="a3_091"),  # 0.9 workers/config/actor.py:325, workers/engine/base.py:401
+    "token_budget_091": Row("verl versions", "npu", f"{A}.ppo_max_token_len_per_gpu=1024",
+                            warning(f"{A}.ppo_max_token_len_per_gpu"), profile="a3_091"),  # seqlen_balancing.py:384
     "trainer_device_091": Row("verl versions", "npu", "trainer.device=cuda", warning("trainer.device"),
                               profile="a3_091"),
     "reward_legacy_missing_091": Row("verl versions", "npu", "custom_reward_function.path=/nope.py",
@@ -256,6 +299,10 @@ MISTAKES: dict[str, Row] = {
                              error(f"{A}.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap")),
     "model_dtype": Row("engine", "npu", f"{A}.fsdp_config.model_dtype=bfloat", error(f"{A}.fsdp_config.model_dtype"),
                        extra={"guide": f"+{A}.fsdp_config.model_dtype=bfloat"}),
+    "mixed_precision_dtype": Row("engine", "npu", f"+{A}.fsdp_config.mixed_precision.param_dtype=bfloat",
+                                 error(f"{A}.fsdp_config.mixed_precision.param_dtype")),
+    # ^ 0.9 workers/engine/fsdp/transformer_impl.py:393, 0.5 workers/fsdp_workers.py PrecisionType.to_dtype
+    "ref_strategy": Row("engine", "npu", f"{REF}.strategy=fsdp_2", warning(f"{REF}.strategy")),  # 0.5 never reads it
     "fsdp_size": Row("engine", "npu", f"{A}.fsdp_config.fsdp_size=3", error(f"{A}.fsdp_config.fsdp_size")),
     "lora_targets": Row("engine", "gpu", f"{LORA} {M}.target_modules=[q_projx]", error(f"{M}.target_modules")),
     "lora_targets_string": Row("engine", "npu", f"{LORA} {M}.target_modules=q_projx", error(f"{M}.target_modules")),
@@ -280,6 +327,12 @@ MISTAKES: dict[str, Row] = {
                                error("trainer.resume_from_path")),
     "resume_world_size": Row("resume", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path={ckpt_w8}",
                              error("trainer.resume_from_path")),
+    "resume_path_actor": Row("resume", "gpu", "trainer.resume_mode=resume_path "
+                                              "trainer.resume_from_path={ckpt_w8}/actor",
+                             error("trainer.resume_from_path")),  # 0.9 ray_trainer.py:1083 int(…global_step_…)
+    "resume_model_only": Row("resume", "npu", "trainer.resume_mode=resume_path "
+                                              "trainer.resume_from_path={ckpt_model_only}",
+                             error("trainer.resume_from_path")),  # fsdp_checkpoint_manager.py:233 optim_…pt
     "resume_hdfs": Row("resume", "npu", "trainer.default_hdfs_dir=hdfs://namenode/ckpt",
                        error("trainer.default_hdfs_dir")),
 }
@@ -292,8 +345,6 @@ WARNINGS: dict[str, Row] = {
     "one_response_per_group": Row("warnings", "npu", f"algorithm.adv_estimator=rloo {R}.n=1", warning(f"{R}.n")),
     "save_contents_unknown": Row("warnings", "npu", f"{A}.checkpoint.save_contents=['model','optimizer','weights']",
                                  warning(f"{A}.checkpoint.save_contents")),
-    "token_budget": Row("warnings", "npu", f"{A}.ppo_max_token_len_per_gpu=1024",
-                        warning(f"{A}.ppo_max_token_len_per_gpu")),
     "prometheus": Row("warnings", "npu", f"{R}.prometheus.enable=True", warning(f"{R}.prometheus.enable"),
                       skip(NO_KEY_05)),
 }
@@ -334,6 +385,30 @@ LEGAL: dict[str, Row] = {
                     skip("DRO came after verl 0.5.0")),
     "gen_batch_half": Row("legal", "npu", "data.gen_batch_size=256", PASS, extra={"guide": "+data.gen_batch_size=256"}),
     "vllm_logprobs_raw": Row("legal", "gpu", f"{R}.logprobs_mode=raw_logprobs", PASS, skip(NO_KEY_05)),
+    # The user's own code verl loads, called or looked up as verl does (a false refusal blocks a correct launch).
+    "reward_reads_num_turns": Row("legal", "npu", "reward.custom_reward_function.path={reward_turns}", PASS,
+                                  skip("verl 0.5.0's sync rollout passes num_turns=None and no rollout_reward_scores"
+                                       " (workers/reward_manager/naive.py:80)")),  # 0.9 reward_manager/naive.py:49
+    "agent_loop_own_module": Row("legal", "npu", f"{R}.agent.default_agent_loop=my_single_turn", PASS,
+                                 skip(NO_KEY_05), profile="a3_agents"),  # verl/__init__.py:49, agent_loop.py:475
+    "agent_loop_config_file": Row("legal", "gpu", f"{R}.agent.agent_loop_config_path={{agent_loops}} "
+                                                  f"{R}.agent.default_agent_loop=my_config_loop", PASS,
+                                  skip(NO_KEY_05)),  # agent_loop.py:534-539
+    "reward_kwarg_given": Row("legal", "gpu", "reward.custom_reward_function.path={reward_needs_scale} "
+                                              "+reward.custom_reward_function.reward_kwargs.scale=2", PASS,
+                              extra={"guide": "custom_reward_function.path={reward_needs_scale} "
+                                              "+custom_reward_function.reward_kwargs.scale=2"}),
+    "mixed_precision_fp32": Row("legal", "npu", f"+{A}.fsdp_config.mixed_precision.param_dtype=fp32", PASS),
+    "token_budget_sequence_parallel": Row("legal", "npu", f"{A}.ppo_max_token_len_per_gpu=1024 "
+                                                          f"{A}.ulysses_sequence_parallel_size=2", PASS),
+    "resume_model_only_loaded": Row("legal", "npu", "trainer.resume_mode=resume_path trainer.resume_from_path="
+                                                    f"{{ckpt_model_only}} {A}.checkpoint.load_contents=[model]", PASS),
+    "reward_extra_text": Row("legal", "npu", "reward.custom_reward_function.path={reward_extra_text}", PASS,
+                             extra={"guide": "custom_reward_function.path={reward_extra_text}"}),
+    "truth_float_own_reward": Row("legal", "gpu", "reward.custom_reward_function.path={reward}", PASS,
+                                  extra={"guide": "custom_reward_function.path={reward}"}, data="float_truth"),
+    "tool_config_own": Row("legal", "npu", f"{R}.multi_turn.tool_config_path={{tools}}", PASS, skip(NO_KEY_05),
+                           profile="a3_agents"),  # the class on the profile's PYTHONPATH
     "profiler_steps_list": Row("legal", "npu", "global_profiler.steps=[1,2]", PASS,
                                extra={"guide": "trainer.profile_steps=[1,2]"}),
 }
@@ -425,6 +500,14 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
     small.mkdir()
     train.head(100).to_parquet(small / "train.parquet")
     shutil.copy(full / "test.parquet", small / "test.parquet")
+    truths = {"float_truth": lambda truth: float(truth.replace(",", "")), "no_truth": lambda truth: None}
+    for name, change in truths.items():  # the ground truth another preprocessing wrote (verlflow's: a string)
+        (root / f"data-{name}").mkdir()
+        for split in ("train", "test"):
+            frame = pd.read_parquet(full / f"{split}.parquet")
+            frame["reward_model"] = [{**row, "ground_truth": change(row["ground_truth"])}
+                                     for row in frame["reward_model"]]
+            frame.to_parquet(root / f"data-{name}" / f"{split}.parquet")
     variants = {"good": model, "missing": root / "nowhere-qwen"}
     for name, damage in (("no_arch", _drop_architectures), ("no_template", _drop_chat_template),
                          ("no_tokenizer", _drop_tokenizer)):
@@ -440,19 +523,71 @@ def build_folders(model: Path, root: Path) -> dict[str, str]:
                "reward_raises": "1 / 0"}
     profiles = _profiles_with_verl(root, "0.9.1")
     checkpoints = {}
-    for world in (8, 16):  # verl's FSDP shards, one per rank (empty: the dry run reads names, never loads them)
-        actor = root / f"ckpt-w{world}" / "global_step_5" / "actor"
+    # verl's FSDP shards, one per rank and content (empty: the dry run reads names, never loads them); the last a
+    # model-only save (fsdp_checkpoint_manager.py:213/233/241 load model, optim and extra_state by default).
+    for name, world, contents in (("ckpt_w8", 8, LOADED), ("ckpt_w16", 16, LOADED), ("ckpt_model_only", 16, ["model"])):
+        actor = root / name / "global_step_5" / "actor"
         actor.mkdir(parents=True)
-        for rank in range(world):
-            (actor / f"model_world_size_{world}_rank_{rank}.pt").touch()
-        checkpoints[f"ckpt_w{world}"] = str(actor.parent)
+        for rank, content in ((r, c) for r in range(world) for c in contents):
+            (actor / f"{content}_world_size_{world}_rank_{rank}.pt").touch()
+        checkpoints[name] = str(actor.parent)
     signature = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     for name, value in returns.items():
         (root / f"{name}.py").write_text(f"{signature}    return {value}\n")
-    return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns},
-            "data:full": str(full), "data:small": str(small),
+    return {**profiles, **checkpoints, **{name: str(root / f"{name}.py") for name in returns}, **_user_code(root),
+            "data:full": str(full), "data:small": str(small), **{f"data:{n}": str(root / f"data-{n}") for n in truths},
             **{f"model:{k}": str(v) for k, v in variants.items()},
             "reward": str(reward), "reward_broken": str(broken), "not_parquet": str(not_parquet)}
+
+
+def _user_code(root: Path) -> dict[str, str]:
+    """A user's own code verl loads: a reward reading what verl adds to extra_info (0.9 reward_loop/reward_manager/
+    naive.py:49-52), an agent-loop module registered through the profile's env (verl/__init__.py:49
+    VERL_USE_EXTERNAL_MODULES) and agent-loop config files (agent_loop.py:534-539), one naming a class that is
+    nowhere."""
+    import yaml
+
+    reward = root / "reward_turns.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    turns, earlier = extra_info['num_turns'], extra_info['rollout_reward_scores']\n"
+                      "    correct = float(solution_str.strip().endswith(str(ground_truth)))\n"
+                      "    return earlier.get('score', correct - 0.1 * max(0, turns - 2))\n")
+    signatures = {"reward_no_extra_info": "def compute_score(data_source, solution_str, ground_truth):\n",
+                  "reward_needs_scale": "def compute_score(data_source, solution_str, ground_truth, extra_info, *, "
+                                        "scale):\n"}
+    for name, signature in signatures.items():
+        (root / f"{name}.py").write_text(f"{signature}    return float(str(ground_truth) in solution_str)\n")
+    right = "float(str(ground_truth) in solution_str)"
+    extras = {"reward_keys_vary": f"{{'score': {right}, 'acc': True}} if '####' in solution_str else {{'score': 0.0}}",
+              "reward_extra_list": f"{{'score': {right}, 'steps': solution_str.split()}}",
+              "reward_extra_text": f"{{'score': {right}, 'pred': solution_str[-20:]}}"}
+    for name, value in extras.items():
+        (root / f"{name}.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):"
+                                         f"\n    return {value}\n")
+    (root / "reward_score_string.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return {'score': '1.0'}\n")
+    code = root / "user-code"
+    code.mkdir()
+    (code / "rehearsal_agents.py").write_text(
+        "from verl.experimental.agent_loop.agent_loop import register\n"
+        "from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop\n\n\n"
+        "@register('my_single_turn')\nclass MySingleTurn(SingleTurnAgentLoop):\n    pass\n")
+    single_turn = "verl.experimental.agent_loop.single_turn_agent_loop.SingleTurnAgentLoop"
+    loops = {"agent_loops": [{"name": "my_config_loop", "_target_": single_turn}],
+             "agent_loops_nowhere": [{"name": "my_lost_loop", "_target_": "my_agents.loops.LostLoop"}]}
+    (code / "rehearsal_tools.py").write_text("from verl.tools.base_tool import BaseTool\n\n\n"
+                                            "class Calculator(BaseTool):\n    pass\n")
+    loops |= {"tools": {"tools": [{"class_name": "rehearsal_tools.Calculator", "config": {"type": "native"}}]},
+              "tools_nowhere": {"tools": [{"class_name": "my_tools.calculator.Calculator",
+                                           "config": {"type": "native"}}]}}
+    for name, entries in loops.items():
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(entries))
+    profile = yaml.safe_load((REPO / "src" / "verlflow" / "config" / "profiles" / "a3.yaml").read_text())
+    profile.setdefault("env", {}).update({"VERL_USE_EXTERNAL_MODULES": "rehearsal_agents", "PYTHONPATH": str(code)})
+    (root / "a3_agents.yaml").write_text(yaml.safe_dump(profile))
+    return {"reward_turns": str(reward), "profile:a3_agents": str(root / "a3_agents.yaml"),
+            **{name: str(root / f"{name}.py") for name in (*signatures, *extras, "reward_score_string")},
+            **{name: str(root / f"{name}.yaml") for name in loops}}
 
 
 def _profiles_with_verl(root: Path, version: str) -> dict[str, str]:

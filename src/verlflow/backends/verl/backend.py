@@ -140,8 +140,10 @@ def check_launch(cfg: config.ComposedConfig, plan: LaunchPlan, resolved, *, chec
         importlib.import_module("verlflow.backends.verl.cpu_plugin")
         verl_preflight.verl_names.cache_clear()
     device_name = cfg.profile.device if cfg.verlflow.launch_module == verl_command.DEFAULT_LAUNCH_MODULE else None
+    launch_env = {key: value for key, value in {**os.environ, **plan.env}.items()
+                  if key in ("VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")}  # the user's modules verl imports
     problems, notes = verl_preflight.launch_problems(resolved, check_files=check_files, device=device_name,
-                                                     stack=cfg.profile.stack)
+                                                     stack=cfg.profile.stack, launch_env=launch_env)
     named = {problem.key for problem in problems}
     problems += [p for p in config_count_problems(resolved) if p.key not in named]
     if check_device:

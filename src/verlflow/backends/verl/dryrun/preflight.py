@@ -130,6 +130,8 @@ class Launch:
     check_files: bool = True
     device: Device | None = None
     stack: str = ""
+    # The environment verl's processes start with (the user's modules they import, their PYTHONPATH).
+    launch_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,7 +161,8 @@ REHEARSAL = "rehearsal.rehearse"
 
 @launch_check(REHEARSAL, needs=("config", "verl", "devices", "cluster"))
 def _rehearsal(launch: Launch) -> Found:
-    found = rehearsal.rehearse(launch.cfg, stack=launch.stack, check_files=launch.check_files)
+    found = rehearsal.rehearse(launch.cfg, stack=launch.stack, check_files=launch.check_files,
+                               launch_env=launch.launch_env)
     return Found(found.problems, found.warnings, [f"not rehearsed: {what}" for what in found.skipped])
 
 
@@ -195,7 +198,7 @@ def merged(problems: list[Problem], found: list[Problem]) -> list[Problem]:
 
 
 def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device | None = None,
-                    stack: str = "") -> tuple[list[Problem], list[str]]:
+                    stack: str = "", launch_env: dict[str, str] | None = None) -> tuple[list[Problem], list[str]]:
     """Every problem of a launch's resolved config, and notes (a model to download, warnings, what was skipped).
 
     Runs the checks registered in the ``launch`` group (:mod:`.checks`) in order: the rehearsal of verl's
@@ -213,7 +216,7 @@ def launch_problems(cfg: DictConfig, *, check_files: bool = True, device: Device
     (:mod:`.rehearsal.names`), what a model folder lacks (``stages.model_config``), a data file's facts
     (:mod:`.rehearsal.data_files`).
     """
-    launch = Launch(cfg, check_files, device, stack)
+    launch = Launch(cfg, check_files, device, stack, dict(launch_env or {}))
     problems: list[Problem] = []
     warnings: list[str] = []
     notes: list[str] = []

@@ -92,11 +92,8 @@ def micro_batch_problems(cfg: DictConfig) -> list[Problem]:
         key = f"{ROLLOUT}.log_prob_use_dynamic_bsz"
         problems.append(Problem(key, value_of(cfg, key),
                                 f"verl's workers need it equal to {ACTOR}.use_dynamic_bsz={dynamic}: set both alike"))
+    problems += token_budget_problems(cfg)
     if dynamic:
-        for key in (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"):
-            if traits.engine_workers and value_of(cfg, key) is None:
-                problems.append(Problem(key, None, "use_dynamic_bsz=True needs a token budget per device: set it "
-                                                   "(>= max_prompt_length + max_response_length)"))
         return problems
     sections = [(ACTOR, "ppo_micro_batch_size"), (ROLLOUT, "log_prob_micro_batch_size")]
     if _uses_reference(cfg):
@@ -113,6 +110,46 @@ def micro_batch_problems(cfg: DictConfig) -> list[Problem]:
     if problems:
         return problems
     return problems + _division_problems(cfg, traits)
+
+
+# The token budgets verl splits dynamic batches by: (budget key, its dynamic flag, the section whose Ulysses size
+# multiplies it). 0.5 dp_actor.py:383 (update), :322 (log-prob, fsdp_workers.py:775 rollout, :821 ref);
+# 0.9 engine/utils.py:111 (prepare_micro_batches: max_token_len_per_gpu × sp_size).
+TOKEN_BUDGETS = ((f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ACTOR}.use_dynamic_bsz", ACTOR),
+                 (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz", ACTOR),
+                 (f"{REF}.log_prob_max_token_len_per_gpu", f"{REF}.log_prob_use_dynamic_bsz", REF))
+# Said in every too-small budget's line; rehearsal/versions.py judges those lines for the image's verl.
+PADDED = "verl 0.5.0 pads every sequence to that length"
+
+
+def token_budget_problems(cfg: DictConfig) -> list[Problem]:
+    """Per-device token budgets of dynamic batches that cannot hold one full prompt + response.
+
+    ``utils/seqlen_balancing.py:rearrange_micro_batches`` asserts ``max_token_len >= max_seq_len`` with
+    ``max_token_len = budget × ulysses_sequence_parallel_size``. verl 0.5.0 pads every sequence to
+    ``max_prompt_length + max_response_length`` (``attention_mask.shape[-1]``, ``:276``), so a smaller budget fails
+    at the first update; 0.9.1 packs sequences first (``ray_trainer.py:1255 left_right_2_no_padding``) and fails
+    only on a batch holding a sequence that long (``:384``), judged as a warning by :mod:`.rehearsal.versions`.
+    A budget of null fails on both (``None × sp``).
+    """
+    prompt, response = _count(cfg, "data.max_prompt_length"), _count(cfg, "data.max_response_length")
+    problems = []
+    for key, flag, section in TOKEN_BUDGETS:
+        if not value_of(cfg, flag) or (section == REF and not _uses_reference(cfg)):
+            continue
+        budget, sp = value_of(cfg, key), _count(cfg, f"{section}.ulysses_sequence_parallel_size") or 1
+        if budget is None:
+            problems.append(Problem(key, None, f"{flag.rpartition('.')[2]}=True splits batches by this budget "
+                                               "per device (rearrange_micro_batches multiplies it): set it "
+                                               f"(>= max_prompt_length + max_response_length = {prompt + response})"))
+        elif isinstance(budget, int) and prompt and response and budget * sp < prompt + response:
+            need = -(-(prompt + response) // sp)
+            problems.append(Problem(key, budget, (
+                f"{budget} × ulysses_sequence_parallel_size {sp} is below max_prompt_length + max_response_length = "
+                f"{prompt + response}, and {PADDED}, so rearrange_micro_batches asserts max_token_len >= it at the "
+                f"first {'update' if section == ACTOR and 'ppo' in key else 'log-prob pass'} "
+                f"(utils/seqlen_balancing.py:277): use >= {need}")))
+    return problems
 
 
 def _division_problems(cfg: DictConfig, traits: VerlTraits) -> list[Problem]:

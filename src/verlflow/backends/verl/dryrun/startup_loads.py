@@ -25,8 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verlflow.backends.verl.dryrun.keys import ACTOR, ROLLOUT, value_of
-from verlflow.backends.verl.dryrun.startup_checks import FSDP, GRPO_LR_RANGE, STRATEGY_PACKAGES
+from verlflow.backends.verl.dryrun.keys import ACTOR, REF, ROLLOUT, value_of
+from verlflow.backends.verl.dryrun.startup_checks import FSDP, GRPO_LR_RANGE, STRATEGY_PACKAGES, _uses_reference
 from verlflow.config import Device
 from verlflow.errors import Problem
 from verlflow.util import first_line
@@ -50,6 +50,7 @@ def strategy_problems(cfg: DictConfig) -> list[Problem]:
         problems.append(Problem(f"{ACTOR}.strategy", strategy, (
             f"verl imports {package} for it and it is not installed here: use fsdp (the guide's) or install "
             "Megatron-LM in this environment")))
+    problems += reference_strategy_problems(cfg, strategy)
     critic = value_of(cfg, "critic.strategy")
     uses_critic = str(value_of(cfg, "algorithm.adv_estimator")) == "gae"
     if critic is not None and (uses_critic or _has_fsdp_workers()) and \
@@ -57,6 +58,21 @@ def strategy_problems(cfg: DictConfig) -> list[Problem]:
         problems.append(Problem("critic.strategy", critic, f"must be of the actor's family "
                                                            f"(actor_rollout_ref.actor.strategy={strategy})"))
     return problems
+
+
+def reference_strategy_problems(cfg: DictConfig, actor_strategy: str) -> list[Problem]:
+    """``ref.strategy`` no engine is registered for: verl 0.9.1's reference worker builds its engine with it
+    (``workers/config/actor.py:325`` copies it to the engine config, ``workers/engine/base.py:401`` asserts the
+    backend); verl 0.5.0 never reads it (the reference is built with the actor's strategy, ``fsdp_workers.py:369``),
+    which :mod:`.rehearsal.versions` says for a 0.5.0 image."""
+    key = f"{REF}.strategy"
+    strategy = value_of(cfg, key)
+    if strategy is None or str(strategy) in STRATEGY_PACKAGES or not _uses_reference(cfg):
+        return []
+    return [Problem(key, strategy, (
+        f"verl 0.9.1's reference worker builds its engine for this strategy and its engine registry has none of "
+        f"that name (workers/engine/base.py:401): use {actor_strategy} (the actor's), one of "
+        f"{', '.join(STRATEGY_PACKAGES)}, or remove the key (it follows actor.strategy)"))]
 
 
 def _importable(module: str) -> bool:
@@ -189,16 +205,7 @@ def waste_warnings(cfg: DictConfig) -> list[str]:
             if unknown:
                 warnings.append(f"{section}.{field}={value_of(cfg, f'{section}.{field}')}: verl's checkpoint manager "
                                 f"never looks for {', '.join(map(str, unknown))}: use some of {', '.join(known)}")
-    prompt, response = value_of(cfg, "data.max_prompt_length"), value_of(cfg, "data.max_response_length")
-    longest = prompt + response if isinstance(prompt, int) and isinstance(response, int) else None
-    for key, dynamic in ((f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ACTOR}.use_dynamic_bsz"),
-                         (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_use_dynamic_bsz")):
-        budget = value_of(cfg, key)
-        if longest and value_of(cfg, dynamic) and isinstance(budget, int) and budget < longest:
-            warnings.append(f"{key}={budget}: below max_prompt_length + max_response_length = {longest}, so a "
-                            f"full-length sequence does not fit one micro-batch: use >= {longest} (the guide: "
-                            "3 × that for the actor)")
-    return warnings
+    return warnings  # a token budget below one sequence: startup_checks.token_budget_problems
 
 
 @functools.lru_cache(maxsize=1)

@@ -114,7 +114,7 @@ def _first_step_config(rehearsal: Rehearsal) -> None:
 @stage("rollout_side.problems", needs=("config", "verl", "cluster"))
 def _rollout_side(rehearsal: Rehearsal) -> None:
     rehearsal.add(*rollout_side.problems(rehearsal.cfg, check_files=rehearsal.check_files,
-                                         image_says=rehearsal.image_says))
+                                         image_says=rehearsal.image_says, launch_env=rehearsal.launch_env))
 
 
 @stage("stages.first_step_calls", needs=("config", "verl"), after=("stages.worker_configs",))
@@ -204,17 +204,20 @@ def _run(rehearsal: Rehearsal, check: checks.Check) -> None:
         rehearsal.passed.add(check.name)
 
 
-def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True) -> Findings:
+def rehearse(resolved: DictConfig, *, stack: str = "", check_files: bool = True,
+             launch_env: dict[str, str] | None = None) -> Findings:
     """Rehearse verl's start-up for ``resolved`` (see the module docstring) and return what it found.
 
     The stages are the checks registered in the ``rehearsal`` group, run in order on one :class:`Rehearsal`.
     ``stack`` is the profile's cluster image (which packages a warning may say the cluster has);
     ``check_files=False`` (a Ray job's paths are the cluster's) leaves out everything that reads the model
-    or the data.
+    or the data. ``launch_env`` is the environment verl's processes start with: the user's modules it names
+    (``VERL_USE_EXTERNAL_MODULES``, ``PYTHONPATH``) are imported before verl's registries are asked.
     """
     cfg = OmegaConf.create(OmegaConf.to_container(resolved, resolve=False))
     label = Path(stack).stem if stack.endswith((".yaml", ".yml")) else stack  # a profile may name a stack file
-    rehearsal = Rehearsal(cfg=cfg, stack=label, stack_packages=stack_packages(stack), check_files=check_files)
+    rehearsal = Rehearsal(cfg=cfg, stack=label, stack_packages=stack_packages(stack), check_files=check_files,
+                          launch_env=dict(launch_env or {}))
     findings = rehearsal.findings
     folder = local_model_folder(value_of(cfg, f"{MODEL}.path")) if check_files else None
     if folder is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verlflow.backends.verl.dryrun.keys import ACTOR
 from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
@@ -38,7 +39,34 @@ def world_size_problems(cfg: DictConfig, folders: list[str]) -> list[Problem]:
                 f"devices (n_gpus_per_node × nnodes): each rank loads model_world_size_{world}_rank_<r>.pt "
                 "(utils/checkpoint/fsdp_checkpoint_manager.py), which is not there: resume on the same world size, "
                 "or start fresh (trainer.resume_mode=disable)"))]
+        if sizes:
+            missing = _missing_shards(cfg, folder, world)
+            if missing:
+                return [missing]
     return []
+
+
+# What each entry of checkpoint.load_contents makes every rank load (fsdp_checkpoint_manager.py:213, :233, :241).
+LOADED = {"model": "model", "optimizer": "optim", "extra": "extra_state"}
+
+
+def _missing_shards(cfg: DictConfig, folder: str, world: int) -> Problem | None:
+    """The files of ``load_contents`` some rank of ``world`` would not find in ``folder`` (a model-only save)."""
+    section = "critic" if os.path.basename(os.path.normpath(folder)) == "critic" else ACTOR
+    contents = value_of(cfg, f"{section}.checkpoint.load_contents")
+    contents = list(contents) if isinstance(contents, (list, tuple)) else list(LOADED)
+    present = set(os.listdir(folder))
+    lacking = [f"{LOADED[c]}_world_size_{world}_rank_<r>.pt ({c})" for c in contents if c in LOADED and
+               any(f"{LOADED[c]}_world_size_{world}_rank_{r}.pt" not in present for r in range(world))]
+    if not lacking:
+        return None
+    key = "trainer.resume_from_path" if value_of(cfg, "trainer.resume_mode") == "resume_path" else \
+        "trainer.default_local_dir"
+    return Problem(key, value_of(cfg, key), (
+        f"{folder} lacks {', '.join(lacking)} for some of the {world} ranks, and each rank loads every entry of "
+        f"{section}.checkpoint.load_contents={contents} (utils/checkpoint/fsdp_checkpoint_manager.py:"
+        "load_checkpoint): resume from a checkpoint saved with them, or load only what it holds "
+        f"({section}.checkpoint.load_contents=['model'] starts the optimizer fresh)"))
 
 
 class _CheckpointLoads:

@@ -24,16 +24,22 @@ from verlflow.backends.verl.dryrun.rehearsal import machine
 from verlflow.backends.verl.dryrun.rehearsal.raise_sites import message_of, value_of
 from verlflow.errors import Problem
 
+# The dtypes verl reads from fsdp_config (0.9 workers/engine/fsdp/transformer_impl.py:393-395 mixed precision;
+# 0.5 workers/fsdp_workers.py the same reads), each through PrecisionType.to_dtype.
+DTYPE_FIELDS = ("model_dtype", "mixed_precision.param_dtype", "mixed_precision.reduce_dtype",
+                "mixed_precision.buffer_dtype")
+
 
 def dtype_problems(cfg: DictConfig) -> list[Problem]:
-    """``fsdp_config.model_dtype`` that verl's ``PrecisionType.to_dtype`` refuses (actor and reference)."""
+    """``fsdp_config`` dtypes (the model's, mixed precision's) that verl's ``PrecisionType.to_dtype`` refuses
+    (actor and reference)."""
     try:
         dtypes = importlib.import_module("verl.utils.torch_dtypes")
     except ImportError:
         return []
     problems = []
-    for section in (ACTOR, REF):
-        key = f"{section}.fsdp_config.model_dtype"
+    for section, field in ((s, f) for s in (ACTOR, REF) for f in DTYPE_FIELDS):
+        key = f"{section}.fsdp_config.{field}"
         value = value_of(cfg, key)
         if value is None:
             continue

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +46,71 @@ def reward_return_problem(result: Any, key: str, value: Any) -> Problem | None:
         score = result["score"] if isinstance(result, dict) else result
         torch.zeros(1).new_tensor([score])
     except Exception as exc:  # KeyError: a dict without score; TypeError/ValueError: None, a string, a list
-        shown = "a dict without 'score'" if isinstance(result, dict) else f"{type(result).__name__} {result!r:.60}"
+        shown = _shown_return(result)
         return Problem(key, value, (
             f"the reward function returned {shown} on a real prompt; verl's reward manager takes result['score'] "
             f"of a dict, else the value, as one float ({type(exc).__name__}: {message_of(exc)[:120]}): return a "
             "number, or a dict with a numeric 'score'"))
     return None
+
+
+def _shown_return(result: Any) -> str:
+    """What the reward returned, in the words that say why verl cannot read a float from it."""
+    if isinstance(result, dict):
+        if "score" not in result:
+            return f"a dict without 'score' (keys {', '.join(map(str, list(result)[:6]))})"
+        result = result["score"]
+        return f"a dict whose 'score' is {type(result).__name__} {result!r:.60}"
+    return f"{type(result).__name__} {result!r:.60}"
+
+
+# The second response the reward is called on: no answer at all (a group holds wrong answers beside right ones).
+WRONG_ANSWER = "I do not know."
+# Reward extra values verl's metrics take: numbers, bools, strings (skipped) and None (dropped).
+SCALARS = (int, float, bool, str, type(None))
+
+
+def reward_extra_problems(results: list[Any], key: str, cfg: DictConfig) -> tuple[list[Problem], list[str]]:
+    """The extra keys of the reward's dict returns, as verl gathers them over a batch.
+
+    verl 0.9 gathers each key of the first sample's dict over every sample (``experimental/agent_loop/
+    agent_loop.py:1109-1111`` ``info[key]``: a key another sample lacks is a KeyError; 0.5 the validation's
+    ``ray_trainer.py`` length assert) and averages them per data source in validation
+    (``trainer/ppo/metric_utils.py:process_validation_metrics``, ``np.mean``: a list or dict value fails).
+    """
+    dicts = [result for result in results if isinstance(result, dict)]
+    path = value_of(cfg, key)
+    if len(dicts) == len(results) and len({frozenset(d) for d in dicts}) > 1:
+        first, other = (set(d) for d in dicts[:2])
+        return [Problem(key, path, (
+            f"the reward function returned the keys {', '.join(sorted(map(str, first)))} for a right answer and "
+            f"{', '.join(sorted(map(str, other)))} for a wrong one; verl gathers every key of the first sample's "
+            "dict from each sample of the batch (experimental/agent_loop/agent_loop.py:1111, info[key]): return "
+            "the same keys every time (0.0 or None where a value does not apply)"))], []
+    bad = sorted({str(k) for d in dicts for k, v in d.items() if k != "score" and not isinstance(v, SCALARS)})
+    if not bad:
+        return [], []
+    line = (f"the reward function returns {', '.join(bad)} as a list or dict; verl averages every extra key of the "
+            "reward per data source in validation (trainer/ppo/metric_utils.py:process_validation_metrics, "
+            "np.mean): return numbers (or strings, which it skips)")
+    validates = value_of(cfg, "trainer.val_before_train") or (value_of(cfg, "trainer.test_freq") or 0) > 0
+    if validates:
+        return [Problem(key, path, line)], []
+    return [], [f"{key}={path}: {line} (this run does not validate, so only its dumps carry them)"]
+
+
+def ground_truth_problems(truth: Any, source: Any, cfg: DictConfig) -> list[Problem]:
+    """A ground truth verl's default GSM8K scorer can never match: it compares the answer it extracts, a string,
+    with ``ground_truth`` (``utils/reward_score/gsm8k.py:compute_score``, ``answer == ground_truth``), so a float
+    or a missing one makes every reward 0, silently."""
+    if isinstance(truth, str) or "gsm8k" not in str(source).lower():
+        return []
+    key = "data.train_files"
+    return [Problem(key, value_of(cfg, key), (
+        f"the first row's reward_model.ground_truth is {type(truth).__name__} {truth!r:.40}, and verl's default "
+        f"scorer for {source} compares it with the answer it extracts as a string (utils/reward_score/gsm8k.py:"
+        "compute_score), so every reward would be 0: write the ground truth as a string (verlflow preprocess "
+        "does), or give reward.custom_reward_function"))]
 
 
 def reward_raised_problem(exc: BaseException, key: str, path: Any) -> Problem | None:
@@ -67,6 +127,41 @@ def reward_raised_problem(exc: BaseException, key: str, path: Any) -> Problem | 
         f"the reward function raised {type(exc).__name__} at line {inside} ({message_of(exc)[:120]}) when called "
         "on a real training prompt with a placeholder response, as verl calls it after each rollout: fix the "
         "function"))
+
+
+# What verl's reward managers pass the scoring function, by keyword (0.9 reward_manager/naive.py:67, 0.5 naive.py:82).
+PASSED = ("data_source", "solution_str", "ground_truth", "extra_info")
+UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
+MISSING = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.+)")
+
+
+def reward_signature_problem(exc: BaseException, path_key: str, cfg: DictConfig) -> Problem | None:
+    """A TypeError of the call itself (the function's signature against what verl passes), on the key to change:
+    ``reward_kwargs`` when the argument is one it adds or lacks, the function's path when verl's own is refused."""
+    if not isinstance(exc, TypeError):
+        return None
+    section = path_key.rpartition(".")[0]
+    kwargs_key = f"{section}.reward_kwargs"
+    given = value_of(cfg, kwargs_key) or {}
+    path = value_of(cfg, path_key)
+    message = message_of(exc)
+    unexpected, missing = UNEXPECTED.search(message), MISSING.search(message)
+    if unexpected and unexpected.group(1) in given:
+        return Problem(kwargs_key, given, (
+            f"the reward function takes no argument {unexpected.group(1)!r}, which reward_kwargs adds to verl's "
+            f"call (trainer/ppo/reward.py:_call_with_kwargs): remove it from reward_kwargs, or add it to the "
+            "function's signature"))
+    if unexpected:
+        return Problem(path_key, path, (
+            f"verl calls the reward function with {', '.join(PASSED)} by keyword (reward_manager/naive.py:"
+            f"NaiveRewardManager), and its signature has no {unexpected.group(1)!r}: add "
+            f"{unexpected.group(1)}=None (or **kwargs) to it"))
+    if missing:
+        names = re.findall(r"'(\w+)'", missing.group(1)) or ["<name>"]
+        return Problem(kwargs_key, given, (
+            f"the reward function requires {', '.join(names)}, which verl does not pass ({', '.join(PASSED)} "
+            f"only): add +{kwargs_key}.{names[0]}=<value>, or give it a default in the function"))
+    return None
 
 
 def _count(cfg: DictConfig, key: str) -> int:

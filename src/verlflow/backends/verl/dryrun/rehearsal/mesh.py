@@ -49,14 +49,19 @@ def model_shape(folder: str | None) -> dict[str, Any]:
     return {k: text.get(k) for k in ("num_attention_heads", "num_key_value_heads", "max_position_embeddings")}
 
 
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+def _sequence_parallel_sizes(world: int, heads: Any, kv_heads: Any) -> str:
+    """The Ulysses sizes every rule below accepts: dividing the devices and the heads, kv heads dividing or divided
+    (1 turns sequence parallelism off)."""
+    return ", ".join(str(d) for d in range(1, world + 1) if world % d == 0
+                     and (not isinstance(heads, int) or heads % d == 0)
+                     and (not isinstance(kv_heads, int) or kv_heads % d == 0 or d % kv_heads == 0))
 
 
 def sequence_parallel_problems(cfg: DictConfig, shape: dict[str, Any], world: int) -> list[Problem]:
-    """Ulysses sizes that do not divide the devices or the model's attention heads."""
+    """Ulysses sizes that do not divide the devices or the model's attention heads; the sizes offered fit both."""
     problems = []
     heads, kv_heads = shape.get("num_attention_heads"), shape.get("num_key_value_heads")
+    fits = _sequence_parallel_sizes(world, heads, kv_heads)
     for section in (ACTOR, REF):
         key = f"{section}.ulysses_sequence_parallel_size"
         sp = _count(cfg, key)
@@ -64,13 +69,14 @@ def sequence_parallel_problems(cfg: DictConfig, shape: dict[str, Any], world: in
             continue
         if world % sp:
             problems.append(Problem(key, sp, f"the device mesh is (world // sp, sp) and {world} devices do not "
-                                             f"split into groups of {sp}: use one of {_divisors(world)}"))
+                                             f"split into groups of {sp}: use one of {fits}"))
         elif isinstance(heads, int) and heads % sp:
             problems.append(Problem(key, sp, f"the model's {heads} attention heads do not split over {sp} ranks "
-                                             f"(verl's Ulysses patch asserts it): use one of {_divisors(heads)}"))
+                                             f"(verl's Ulysses patch asserts it): use one of {fits} (they divide "
+                                             f"the heads and the {world} devices)"))
         elif isinstance(kv_heads, int) and kv_heads % sp and sp % kv_heads:
             problems.append(Problem(key, sp, f"the model's {kv_heads} key/value heads and {sp} ranks must divide "
-                                             "one another (verl's Ulysses patch asserts it)"))
+                                             f"one another (verl's Ulysses patch asserts it): use one of {fits}"))
     return problems
 
 
@@ -152,7 +158,8 @@ def length_problems(cfg: DictConfig, shape: dict[str, Any]) -> list[Problem]:
     if not max_len and prompt and response and prompt + response > positions:
         return [Problem("data.max_response_length", response, (
             f"max_prompt_length + max_response_length = {prompt + response} exceeds the model's "
-            f"max_position_embeddings={positions}: shorten them to fit"))]
+            f"max_position_embeddings={positions}, which verl 0.5.0's vLLM rollout asserts they fit "
+            f"(vllm_rollout_spmd.py:120): shorten them to at most {positions} together"))]
     return []
 
 

@@ -80,6 +80,9 @@ SITES: dict[tuple[str, str], tuple[Blame, ...]] = {
                                                       "trainer.resume_from_path=<…/global_step_N>"),
         Blame("global_step", "trainer.resume_from_path", "name a checkpoint folder …/global_step_N"),
         Blame("checkpoint folder", "trainer.resume_from_path", "name an existing …/global_step_N folder"),
+        Blame("invalid literal", "trainer.resume_from_path", "verl reads the step number from all that follows "
+                                                             "'global_step_': name the …/global_step_N folder itself, "
+                                                             "not a folder inside it (no /actor)"),
         Blame("", "trainer.resume_mode", "use auto (the newest checkpoint in trainer.default_local_dir, or a fresh "
                                          "start), disable, or resume_path with trainer.resume_from_path"),
     ),

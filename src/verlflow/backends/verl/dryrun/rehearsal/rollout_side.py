@@ -7,6 +7,7 @@
 - the agent loop: its config file (``experimental/agent_loop/agent_loop.py:AgentLoopWorker`` loads it with
   ``OmegaConf.load``) and its workers: ``AgentLoopManager.generate_sequences`` splits each step's
   ``batch × n`` prompts with ``DataProto.chunk(num_workers)``, which asserts they divide;
+- the tools: ``multi_turn.tool_config_path`` loaded and each tool class located (``tools/tool_registry.py``);
 - the trace backend: ``utils/rollout_trace.py:RolloutTraceConfig.init`` imports ``weave`` / ``trackio``.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verlflow.backends.verl.dryrun.keys import ROLLOUT
-from verlflow.backends.verl.dryrun.rehearsal import machine
+from verlflow.backends.verl.dryrun.rehearsal import machine, user_modules
 from verlflow.backends.verl.dryrun.rehearsal.raise_sites import message_of, value_of
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
@@ -100,6 +101,42 @@ def agent_loop_problems(cfg: DictConfig, *, check_files: bool) -> list[Problem]:
     return problems
 
 
+def tool_config_problems(cfg: DictConfig, *, check_files: bool, launch_env: dict[str, str]) -> list[Problem]:
+    """``multi_turn.tool_config_path`` as verl's agent-loop workers load it (``agent_loop.py:527`` →
+    ``tools/tool_registry.py:initialize_tools_from_config``): the file (``utils/import_utils.py:
+    resolve_config_path``: absolute, the working folder, then verl's own tree), each tool's ``config.type`` (the
+    ``ToolType`` enum) and its ``class_name`` (``get_tool_class``), located with the user's modules' path."""
+    key = f"{ROLLOUT}.multi_turn.tool_config_path"
+    path = value_of(cfg, key)
+    if not path or not check_files or "://" in str(path):
+        return []
+    try:
+        resolved = importlib.import_module("verl.utils.import_utils").resolve_config_path(str(path))
+        tools = OmegaConf.load(resolved).tools
+    except FileNotFoundError:
+        return [Problem(key, path, "no such file (as absolute, under the working folder or verl's tree, "
+                                   "utils/import_utils.py:resolve_config_path): verl's agent-loop workers load it at "
+                                   "start-up (tools/tool_registry.py:initialize_tools_from_config): give an existing "
+                                   "YAML file with a tools list")]
+    except Exception as exc:  # YAML errors, no tools list, an old verl without the resolver
+        return [Problem(key, path, f"verl cannot read a tools list from it ({type(exc).__name__}: "
+                                   f"{message_of(exc)[:160]}; tools/tool_registry.py:initialize_tools_from_config)")]
+    for tool in tools or []:
+        kind = OmegaConf.select(tool, "config.type", default=None)
+        if kind != "native":
+            return [Problem(key, path, f"its tool {tool.get('class_name')} has config.type {kind}, and verl's "
+                                       "ToolType has only native (tools/tool_registry.py): set config.type: native")]
+        try:
+            user_modules.locate(str(tool.get("class_name")), launch_env)
+        except Exception as exc:  # ImportError, AttributeError, whatever the tool's module raises at import
+            return [Problem(key, path, (
+                f"its tool class {tool.get('class_name')} does not import here ({type(exc).__name__}: "
+                f"{message_of(exc)[:120]}); verl's workers import it at start-up (tools/tool_registry.py:"
+                "get_tool_class): give the class's full dotted path, importable on the nodes (the profile's "
+                "PYTHONPATH)"))]
+    return []
+
+
 def trace_warnings(cfg: DictConfig, image_says: Any) -> list[str]:
     """A trace backend whose package verl imports (``RolloutTraceConfig.init``) and this machine lacks."""
     key = f"{ROLLOUT}.trace.backend"
@@ -111,8 +148,10 @@ def trace_warnings(cfg: DictConfig, image_says: Any) -> list[str]:
             f"RolloutTraceConfig.init), and {package} is not installed on this machine ({image_says(package)})"]
 
 
-def problems(cfg: DictConfig, *, check_files: bool, image_says: Any) -> tuple[list[Problem], list[str]]:
+def problems(cfg: DictConfig, *, check_files: bool, image_says: Any,
+             launch_env: dict[str, str] | None = None) -> tuple[list[Problem], list[str]]:
     """Every check of this module: problems and warnings."""
     engine_problems, engine_warnings = checkpoint_engine_problems(cfg, image_says)
     found = rollout_class_problems(cfg) + engine_problems + agent_loop_problems(cfg, check_files=check_files)
+    found += tool_config_problems(cfg, check_files=check_files, launch_env=launch_env or {})
     return found, engine_warnings + trace_warnings(cfg, image_says)

@@ -31,8 +31,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verlflow.backends.verl.dryrun.keys import ACTOR, MODEL, REF, ROLLOUT
-from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine, names
-from verlflow.backends.verl.dryrun.rehearsal.raise_sites import value_of
+from verlflow.backends.verl.dryrun.rehearsal import dataset_reuse, first_step, machine, names, user_modules
+from verlflow.backends.verl.dryrun.rehearsal.raise_sites import message_of, value_of
 from verlflow.backends.verl.dryrun.rehearsal.state import Reached, Rehearsal, quiet
 from verlflow.compat import verl as compat_verl
 from verlflow.errors import Problem
@@ -245,27 +245,66 @@ def reward_call(rehearsal: Rehearsal) -> None:
         rehearsal.findings.skipped.append("reward call: this verl's reward manager has no compute_score to call")
         return
     truth = (row.get("reward_model") or {}).get("ground_truth", "")
-    source_key = str(value_of(cfg, "data.reward_fn_key") or "data_source")
-
-    def one_call() -> Any:
-        result = score(data_source=row.get(source_key), solution_str=f"#### {truth}", ground_truth=truth,
-                       extra_info=row.get("extra_info"))
-        return asyncio.run(result) if asyncio.iscoroutine(result) else result
-
+    source = row.get(str(value_of(cfg, "data.reward_fn_key") or "data_source"))
     key = reward_function_key(cfg)
+    results = []
+    for solution in (f"#### {truth}", first_step.WRONG_ANSWER):  # a right and a wrong answer, as a group holds
+        ok, result = _one_reward_call(rehearsal, score, dict(data_source=source, solution_str=solution,
+                                                            ground_truth=truth,
+                                                            extra_info=reward_extra_info(row, cfg, manager)), key)
+        if not ok:
+            return
+        results.append(result)
+    if key is None:
+        rehearsal.add(first_step.ground_truth_problems(truth, source, cfg))
+    else:
+        rehearsal.add(*first_step.reward_extra_problems(results, key, cfg))
+
+
+def _one_reward_call(rehearsal: Rehearsal, score: Any, arguments: dict[str, Any], key: str | None) -> tuple[bool, Any]:
+    """One call of the scoring function as verl's reward manager makes it; False when it failed (said)."""
+    cfg = rehearsal.cfg
     try:
         with quiet():
-            result = one_call()
+            result = score(**arguments)
+            result = asyncio.run(result) if asyncio.iscoroutine(result) else result
     except Exception as exc:  # whatever the user's function or verl's wrapper raises
         raised = first_step.reward_raised_problem(exc, key, value_of(cfg, key)) if key else None
+        raised = raised or (first_step.reward_signature_problem(exc, key, cfg) if key else None)
         if raised is not None:
             rehearsal.findings.problems.append(raised)
         else:
             rehearsal.record(exc, "reward")
-        return
+        return False, None
     returned = first_step.reward_return_problem(result, key, value_of(cfg, key)) if key else None
     if returned is not None:
         rehearsal.findings.problems.append(returned)
+        return False, None
+    return True, result
+
+
+# What the single-turn agent loop puts beside a rollout (0.9 ``experimental/agent_loop/single_turn_agent_loop.py``:
+# ``num_turns=2``, ``extra_fields`` turn_scores / tool_rewards; ``agent_loop.py:_agent_loop_postprocess`` raw_prompt).
+SINGLE_TURN = 2
+
+
+def reward_extra_info(row: dict[str, Any], cfg: DictConfig, manager: Any) -> dict[str, Any]:
+    """The ``extra_info`` verl's reward manager hands the scoring function for ``row``'s rollout.
+
+    verl 0.9 (``experimental/reward_loop/reward_manager/naive.py:NaiveRewardManager.run_single``, the same in dapo,
+    limited, gdpo, remote): the row's own extra_info, updated with the agent loop's ``tool_extra_fields``
+    (raw_prompt, turn_scores, tool_rewards), then ``num_turns`` and ``rollout_reward_scores``. verl 0.5
+    (``workers/reward_manager/naive.py:NaiveRewardManager.__call__``): the row's extra_info with ``num_turns``,
+    which is None unless the async agent loop set ``__num_turns__``.
+    """
+    extra_info = dict(row.get("extra_info") or {})
+    if type(manager).__module__.startswith("verl.experimental.reward_loop"):
+        prompt = row.get(str(value_of(cfg, "data.prompt_key") or "prompt"))
+        extra_info.update({"raw_prompt": prompt, "turn_scores": [], "tool_rewards": []})
+        extra_info.update({"num_turns": SINGLE_TURN, "rollout_reward_scores": {}})
+    else:
+        extra_info["num_turns"] = SINGLE_TURN if value_of(cfg, f"{ROLLOUT}.mode") == "async" else None
+    return extra_info
 
 
 def reward_function_key(cfg: DictConfig) -> str | None:
@@ -332,7 +371,13 @@ def _image_engines(rehearsal: Rehearsal) -> str:
 
 
 def _agent_loop(rehearsal: Rehearsal) -> None:
-    """``rollout.agent.default_agent_loop`` must be a name verl's agent-loop registry holds."""
+    """``rollout.agent.default_agent_loop`` must be a name the workers' agent-loop registry holds.
+
+    The registry as verl's workers have it: verl's own loops, those the user's modules register when verl's
+    processes import them (``VERL_USE_EXTERNAL_MODULES``, :mod:`.user_modules`), and those listed in
+    ``agent.agent_loop_config_path`` (``AgentLoopWorker.__init__`` loads each ``name``; its ``_target_`` is
+    instantiated at the first rollout, ``_run_agent_loop``).
+    """
     key = f"{ROLLOUT}.agent.default_agent_loop"
     name = value_of(rehearsal.cfg, key)
     if name is None:
@@ -344,9 +389,59 @@ def _agent_loop(rehearsal: Rehearsal) -> None:
     except Exception as exc:  # the agent-loop package imports the engines' clients
         rehearsal.record(exc, key)
         return
+    with quiet():
+        failed = user_modules.import_external(rehearsal.launch_env)
     registry = compat_verl.agent_loop_registry(registry_module)
+    listed = _listed_agent_loops(rehearsal)
     if registry is None:
         rehearsal.findings.skipped.append("agent loop: this verl has no agent-loop registry")
+    elif listed is None:
+        return  # the config file could not be read: rollout_side said so on its own key
+    elif name in listed:
+        _agent_loop_target(rehearsal, str(name), listed[name])
     elif name not in registry:
-        rehearsal.findings.problems.append(Problem(key, name, f"no agent loop of that name in verl's registry: "
-                                                              f"use one of {', '.join(sorted(registry))}"))
+        _unknown_agent_loop(rehearsal, key, name, sorted({*registry, *listed}), failed)
+
+
+def _listed_agent_loops(rehearsal: Rehearsal) -> dict[str, Any] | None:
+    """name → ``_target_`` of the agent loops ``agent.agent_loop_config_path`` lists (None: unreadable here)."""
+    path = value_of(rehearsal.cfg, f"{ROLLOUT}.agent.agent_loop_config_path")
+    if not path:
+        return {}
+    if not rehearsal.check_files or "://" in str(path):
+        return None
+    try:
+        entries = OmegaConf.load(Path(str(path)).expanduser())
+        return {str(entry.name): entry.get("_target_") for entry in entries}
+    except Exception:  # missing or malformed: rollout_side.agent_loop_problems names the key
+        return None
+
+
+def _agent_loop_target(rehearsal: Rehearsal, name: str, target: Any) -> None:
+    """The ``_target_`` of a listed agent loop, located as ``hydra.utils.instantiate`` locates it."""
+    key = f"{ROLLOUT}.agent.agent_loop_config_path"
+    try:
+        with quiet():
+            user_modules.locate(str(target), rehearsal.launch_env)
+    except Exception as exc:  # ImportError, AttributeError, or whatever the user's module raises at import
+        rehearsal.findings.problems.append(Problem(key, value_of(rehearsal.cfg, key), (
+            f"its agent loop {name!r} has _target_ {target}, which does not import here ({type(exc).__name__}: "
+            f"{message_of(exc)[:120]}); verl's workers instantiate it at the first rollout "
+            "(experimental/agent_loop/agent_loop.py:_run_agent_loop, hydra.utils.instantiate): give the class's "
+            "full dotted path, importable on the nodes (the profile's PYTHONPATH)")))
+
+
+def _unknown_agent_loop(rehearsal: Rehearsal, key: str, name: Any, known: list[str], failed: dict[str, str]) -> None:
+    """A name no registry holds: refused, unless a user's module that could register it did not import here."""
+    if failed:
+        module, why = next(iter(failed.items()))
+        rehearsal.findings.warnings.append(
+            f"{key}={name}: not in verl's agent-loop registry, and {user_modules.EXTERNAL_MODULES} names {module}, "
+            f"which does not import here ({why}): not checked; verl's workers assert the name is registered "
+            "(experimental/agent_loop/agent_loop.py:_run_agent_loop)")
+        return
+    rehearsal.findings.problems.append(Problem(key, name, (
+        f"no agent loop of that name in verl's registry (experimental/agent_loop/agent_loop.py:_run_agent_loop "
+        f"asserts it at the first rollout): use one of {', '.join(known)}, register yours with @register in a "
+        f"module named in the profile's env {user_modules.EXTERNAL_MODULES}, or list it in "
+        "agent.agent_loop_config_path")))

@@ -61,6 +61,8 @@ class Rehearsal:
     trainer: Any = None
     # The last failed attempt failed only for a package this machine lacks (a warning, not the config's fault).
     machine_only: bool = False
+    # The environment verl's processes start with (the profile's env over this one's): the user's modules.
+    launch_env: dict[str, str] = field(default_factory=dict)
 
     def attempt(self, stage: str, action: Callable[[], Any], *, section: str | None = None,
                 renamed: dict[str, str] | None = None) -> tuple[bool, Any]:

@@ -10,6 +10,14 @@ since the user probably meant something else). When the two verls differ the dry
 - ``rollout.max_model_len`` below prompt + response: 0.5.0 hands the engine a request longer than it holds
   (vLLM refuses it at the first rollout); 0.9.1 caps ``max_tokens`` to what is left
   (``workers/rollout/vllm_rollout/vllm_async_server.py:vLLMHttpServer.generate``).
+- ``data.max_prompt_length + max_response_length`` over the model's positions (no ``rollout.max_model_len``):
+  0.5.0's vLLM rollout asserts they fit (``vllm_rollout_spmd.py:120``); 0.9.1 sets ``max_model_len`` to the
+  positions and caps each response to what is left (``vllm_async_server.py:1105``, ``:593``).
+- ``ref.strategy`` that names no engine (``fsdp_2``): 0.9.1's reference worker builds its engine with it
+  (``workers/engine/base.py:401`` asserts the backend); 0.5.0 never reads it (the reverse: fatal on the newer).
+- a dynamic batch's token budget × sequence parallel below prompt + response: 0.5.0 pads every sequence to
+  that length, so ``rearrange_micro_batches`` asserts at the first batch; 0.9.1 packs them and asserts only on a
+  batch holding a sequence that long (a warning).
 - ``trainer.device`` not the profile's: 0.5.0 asks Ray for those devices (``RayPPOTrainer.device_name``) and
   waits for ever; 0.9.1 resets it to the platform it detects (``utils/device.py:auto_set_device``).
 - the top-level ``custom_reward_function``: 0.5.0 loads it (``trainer/ppo/reward.py:get_custom_reward_fn``);
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from verlflow.backends.verl.dryrun.keys import ROLLOUT
+from verlflow.backends.verl.dryrun.keys import ACTOR, REF, ROLLOUT
 from verlflow.errors import Problem
 
 LEGACY_REWARD = "custom_reward_function"
@@ -57,6 +65,15 @@ class VersionRule:
     legal_from: str
     fatal_at: str
     legal_at: str
+    clue: str = ""  # only the lines on ``key`` whose fix says this (another check may name the same key)
+    # Fatal from ``legal_from`` on and legal (ignored) before it: a key the older verl never reads.
+    inverted: bool = False
+
+    def covers(self, problem: Problem) -> bool:
+        """Whether ``problem`` is this rule's line."""
+        same_key = problem.key == self.key or (self.key.startswith(LEGACY_REWARD)
+                                               and problem.key.startswith(f"{LEGACY_REWARD}."))
+        return same_key and self.clue in problem.fix
 
 
 RULES = (
@@ -64,6 +81,23 @@ RULES = (
                 "verl 0.5.0 asks the engine for more tokens than it holds: vLLM refuses it at the first rollout",
                 "verl 0.9.1 caps max_tokens to what is left (vllm_async_server.py:vLLMHttpServer.generate), "
                 "so long prompts get shorter responses"),
+    VersionRule("data.max_response_length", "0.9.1",
+                "verl 0.5.0's vLLM rollout asserts max_position_embeddings >= prompt + response when it starts "
+                "(workers/rollout/vllm_rollout/vllm_rollout_spmd.py:120)",
+                "verl 0.9.1 sets rollout.max_model_len to the model's positions (vllm_async_server.py:1105) and "
+                "caps each response to what is left (:593), so long prompts get shorter responses",
+                clue="max_position_embeddings"),
+    VersionRule(f"{REF}.strategy", "0.9.1",
+                "verl 0.9.1 builds the reference model's engine for it (workers/engine/base.py:401)",
+                "verl 0.5.0 never reads it: the reference is built with the actor's strategy "
+                "(workers/fsdp_workers.py:369); a 0.9.1 image would refuse it", inverted=True),
+    *(VersionRule(key, "0.9.1", "verl 0.5.0 pads every sequence to prompt + response, so "
+                                "rearrange_micro_batches asserts at the first batch (utils/seqlen_balancing.py:277)",
+                  "verl 0.9.1 packs sequences first (ray_trainer.py:1255) and asserts only on a batch holding one "
+                  "longer than the budget × sp (utils/seqlen_balancing.py:384): it fails when a response runs that "
+                  "long", clue="verl 0.5.0 pads every sequence")
+      for key in (f"{ACTOR}.ppo_max_token_len_per_gpu", f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
+                  f"{REF}.log_prob_max_token_len_per_gpu")),
     VersionRule("trainer.device", "0.9.1",
                 "verl 0.5.0 asks Ray for these devices (RayPPOTrainer.device_name) and waits for ever",
                 "verl 0.9.1 resets it to the platform it detects on the nodes (utils/device.py:auto_set_device)"),
@@ -109,7 +143,7 @@ def versions_note(versions: VerlVersions) -> list[str]:
 
 def _legal(rule: VersionRule, version: str) -> bool:
     judged, boundary = _release(version), _release(rule.legal_from)
-    return judged is not None and boundary is not None and judged >= boundary
+    return judged is not None and boundary is not None and (judged >= boundary) != rule.inverted
 
 
 def judge(problems: list[Problem], versions: VerlVersions) -> tuple[list[Problem], list[str]]:
@@ -117,9 +151,7 @@ def judge(problems: list[Problem], versions: VerlVersions) -> tuple[list[Problem
     behaviour when the installed one differs) or turned into a warning."""
     kept, warnings = [], []
     for problem in problems:
-        rule = next((r for r in RULES if problem.key == r.key or (r.key.startswith(LEGACY_REWARD)
-                                                                  and problem.key.startswith(f"{LEGACY_REWARD}."))),
-                    None)
+        rule = next((r for r in RULES if r.covers(problem)), None)
         if rule is None:
             kept.append(problem)
         elif _legal(rule, versions.judged):
