@@ -4,10 +4,13 @@
 
 The smoke recipe's step (8 prompts x 8 samples of <= 48 tokens, one PPO mini-batch) on the untrained tiny model
 (its warm start takes minutes; untrained, every response runs to 48 tokens, so a step is a little heavier).
-Each figure is one fresh process training the smoke recipe's steps with the local trainer, timed from its first
-step's start to its last step's end (validation, checkpoints and sample tables off). "shared" runs the same beside
-two Python busy loops (one per core of a 2-core machine). Rounds alternate quiet / shared so that a drift of the
-machine's other load favours neither; the median of each is printed with the ratio and the load average around it.
+Each figure is one fresh process running ``verlflow train --recipe smoke --device cpu`` as a user does (its run,
+metric writer process, final model and summaries included; validation, checkpoints and sample tables off), with
+three figures: the step loop (its first step's start to its last step's end), the end (its last step's end to the
+step's return: the final model logged, the writer's last writes and exit) and the whole process (its start to its
+exit, as the user waits for it). "shared" runs the same beside two Python busy loops (one per core of a 2-core
+machine). Rounds alternate quiet / shared so that a drift of the machine's other load favours neither; the median
+of each is printed with the ratios and the load average around it.
 ``--threads 2`` gives the settings before the trainer followed the free cores (a fixed two);
 ``--wait-policy PASSIVE`` the wait policy the step forced before it left it to OpenMP.
 """
@@ -21,33 +24,40 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 CHILD = """
 import json, sys, time
-import mlflow
-from verlflow import config
-from verlflow.backends.local.trainer import train_local
-from verlflow.tracking import tracking
+from verlflow import cli
+import verlflow.backends.local.trainer as trainer_module
 work, steps, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if threads != "auto":  # a fixed count, as before the trainer followed the free cores
-    import verlflow.backends.local.trainer as trainer_module
     trainer_module.ThreadGovernor = lambda limit: None
-mlflow.set_tracking_uri(f"sqlite:///{work}/mlflow.db")
+marks = []  # the training's start, then each step's end
+real_train = trainer_module.LocalTrainer.train
+
+def timed_train(trainer, *, on_step_end=None, started_at):
+    def step_ended(step, metrics):
+        marks.append(time.perf_counter())
+        if on_step_end is not None:
+            on_step_end(step, metrics)
+    marks.append(time.perf_counter())
+    return real_train(trainer, on_step_end=step_ended, started_at=started_at)
+
+trainer_module.LocalTrainer.train = timed_train
 overrides = ["actor_rollout_ref.model.path=tiny-qwen3", f"trainer.total_training_steps={steps}",
              "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
-             f"verlflow.output_dir={work}/outputs"]
+             f"verlflow.output_dir={work}/outputs", "verlflow.system_metrics_interval=0"]
 if threads != "auto":
     overrides.append(f"profile.env.OMP_NUM_THREADS={threads}")
-cfg = config.compose("smoke", "cpu", overrides)
-marks = []
-with tracking.tracked_run(run_name="bench") as run:
-    marks.append(time.perf_counter())
-    train_local(cfg, data_dir=f"{work}/data", run_id=run.info.run_id,
-                on_step_end=lambda step, metrics: marks.append(time.perf_counter()))
+cli.main(["train", "--recipe", "smoke", "--device", "cpu", "--data_dir", f"{work}/data",
+          "--overrides", " ".join(overrides)], own_process=True)
+returned = time.perf_counter()
 import torch
 first_step = marks[2] - marks[1]
-print("BENCH " + json.dumps({"train_s": marks[-1] - marks[1] + first_step, "threads": torch.get_num_threads()}))
+print("BENCH " + json.dumps({"train_s": marks[-1] - marks[1] + first_step, "end_s": returned - marks[-1],
+                             "threads": torch.get_num_threads()}))
 """
 
 BUSY = "while True: pass"
@@ -65,7 +75,8 @@ def prepare(work: Path) -> None:
 
 
 def train_seconds(work: Path, steps: int, threads: str, wait_policy: str | None, busy: int, nice: int) -> dict:
-    """One fresh training process, beside ``busy`` busy loops: its training seconds and thread count."""
+    """One fresh training process, beside ``busy`` busy loops: its step loop's, end's and whole process's seconds
+    and its thread count."""
     env = {**os.environ, "VERLFLOW_CACHE": str(work / "cache"), "TOKENIZERS_PARALLELISM": "false"}
     if wait_policy:
         env["OMP_WAIT_POLICY"] = wait_policy
@@ -74,8 +85,11 @@ def train_seconds(work: Path, steps: int, threads: str, wait_policy: str | None,
     try:
         with tempfile.TemporaryDirectory(dir=work) as run_dir:
             (Path(run_dir) / "data").symlink_to(work / "data")
-            done = subprocess.run([sys.executable, "-c", CHILD, run_dir, str(steps), threads], env=env,
+            env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run_dir}/mlflow.db"
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", CHILD, run_dir, str(steps), threads], env=env, cwd=run_dir,
                                   capture_output=True, text=True, timeout=3600, preexec_fn=niced)
+            process_s = time.perf_counter() - started
     finally:
         for loop in loops:
             loop.kill()
@@ -83,7 +97,7 @@ def train_seconds(work: Path, steps: int, threads: str, wait_policy: str | None,
     line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH ")), None)
     if line is None:
         sys.exit(f"the training process failed:\n{done.stderr[-3000:]}")
-    return json.loads(line.removeprefix("BENCH "))
+    return {**json.loads(line.removeprefix("BENCH ")), "process_s": process_s}
 
 
 def main() -> None:
@@ -103,17 +117,21 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     prepare(work)
-    figures: dict[str, list[float]] = {"quiet": [], "shared": []}
+    figures: dict[str, dict[str, list[float]]] = {"quiet": {}, "shared": {}}
     for _ in range(args.rounds):
         for name, busy in (("quiet", 0), ("shared", args.busy)):
             before = os.getloadavg()[0]
             result = train_seconds(work, args.steps, args.threads, args.wait_policy, busy, args.nice)
-            figures[name].append(result["train_s"])
-            print(f"{name:6s} {result['train_s']:6.1f} s  threads {result['threads']}  "
+            for figure in ("train_s", "end_s", "process_s"):
+                figures[name].setdefault(figure, []).append(result[figure])
+            print(f"{name:6s} step loop {result['train_s']:6.1f} s  end {result['end_s']:6.1f} s  whole process "
+                  f"{result['process_s']:6.1f} s  threads {result['threads']}  "
                   f"load {before:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
-    quiet, shared = statistics.median(figures["quiet"]), statistics.median(figures["shared"])
-    print(f"{args.steps} steps, threads={args.threads}, wait policy={args.wait_policy or 'OpenMP default'}: "
-          f"quiet {quiet:.1f} s, beside {args.busy} busy loops {shared:.1f} s = {shared / quiet:.2f}x quiet")
+    print(f"{args.steps} steps, threads={args.threads}, wait policy={args.wait_policy or 'OpenMP default'}, "
+          f"beside {args.busy} busy loops:")
+    for figure, label in (("train_s", "step loop"), ("end_s", "end"), ("process_s", "whole process")):
+        quiet, shared = (statistics.median(figures[name][figure]) for name in ("quiet", "shared"))
+        print(f"  {label:13s} quiet {quiet:6.1f} s, shared {shared:6.1f} s = {shared / max(quiet, 1e-9):.2f}x quiet")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from verlflow.errors import EXIT_BAD_INPUT, StepFailed, VerlflowError
 from verlflow.out_of_memory import hold_reserve, is_out_of_memory, out_of_memory_error
 from verlflow.outage.deadline import TrackingDeadline, server_failure
 from verlflow.outage.store_retry import store_write_failure
+from verlflow.processes import watch_after_end
 from verlflow.secrets import mask_text
 from verlflow.step_requests import parse_request
 from verlflow.steps import STEPS
@@ -83,6 +84,8 @@ def run_step(name: str, values: dict[str, str]):
         except (Exception, deadline.TrackingDeadline):  # after a stop: a call that failed riding out its timeout
             stopping.stop_point()
             raise
+        if (keep_end := watch_after_end()) is not None:  # a stop from here on finds no safe point
+            stopping.after_last_safe_point(keep_end)
         stopping.stop_point()  # a stop taken after the step's last run ended: the step still says it stopped
         return result
 

@@ -6,14 +6,17 @@ uses it to start the launcher watcher (:mod:`verlflow.process.launcher_status`) 
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # The launcher's run, as this process started (MLflow's end_run unsets MLFLOW_RUN_ID from the environment).
 LAUNCHER_RUN_ID = os.environ.get("MLFLOW_RUN_ID")
 _watching: set[str] = set()  # the runs this process has started a launcher watcher for
+_ended: dict[str, str] = {}  # the launcher's run → the status this process ended it with
 
 
 def process_start(pid: int) -> str | None:
@@ -98,20 +101,52 @@ def launcher_overwrites_end(mlflow_version: str | None = None) -> bool:
 
 
 def watch_launcher(run_id: str | None, *, interrupted_by: str | None = None) -> bool:
-    """Leave a watcher (:mod:`verlflow.process.launcher_status`) that keeps ``run_id`` KILLED past the ``mlflow
-    run`` launcher's FAILED (:func:`launcher_overwrites_end`), when ``run_id`` is that launcher's run; once per
-    run. ``interrupted_by`` (a signal name): the step stopped before it ended the run itself, so the watcher ends
-    it KILLED (whatever the MLflow: the launcher leaves such a run FAILED with no reason, or RUNNING)."""
+    """Leave a watcher (:mod:`verlflow.process.launcher_status`) that keeps the step's end of ``run_id`` (KILLED, or
+    FINISHED: :func:`launcher_run_ended`) past the ``mlflow run`` launcher's FAILED (:func:`launcher_overwrites_end`),
+    when ``run_id`` is that launcher's run; once per run. ``interrupted_by`` (a signal name): the step stopped before
+    it ended the run itself, so the watcher ends it KILLED (whatever the MLflow: the launcher leaves such a run FAILED
+    with no reason, or RUNNING)."""
+    argv = _watcher_argv(run_id, interrupted_by)
+    if argv is None:
+        return False
+    _start_watcher(run_id, argv)
+    return True
+
+
+def _watcher_argv(run_id: str | None, interrupted_by: str | None) -> list[str] | None:
+    """The watcher's command for ``run_id``, None when no watcher is to be left (:func:`watch_launcher`)."""
     if not run_id or run_id != LAUNCHER_RUN_ID or run_id in _watching:
-        return False
+        return None
     if interrupted_by is None and not launcher_overwrites_end():
-        return False
+        return None
     launcher = find_launcher()
     if launcher is None:
-        return False
-    argv = [sys.executable, "-m", "verlflow.process.launcher_status", run_id, str(launcher),
-            process_start(launcher) or "", *(["--interrupted", interrupted_by] if interrupted_by else [])]
+        return None
+    return [sys.executable, "-m", "verlflow.process.launcher_status", run_id, str(launcher),
+            process_start(launcher) or "", *(["--interrupted", interrupted_by] if interrupted_by else []),
+            *(["--ended", _ended[run_id]] if run_id in _ended else [])]
+
+
+def _start_watcher(run_id: str, argv: list[str]) -> None:
+    if run_id in _watching:
+        return
     subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, close_fds=True)
     _watching.add(run_id)
-    return True
+
+
+def launcher_run_ended(run_id: str, status: str) -> None:
+    """Note that this step ended ``run_id`` with ``status`` when it is the launcher's run: a watcher left after a
+    signal then puts that end back over the launcher's FAILED (:mod:`verlflow.process.launcher_status`)."""
+    if run_id == LAUNCHER_RUN_ID:
+        _ended[run_id] = status
+
+
+def watch_after_end() -> Callable[[], None] | None:
+    """What a stop signal after the step's last safe point must do, made ready now (the step is then exiting, with
+    nothing left that ends a run): when the step ended the launcher's run FINISHED, start the watcher that keeps
+    it FINISHED past the launcher's FAILED, which the same Ctrl-C brings. None when there is nothing to keep."""
+    if LAUNCHER_RUN_ID is None or _ended.get(LAUNCHER_RUN_ID) != "FINISHED":
+        return None
+    argv = _watcher_argv(LAUNCHER_RUN_ID, None)
+    return None if argv is None else functools.partial(_start_watcher, LAUNCHER_RUN_ID, argv)

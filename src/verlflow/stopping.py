@@ -19,6 +19,9 @@ The contract:
   a stop never lands inside SQLAlchemy, a finalizer or a library's logging.
 - The end of a stopped run is short and bounded (one try at the server, see :mod:`verlflow.tracking.tracking`); a second
   signal meanwhile is only recorded.
+- After the step's last safe point nothing checks :data:`STOP`: a stop then runs, in the handler, the one action the
+  step left for it (:func:`after_last_safe_point`: the watcher that keeps a finished run FINISHED past ``mlflow
+  run``'s launcher, which the same Ctrl-C makes mark it FAILED).
 
 It imports only ``os``, ``signal``, ``sys`` and ``threading`` at load, so an entry point has it before MLflow, torch or
 verl start loading. :func:`stop_interrupted` is the exit of an interrupted step.
@@ -38,6 +41,7 @@ _received: list[int] = []  # every stop signal since the handler was installed, 
 _state = {"raising": False}  # True only while the entry imports (raising_while_loading)
 _safe_point_hooks: list[Callable[[], bool]] = []  # called at each safe point until each returns True
 _stand: list[str] = []  # where the stopped work stands (its last checkpoint, or why none): the stop line's end
+_after_end: list = []  # what a stop after the step's last safe point runs, once (after_last_safe_point)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -150,6 +154,14 @@ def reset() -> None:
     """Forget the stop this process took (the block that installed the handler ended)."""
     STOP.clear()
     _received.clear()
+    _after_end.clear()
+
+
+def after_last_safe_point(action) -> None:
+    """The step has passed its last safe point (it only exits from here): a stop signal now runs ``action()`` once,
+    in the handler, instead of waiting for a safe point that never comes. A stop already taken is the caller's next
+    :func:`stop_point`'s. ``action`` is short and made ready beforehand (it starts a process, nothing more)."""
+    _after_end[:] = [action]
 
 
 def received() -> list[int]:
@@ -194,6 +206,10 @@ def _on_stop(signum: int, frame) -> None:
     if _state["raising"]:  # the entry still imports: only there, and only the first signal, raises
         _state["raising"] = False
         raise RunInterrupted(signum)
+    while _after_end:
+        action = _after_end.pop()
+        with contextlib.suppress(Exception):  # a handler never raises into the code it interrupted (a fork refused)
+            action()
 
 
 def stop_interrupted(step: str, exc: KeyboardInterrupt) -> None:

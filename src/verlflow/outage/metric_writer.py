@@ -18,6 +18,7 @@ import itertools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -107,6 +108,19 @@ def write_until_closed(steps, acks, run_id: str, tracking_uri: str, spill_path: 
         with contextlib.suppress(OSError):
             os.nice(WRITER_NICE)
     writer.run()
+    _exit_done()
+
+
+def _exit_done() -> None:
+    """Exit now, with code 0, once everything is written or spilled: past its last write the writer has nothing
+    left for the interpreter's teardown (MLflow's exit hooks, every module freed), which costs ~0.85 s of CPU.
+    At nice 19 beside busy cores that was a minute of waiting, and the trainer, which waits for this exit, killed
+    the writer instead (exit code -9). Its reports went out synchronously on the pipe, the spill file is synced."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 class _Writer:

@@ -39,6 +39,10 @@ WRITE_EVERY_S = env_number("VERLFLOW_METRICS_WRITE_S", 2.0, minimum=0)
 # The most the end of a run waits for the tracking server to take a write before leaving the rest to the spill file
 # (counted again from each write: a replay that goes on is not cut).
 FLUSH_WAIT_S = env_number("VERLFLOW_METRICS_FLUSH_S", 120.0, minimum=0)
+# The most the end of a run waits for a writer that has written everything to exit by itself. Generous: at nice 19
+# beside busy cores the writer gets a sliver of one, and the 15 s once given to its exit ran out there (it was
+# killed, "exited with code -9", with every point written).
+EXIT_WAIT_S = env_number("VERLFLOW_METRICS_EXIT_S", 120.0, minimum=0)
 # Writers one run may start: one that keeps dying is replaced this often, then the trainer writes at the end.
 MAX_WRITERS = 4
 spilled: dict[str, Path] = {}  # runs whose buffer closed with a spill file left: their end goes in it too
@@ -70,6 +74,7 @@ class MetricBuffer:
         self.parked, self.parked_cause = 0, ""  # artifact writes the writer kept in the spill file
         self.beats = 0  # the writer's "at work on a record" reports: progress for the end's window
         self.timing = TimingSums()  # the run's end writes its summaries from these, not from read-back histories
+        self.writer_exit_codes: list[int | None] = []  # of the writers that have ended, in order (0: a clean exit)
         self._last_step: tuple[int, int, dict[str, float]] | None = None  # a checkpoint's model links to it
         self._process: Any = None
         self._start_writer()
@@ -208,7 +213,7 @@ class MetricBuffer:
             self._read_acks(wait_s=0.2)
             if self.written > written or self.beats > beats:  # the server answers: the window starts again
                 deadline, written, beats = time.monotonic() + wait_s, self.written, self.beats
-        self._end_writer()
+        self._end_writer(finished=self.written >= self.enqueued)
         left = kept = self.enqueued - self.written
         if left:  # outage, or no writer left: the spill file gets everything not reported written
             kept = self._spill_leftover(left)
@@ -324,6 +329,7 @@ class MetricBuffer:
 
     def _retire_writer(self) -> None:
         self._read_acks()
+        self.writer_exit_codes.append(self._process.exitcode)
         self._written_before += self._written_now
         self._cpu_before += self._cpu_now
         self._written_now, self._cpu_now = 0, 0.0
@@ -331,19 +337,40 @@ class MetricBuffer:
         self._acks.close()
         self._process = None
 
-    def _end_writer(self) -> None:
-        """Stop the writer: ask it to spill and go, then kill it if a call to the server holds it."""
+    def _end_writer(self, finished: bool) -> None:
+        """Let the writer end: one that has written everything (``finished``: told to close, it exits by itself
+        once the spill file is settled) is waited for up to :data:`EXIT_WAIT_S`; one with work left is told to
+        spill it and go, and given the time to end a call to the server under way. Only a writer still there
+        after that is killed, and said so with what it had not written."""
         if self._process is None:
             return
-        if self._process.is_alive():
+        if finished:
+            self._wait_exit(EXIT_WAIT_S)
+        elif self._process.is_alive():
             self._feed.put(("abandon",))
-            self._process.join(WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"] + 5)
+            self._wait_exit(WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"] + 5)
         if self._process.is_alive():
             self._process.kill()
             self._process.join()
-        if self._process.exitcode != 0:
+            left = self.enqueued - self.written
+            if finished:
+                logger.warning("the metric writer process had written every point and record but did not exit "
+                               "within %g s (VERLFLOW_METRICS_EXIT_S): it was killed", EXIT_WAIT_S)
+            else:
+                logger.warning("the metric writer process did not end within %g s of being told to stop: it was "
+                               "killed with %d metric points and records unwritten",
+                               WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"] + 5, left)
+        elif self._process.exitcode != 0:
             logger.warning("the metric writer process exited with code %s", self._process.exitcode)
         self._retire_writer()
+
+    def _wait_exit(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for the writer to exit, taking its last reports meanwhile (the parked artifact
+        writes its last retry settled)."""
+        deadline = time.monotonic() + wait_s
+        while self._process.is_alive() and time.monotonic() < deadline:
+            self._read_acks()
+            self._process.join(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 class _Feed:

@@ -1,6 +1,8 @@
-"""Keep an interrupted run KILLED when ``mlflow run``'s launcher marks it FAILED (or leaves it RUNNING).
+"""Keep the end a step gave its run (KILLED, or FINISHED before a late Ctrl-C) when ``mlflow run``'s launcher
+marks it FAILED, and end KILLED an interrupted run the launcher leaves FAILED with no reason or RUNNING.
 
     python -m verlflow.process.launcher_status <run_id> <launcher pid> <launcher start> [--interrupted SIGINT]
+        [--ended FINISHED]
 
 Ctrl-C to ``mlflow run`` reaches the launcher and the step together. The step ends its run KILLED; the
 launcher then waits for the step and calls ``_maybe_set_run_terminated(run, "FAILED")``
@@ -15,6 +17,10 @@ launcher's FAILED replaced the step's KILLED, keeping the run's end time.
 A step interrupted before it held the run (while it loaded MLflow, or checked its inputs) never ended it:
 the launcher marked it FAILED with no reason, or, interrupted before its own wait began, left it RUNNING.
 With ``--interrupted <signal>`` the watcher ends such a run KILLED itself, once the launcher has exited.
+
+A signal after the step ended the run FINISHED (Ctrl-C just after ``main: done``, while the step process still
+exits) reaches the launcher too, and its FAILED (with no reason) replaced the finished run's end. With
+``--ended FINISHED`` the watcher puts FINISHED back: the run's work was all done and recorded.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ WAIT_S = 120.0
 INTERRUPTED = "RunInterrupted"
 
 
-def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by: str | None = None) -> str:
-    """Wait for the launcher to exit; a run it turned FAILED after a signal ended it goes back to KILLED, and with
-    ``interrupted_by`` a run the step never ended (RUNNING, or FAILED with no reason) ends KILLED.
+def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by: str | None = None,
+                   ended: str | None = None) -> str:
+    """Wait for the launcher to exit; a run it turned FAILED after a signal ended it goes back to KILLED, one the
+    step had ``ended`` FINISHED goes back to FINISHED, and with ``interrupted_by`` a run the step never ended
+    (RUNNING, or FAILED with no reason) ends KILLED.
 
     Returns the status the run is left with."""
     from mlflow.tracking import MlflowClient
@@ -43,6 +51,9 @@ def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by
     client = MlflowClient()
     run = client.get_run(run_id)
     reason = run.data.tags.get(ERROR_TAG)
+    if ended == "FINISHED" and run.info.status == "FAILED" and reason is None:  # the launcher's, over the step's end
+        client.set_terminated(run_id, "FINISHED", end_time=run.info.end_time)
+        return "FINISHED"
     if interrupted_by and run.info.status in ("RUNNING", "FAILED") and reason is None:
         client.set_tag(run_id, ERROR_TAG, f"{INTERRUPTED}: interrupted by {interrupted_by}")
         client.set_terminated(run_id, "KILLED", end_time=run.info.end_time)
@@ -54,14 +65,15 @@ def restore_killed(run_id: str, launcher: int, start: str | None, interrupted_by
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The watcher process: ``<run_id> <launcher pid> <launcher start> [--interrupted SIGNAL]``."""
+    """The watcher process: ``<run_id> <launcher pid> <launcher start> [--interrupted SIGNAL] [--ended STATUS]``."""
     parser = argparse.ArgumentParser(prog="python -m verlflow.process.launcher_status")
     parser.add_argument("run_id")
     parser.add_argument("launcher", type=int)
     parser.add_argument("start")
     parser.add_argument("--interrupted", default=None)
+    parser.add_argument("--ended", default=None, help="the status the step ended the run with")
     args = parser.parse_args(argv)
-    restore_killed(args.run_id, args.launcher, args.start or None, args.interrupted)
+    restore_killed(args.run_id, args.launcher, args.start or None, args.interrupted, args.ended)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from verlflow.names import (
 from verlflow.outage import deadline, metric_buffer, spill, summaries
 from verlflow.outage.store_retry import LockRetryingClient, retry_on_lock
 from verlflow.process import lifecycle
-from verlflow.processes import watch_launcher
+from verlflow.processes import launcher_run_ended, watch_launcher
 from verlflow.tracking import experiments, naming
 from verlflow.util import filter_quote, first_line
 
@@ -199,6 +199,7 @@ def _write_end(run_id: str, status: str, failure: Mapping[str, str] | None, acti
         retry_on_lock(mlflow.end_run, status)
     else:
         retry_on_lock(LockRetryingClient().set_terminated, run_id, status)
+    launcher_run_ended(run_id, status)  # a later signal's watcher keeps this end past mlflow run's launcher
 
 
 def spill_file(run_id: str) -> Path:
