@@ -267,10 +267,11 @@ def test_a_refusal_under_mlflow_run_leaves_a_run_named_for_its_step_and_reason(t
     assert named.info.run_name == "train · refused: data_dir 'empty' has no train.parquet"
     assert named.data.tags["verlflow.error"].startswith("data_dir 'empty' has no train.parquet: run `mlflow run")
 
-    # A refusal inside the step's own run (the hub's copy, asked for offline with an empty cache): MLflow unsets
-    # MLFLOW_RUN_ID when that run ends, and the run kept its made-up name before.
+    # A refusal inside the step's own run (a source folder without train data, found once the run is open): MLflow
+    # unsets MLFLOW_RUN_ID when that run ends, and the run kept its made-up name before.
     run = MlflowClient().create_run("0")
-    offline = {**os.environ, "MLFLOW_RUN_ID": run.info.run_id, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    done = cli_in_process(["preprocess", "--source", "openai/gsm8k"], env=offline, cwd=tmp_path)
+    done = cli_in_process(["preprocess", "--source", "empty"], env={**os.environ, "MLFLOW_RUN_ID": run.info.run_id},
+                          cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert MlflowClient().get_run(run.info.run_id).info.run_name.startswith("preprocess · refused: could not load")
+    named = MlflowClient().get_run(run.info.run_id).info.run_name
+    assert named == "preprocess · refused: no train data in folder 'empty'"
