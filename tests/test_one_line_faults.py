@@ -77,9 +77,9 @@ def test_a_split_whose_every_ground_truth_verl_cannot_match_is_refused_naming_th
     first = pq.read_table(bad / "train.parquet").to_pylist()[0]["reward_model"]["ground_truth"]
     done = cli_in_process([*TRAIN, "--data_dir", str(bad)])
     assert _error_line(done, "train") == (
-        f"{bad / 'train.parquet'}: no row's reward_model.ground_truth is a number verl's GSM8K scorer can match "
-        f"(row 0: {first!r}), so every reward would be 0: give plain numbers such as '72' (as `verlflow preprocess` "
-        "writes them), or a scorer of your own in reward.custom_reward_function.path")
+        f"data.train_files={bad / 'train.parquet'}: no row's reward_model.ground_truth is a number verl's GSM8K "
+        f"scorer can match (row 0: {first!r}), so every reward would be 0: give plain numbers such as '72' (as "
+        "`verlflow preprocess` writes them), or a scorer of your own in reward.custom_reward_function.path")
     assert _runs() == []
     from verlflow.data.checks import check_ground_truths
 

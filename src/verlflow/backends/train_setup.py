@@ -179,7 +179,8 @@ def check_train_inputs(cfg: config.ComposedConfig, data_dir: str, *, require_spl
                                     "messages (prompt, as preprocess writes it)")
             check_parquet_split(path, required=("reward_model",))
             if not _custom_reward(cfg):  # verl's own scorer: a split it can score nothing of trains at reward 0
-                check_ground_truths(path, str(cfg.resolved.data.get("reward_fn_key") or "data_source"))
+                check_ground_truths(path, str(cfg.resolved.data.get("reward_fn_key") or "data_source"),
+                                    "data.train_files" if split == "train" else "data.val_files")
         elif require_splits:
             command = preprocess_command(cfg.verlflow.data_source or VerlflowBlock.data_source, data_dir)
             raise VerlflowError(f"data_dir '{data_dir}' has no {split}.parquet: run `{command}` first")

@@ -62,8 +62,10 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict]:
 GSM8K_SOURCE = "openai/gsm8k"  # the data_source verl's reward registry scores with its GSM8K scorer
 
 
-def check_ground_truths(path: str | os.PathLike[str], source_key: str = "data_source") -> None:
-    """Refuse a split where verl's GSM8K scorer can match no row's ground truth: every reward would be 0.
+def check_ground_truths(path: str | os.PathLike[str], source_key: str = "data_source",
+                        key: str = "data.train_files") -> None:
+    """Refuse a split where verl's GSM8K scorer can match no row's ground truth: every reward would be 0. The line
+    names ``key``, the config key that points at the file (``data.train_files`` / ``data.val_files``).
 
     A ground truth is matchable when the perfect answer, ``#### <ground truth>``, scores 1 with verl's own strict
     scorer (``verl.utils.reward_score.gsm8k``: the number after ``#### ``, commas removed, compared as text), so
@@ -88,7 +90,7 @@ def check_ground_truths(path: str | os.PathLike[str], source_key: str = "data_so
         unmatchable = unmatchable or (index, truth)
     if unmatchable is not None:
         index, truth = unmatchable
-        raise VerlflowError(f"{path}: no row's reward_model.ground_truth is a number verl's GSM8K scorer can match "
-                            f"(row {index}: {str(truth)[:60]!r}), so every reward would be 0: give plain numbers such "
-                            "as '72' (as `verlflow preprocess` writes them), or a scorer of your own in "
+        raise VerlflowError(f"{key}={path}: no row's reward_model.ground_truth is a number verl's GSM8K scorer can "
+                            f"match (row {index}: {str(truth)[:60]!r}), so every reward would be 0: give plain numbers "
+                            "such as '72' (as `verlflow preprocess` writes them), or a scorer of your own in "
                             "reward.custom_reward_function.path")
