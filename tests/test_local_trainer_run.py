@@ -18,6 +18,7 @@ from verlflow import config
 from verlflow.backends.local.settings import read_settings
 from verlflow.backends.local.trainer import train_local
 from verlflow.errors import VerlflowError
+from verlflow.models.weights_digest import weights_digest
 from verlflow.names import CHECKPOINT_DIR_TAG, IGNORED_KEYS_TAG
 from verlflow.platforms import Device
 from verlflow.tracking import tracking
@@ -72,6 +73,8 @@ def test_smoke_run_finishes_tracked_with_verl_names_and_a_loadable_checkpoint(wo
     folder = tmp_path / "outputs" / "local" / result.run_id / "checkpoints"
     flat = tracking.flatten_params({**cfg.to_container()})
     flat["trainer/default_local_dir"] = str(folder)
+    # ... and the final checkpoint's weights digest, which register and reuse check the folder against.
+    flat["verlflow.checkpoint_sha256"] = weights_digest(result.final_checkpoint)
     assert run.data.params == {k: str("None" if v is None else v) for k, v in flat.items()}
     assert run.data.params["actor_rollout_ref/actor/optim/lr"] == "0.001"
 
