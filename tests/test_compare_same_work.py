@@ -58,3 +58,16 @@ def test_one_model_under_two_paths_is_the_same_work(runs):
     report = compare_runs(runs["4b on h20"], runs["4b on a3"]).report  # /models/Qwen3-4B and Qwen/Qwen3-4B
     assert _first_line(report).endswith("(`qwen3-4b-a3`):")
     assert SAME_WORK_SPEED in report and "| `model` |" not in report
+
+
+def test_verlflows_tiny_model_is_one_model_by_its_name_or_the_folder_it_was_built_into():
+    # The local trainer logs the model as asked (tiny-qwen3), verl the folder it was built into: one model.
+    from verlflow.compare.same_work import MODEL_PATH_PARAM, model_name
+    from verlflow.compare.snapshot import RunSnapshot
+
+    def snap(path: str) -> RunSnapshot:
+        return RunSnapshot(role="baseline", run_id="r", name="r", status="FINISHED", tags={},
+                           params={MODEL_PATH_PARAM: path}, metrics={})
+
+    assert model_name(snap("tiny-qwen3")) == model_name(snap("/cache/verlflow/tiny-qwen3-v1-seed0")) == "tiny-qwen3"
+    assert model_name(snap("/cache/tiny-qwen3-sft-v1-seed0")) == "tiny-qwen3-sft" != model_name(snap("tiny-qwen3"))

@@ -11,6 +11,7 @@ Plain computation on :class:`RunSnapshot` objects.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ from verlflow.compare.snapshot import RunSnapshot
 from verlflow.names import RECIPE_TAG
 
 MODEL_PATH_PARAM = "actor_rollout_ref/model/path"
+# The folder verlflow builds a tiny model into (models.model_path: <name>-v<N>-seed<seed>): one model with its name,
+# which is what the local trainer logs while verl logs the folder.
+_BUILT = re.compile(r"^(tiny-qwen3(?:-sft)?)-v\d+-seed\d+$")
 UNSET = (None, "", "None", "null")
 
 
@@ -35,7 +39,8 @@ def model_name(snap: RunSnapshot) -> str | None:
     path = snap.params.get(MODEL_PATH_PARAM)
     if path in UNSET:
         return None
-    return str(path).rstrip("/").rsplit("/", 1)[-1] or str(path)
+    name = str(path).rstrip("/").rsplit("/", 1)[-1] or str(path)
+    return _BUILT.sub(r"\1", name)  # verlflow's own tiny model: its name, or the folder it was built into
 
 
 def steps(snap: RunSnapshot) -> str | None:
