@@ -20,6 +20,7 @@ LIMITED = textwrap.dedent("""
     import mlflow, torch, transformers, verl  # noqa: F401  loaded before the limit, as a long-lived process has
     from verlflow import cli
     from verlflow.backends.local import trainer  # noqa: F401
+    import datasets, verl.trainer.ppo.utils, verl.utils.reward_score.gsm8k  # noqa: F401, E401  (the set-up's checks)
     size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
     resource.setrlimit(resource.RLIMIT_AS, (size + 768 * 2**20, resource.RLIM_INFINITY))
     cli.main(sys.argv[1:])

@@ -20,13 +20,15 @@ from verl_cpu_run import RECIPE_OVERRIDES, launch_env, ray_processes_of, synthet
 def test_a_crashing_verl_run_fails_with_verls_error_and_leaves_no_ray_behind(tmp_path, tiny_workdir):
     env = launch_env(tmp_path, tiny_workdir / "cache")
     data_dir = synthetic_data(env, tmp_path)
-    # A fault only verl's training reaches (the dry run's rehearsal scores one exact answer, which passes): the
-    # reward function refuses the first real completion, after Ray and the workers have started.
+    # A fault only verl's training reaches (the dry run's rehearsal scores an exact answer and its stock wrong one,
+    # both of which pass): the reward function refuses the first real completion, after Ray and the workers started.
+    from verlflow.backends.verl.dryrun.rehearsal.first_step import WRONG_ANSWER
+
     reward = tmp_path / "picky_reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    if solution_str != f'#### {ground_truth}':\n"
+                      f"    if solution_str not in (f'#### {{ground_truth}}', {WRONG_ANSWER!r}):\n"
                       "        raise ValueError('picky reward: a real completion')\n"
-                      "    return 1.0\n")
+                      "    return float(solution_str.startswith('####'))\n")
     overrides = f"{RECIPE_OVERRIDES} reward.custom_reward_function.path={reward} verlflow.output_dir={tmp_path / 'out'}"
     crash = cli_in_process(["train", "--recipe", "tiny", "--device", "cpu", "--backend", "verl",
                             "--data_dir", str(data_dir), "--overrides", overrides], env=env, cwd=tmp_path)
