@@ -45,6 +45,11 @@ class TrackingDeadline(BaseException):
         self.uri, self.waited_s = uri, waited_s
 
 
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps) is a request that ran out of time, not one refused or failed."""
+    return any(word in str(error).lower() for error in exception_chain(exc) for word in _TIMEOUT_WORDS)
+
+
 def as_deadline(exc: BaseException) -> TrackingDeadline | None:
     """``exc`` as a :class:`TrackingDeadline` when it is an MLflow request to the bounded server that ran out of
     time (after its tries); None for any other error, or before :func:`bound_tracking`."""
@@ -52,7 +57,7 @@ def as_deadline(exc: BaseException) -> TrackingDeadline | None:
         return exc
     if not _bound or not (type(exc).__module__.startswith("mlflow") and str(exc).startswith("API request to ")):
         return None
-    if not any(word in str(error).lower() for error in exception_chain(exc) for word in _TIMEOUT_WORDS):
+    if not timed_out(exc):
         return None
     return TrackingDeadline(str(_bound["uri"]), float(_bound["waited_s"]))
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from verlflow import known_warnings, stopping
 from verlflow.outage import spill
+from verlflow.outage.deadline import timed_out
+from verlflow.outage.request_timeout import RequestTimeout
 from verlflow.outage.spill import Entry, Point
 from verlflow.outage.store_retry import retry_on_lock
 from verlflow.util import env_number, first_line
@@ -34,6 +36,7 @@ logger = logging.getLogger("verlflow.outage.metric_buffer")
 
 WRITER_NICE = int(env_number("VERLFLOW_METRICS_NICE", 19, integer=True))
 # The writer retries by itself every RETRY_S: one try per call, so that close() and an orphaned writer end in seconds.
+# The timeout is where it starts: it follows the server's answers from there (request_timeout.RequestTimeout).
 WRITER_HTTP_KNOBS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": 0, "MLFLOW_HTTP_REQUEST_TIMEOUT": 10}
 _BATCH = spill._BATCH
 # While the spill folder is full, the trainer keeps at most this many unwritten points in memory (and drops later
@@ -145,6 +148,7 @@ class _Writer:
         self.stopped = False  # SIGTERM: write what was taken once, spill it if that fails, and exit
         self.spill_full = False  # the spill folder took only part of what is pending
         self.answered = False  # the server took the last write: a long record's beats count as progress
+        self.timeout = RequestTimeout(max(1, int(float(os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]))))
         self.report_lock = threading.Lock()  # reports come from the beat thread too
         # Artifact records refused while the tracking API answers: kept, retried; a writer that replaces a dead one
         # takes over those it kept in the spill file (the trainer counted them written and no longer has them).
@@ -248,7 +252,7 @@ class _Writer:
         from mlflow.entities import Metric
 
         while self.pending and not self.abandoned:
-            started = time.process_time()
+            started, asked = time.process_time(), time.monotonic()
             try:
                 if isinstance(self.pending[0], dict):
                     with self.beating():
@@ -259,18 +263,36 @@ class _Writer:
                     batch = [Metric(*point) for point in points]
                     retry_on_lock(self.client.log_batch, self.run_id, metrics=batch)  # another run's SQLite lock
                     count = len(batch)
-            except Exception:
+            except Exception as exc:
                 self.answered = False
+                if timed_out(exc):
+                    self.follow_timeout(None)
                 raise
             finally:
                 self.write_cpu += time.process_time() - started
             self.answered = True
+            self.follow_timeout(time.monotonic() - asked)
             self.pending = self.pending[count:]
             self.spilled = max(0, self.spilled - count)
             self.written += count
             self.report(("written", self.written, self.write_cpu))
             self.take()
         self.last_write = time.monotonic()
+
+    def follow_timeout(self, took_s: float | None) -> None:
+        """Size the request timeout from a write's answer after ``took_s`` seconds, or from a write that ran out of
+        time (None: said, with the new wait). The trainer hears each new value: it waits that long (and a little
+        more) for a writer it told to stop."""
+        before = self.timeout.seconds
+        if took_s is None:
+            self.timeout.ran_out()
+            logger.warning("a write to the tracking server got no answer within %g s: the metric writer now waits up "
+                           "to %g s (at most VERLFLOW_METRICS_TIMEOUT_MAX_S=%g)", before, self.timeout.seconds,
+                           self.timeout.max_s)
+        else:
+            self.timeout.answered(took_s)
+        if self.timeout.seconds != before:
+            self.report(("timeout", self.timeout.seconds))
 
     def write_record(self, record: dict) -> None:
         """Write one record; an artifact write the server refuses while its tracking API answers is parked (kept in

@@ -73,6 +73,7 @@ class MetricBuffer:
         self.writers_started = 0
         self.parked, self.parked_cause = 0, ""  # artifact writes the writer kept in the spill file
         self.beats = 0  # the writer's "at work on a record" reports: progress for the end's window
+        self.request_timeout_s = float(WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"])  # as the writer reports it
         self.timing = TimingSums()  # the run's end writes its summaries from these, not from read-back histories
         self.writer_exit_codes: list[int | None] = []  # of the writers that have ended, in order (0: a clean exit)
         self._last_step: tuple[int, int, dict[str, float]] | None = None  # a checkpoint's model links to it
@@ -297,6 +298,8 @@ class MetricBuffer:
                     self.parked, self.parked_cause = body[0], body[1] or self.parked_cause
                 elif kind == "working":  # a long record under way on a server that answers
                     self.beats += 1
+                elif kind == "timeout":  # the writer's request timeout, sized from the server's answers
+                    self.request_timeout_s = body[0]
         except (EOFError, OSError):  # the writer has ended: _replace_if_dead sees to it
             pass
 
@@ -348,7 +351,7 @@ class MetricBuffer:
             self._wait_exit(EXIT_WAIT_S)
         elif self._process.is_alive():
             self._feed.put(("abandon",))
-            self._wait_exit(WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"] + 5)
+            self._wait_exit(self.request_timeout_s + 5)
         if self._process.is_alive():
             self._process.kill()
             self._process.join()
@@ -359,7 +362,7 @@ class MetricBuffer:
             else:
                 logger.warning("the metric writer process did not end within %g s of being told to stop: it was "
                                "killed with %d metric points and records unwritten",
-                               WRITER_HTTP_KNOBS["MLFLOW_HTTP_REQUEST_TIMEOUT"] + 5, left)
+                               self.request_timeout_s + 5, left)
         elif self._process.exitcode != 0:
             logger.warning("the metric writer process exited with code %s", self._process.exitcode)
         self._retire_writer()
