@@ -5,7 +5,8 @@ The spill folder is a real 64 KiB filesystem (a tmpfs mounted here when the test
 otherwise a 64 KiB file-size limit, RLIMIT_FSIZE, on the trainer and its writer process, which inherits it).
 The tracking server is a real ``mlflow server`` behind a fault proxy that answers every request 500 for the
 outage. Before: each writer died with an ENOSPC traceback, and the end of the run deleted the spill file before
-rewriting it, leaving 0 bytes.
+rewriting it, leaving 0 bytes. A server slower than the writer's first timeout is waited for (the timeout
+follows its answers), not spilled.
 """
 
 from __future__ import annotations
@@ -120,6 +121,26 @@ def test_the_end_waits_for_a_replay_that_goes_on_past_the_window(proxied_server,
     assert buffer.close(wait_s=8) == 0  # before: cut after 8 s, the rest left to a manual upload
     tags = client.get_run(run_id).data.tags
     assert sorted(k for k in tags if k.startswith("replayed.")) == [f"replayed.{i:02d}" for i in range(records)]
+
+
+def test_a_server_slower_than_the_writers_timeout_is_waited_for_not_spilled(proxied_server, tmp_path, monkeypatch,
+                                                                             capfd):
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")  # the writer process starts with a 1 s timeout
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")  # this process's own reads
+    proxied_server.delay_s = 1.5  # every answer takes longer than the writer first waits: slow, not down
+    for step in range(1, 6):
+        buffer.log({"actor/loss": 1.0 / step}, step, timestamp_ms=1_000_000 + step)
+    buffer.log_record({"kind": "tags", "tags": {"final.summary": "written"}})
+    left = buffer.close(wait_s=60)  # before: every try ran out at 1 s, the whole run went to the spill file
+    proxied_server.heal()
+    assert left == 0 and not (tmp_path / "spill.jsonl").exists()
+    assert [m.step for m in client.get_metric_history(run_id, "actor/loss")] == [1, 2, 3, 4, 5]  # each once
+    assert client.get_run(run_id).data.tags["final.summary"] == "written"
+    err = capfd.readouterr().err
+    assert "a write to the tracking server got no answer within 1 s: the metric writer now waits up to 2 s" in err
 
 
 def test_an_upload_after_an_outage_reads_no_metric_history(proxied_server, tmp_path):
