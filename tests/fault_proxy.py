@@ -48,6 +48,10 @@ class FaultProxy:
         threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True).start()
         return self
 
+    def forward_to(self, upstream: str) -> None:
+        """Send the next requests to another server at the same address: a server restarted on another database."""
+        self.upstream = urllib.parse.urlsplit(upstream)
+
     def heal(self) -> None:
         """No more faults: held requests are dropped (their clients time out or retry), new ones are forwarded."""
         with self._lock:

@@ -143,6 +143,32 @@ def test_a_server_slower_than_the_writers_timeout_is_waited_for_not_spilled(prox
     assert "a write to the tracking server got no answer within 1 s: the metric writer now waits up to 2 s" in err
 
 
+def test_a_server_restarted_on_a_fresh_database_is_named_not_waited_out_as_an_outage(proxied_server, tmp_path, capfd):
+    from conftest import MlflowServer
+
+    client = MlflowClient()
+    run_id = client.create_run("0").info.run_id
+    buffer = MetricBuffer(run_id, tmp_path / "spill.jsonl", retry_s=0.3, write_every_s=0.1)
+    buffer.log({"loss": 1.0}, 1)
+    assert buffer.flush(120)
+    (tmp_path / "fresh").mkdir()
+    fresh = MlflowServer(tmp_path / "fresh")  # the same address, a new database: the run is unknown there
+    fresh.start()
+    try:
+        proxied_server.forward_to(fresh.url)
+        for step in (2, 3):
+            buffer.log({"loss": 1.0 / step}, step)
+        # Before: taken for an outage; the end waited its window, then gave an upload that could never succeed.
+        assert buffer.close(wait_s=120) == 2
+    finally:
+        fresh.stop()
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("verlflow: run ")]
+    assert len(lines) == 1 and f"run {run_id} no longer exists on the tracking server" in lines[0], lines
+    assert "upload-spill" not in lines[0]
+    assert sorted(record["step"] for record in _spilled_records(tmp_path / "spill.jsonl")
+                  if record.get("key") == "loss") == [2, 3]
+
+
 def test_an_upload_after_an_outage_reads_no_metric_history(proxied_server, tmp_path):
     client = MlflowClient()
     run_id = client.create_run("0").info.run_id

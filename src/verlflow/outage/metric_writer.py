@@ -46,6 +46,8 @@ MEMORY_POINTS = int(env_number("VERLFLOW_METRICS_MEMORY_POINTS", 1_000_000, inte
 Step = tuple[int, int, list[tuple[str, float]]]
 
 
+# What the writer reports for a run its server no longer knows (its "deleted" report for a run in the trash is True).
+GONE = "gone"
 # The mark of a parked artifact record in the spill file (write_entry and the upload read only the record's own keys).
 PARKED = "parked"
 
@@ -80,6 +82,12 @@ def points(item: Step) -> list[Point]:
 def run_deleted(exc: BaseException) -> bool:
     """Whether a write failed because its run is deleted (its experiment deleted while training, say)."""
     return "must be in the 'active' state" in str(exc) and "deleted" in str(exc)
+
+
+def run_gone(exc: BaseException) -> bool:
+    """Whether a write failed because the server no longer knows its run: its database was replaced (a server
+    restarted on a fresh or older copy) or the run was purged. No wait brings it back, so it is no outage."""
+    return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST" and "Run with id=" in str(exc)
 
 
 def cap_http(knobs: Mapping[str, float]) -> None:
@@ -400,6 +408,10 @@ class _Writer:
                 logger.warning("run %s is deleted in the tracking store (or its experiment is): its metrics are kept "
                                "in %s, training goes on", self.run_id, self.spill_path)
                 self.report(("deleted", True))
+            elif run_gone(exc):  # not an outage either, and not the user's to restore
+                logger.warning("run %s no longer exists on the tracking server (its database was replaced, or the run "
+                               "purged): its metrics are kept in %s, training goes on", self.run_id, self.spill_path)
+                self.report(("deleted", GONE))
             else:
                 logger.warning("tracking server not answering (%s): metrics kept in %s, training goes on",
                                first_line(exc, 200), self.spill_path)

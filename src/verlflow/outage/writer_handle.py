@@ -25,7 +25,7 @@ from typing import Any
 
 from verlflow import stopping
 from verlflow.outage import spill
-from verlflow.outage.metric_writer import MEMORY_POINTS, WRITER_HTTP_KNOBS, points, write_until_closed
+from verlflow.outage.metric_writer import GONE, MEMORY_POINTS, WRITER_HTTP_KNOBS, points, write_until_closed
 from verlflow.outage.spill import Entry
 from verlflow.outage.summaries import TimingSums
 from verlflow.util import env_number, first_line
@@ -68,7 +68,7 @@ class MetricBuffer:
         self._cpu_before = 0.0
         self.outage = False  # the writer says the server does not answer
         self.spill_full = False  # the writer says the spill folder takes no more
-        self.run_deleted = False  # the writer says the run (or its experiment) is deleted: no wait brings it back
+        self.run_deleted: bool | str = False  # the writer says the run is deleted (True) or gone (GONE): no wait helps
         self.dropped = 0  # points not kept: the spill folder was full and MEMORY_POINTS were held here
         self.writers_started = 0
         self.parked, self.parked_cause = 0, ""  # artifact writes the writer kept in the spill file
@@ -230,7 +230,13 @@ class MetricBuffer:
                   "earlier attempt (or writer) left and that are not written yet. Upload them once the tracking "
                   f"server takes them:\n  {spill.upload_command(self.spill_path, self.tracking_uri)}",
                   file=sys.stderr, flush=True)
-        if left and self.run_deleted:
+        if left and self.run_deleted == GONE:
+            spilled[self.run_id] = self.spill_path
+            print(f"verlflow: run {self.run_id} no longer exists on the tracking server {self.tracking_uri} (its "
+                  f"database was replaced, or the run purged): not an outage, no wait brings it back. Its {left} "
+                  f"unwritten metric points and records are kept in {self.spill_path}; what was written before is in "
+                  "the database the run was in.", file=sys.stderr, flush=True)
+        elif left and self.run_deleted:
             spilled[self.run_id] = self.spill_path
             print(f"verlflow: run {self.run_id} was deleted in the tracking store {self.tracking_uri} (or its "
                   f"experiment was) while it trained: its {left} unwritten metric points and records are kept in "
