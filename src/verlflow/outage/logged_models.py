@@ -131,11 +131,17 @@ def log_final_model(client: MlflowClient, run, checkpoint: Path, step: int | Non
 def _drop_unfinished(client: MlflowClient, model_id: str) -> None:
     """Remove a model whose upload failed (no orphan beside the READY one a later try makes); where the store
     refuses that too, mark it FAILED, and the run's next final model removes it (:func:`remove_unfinished_models`)."""
-    try:
-        client.delete_logged_model(model_id)
-    except Exception:  # the store is away: whatever it raised, the upload's own error is the one to tell
-        with contextlib.suppress(Exception):
-            client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
+    for attempt in (1, 2):
+        try:
+            client.delete_logged_model(model_id)
+            return
+        except Exception as exc:  # the store is away: whatever it raised, the upload's own error is the one to tell
+            # A server that aborted the refused upload may reset the kept-alive connection the delete reused: the
+            # pool drops it, and one more try goes on a new one.
+            if attempt == 2 or "Connection aborted" not in str(exc):
+                break
+    with contextlib.suppress(Exception):
+        client.finalize_logged_model(model_id, LoggedModelStatus.FAILED)
 
 
 def record_final_model(run_id: str, checkpoint: str | Path, step: int, *,
